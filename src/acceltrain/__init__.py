@@ -1,0 +1,7 @@
+"""acceltrain: train any Keras 3 model on whatever hardware is there (TPU, GPUs, CPU) in one call."""
+
+from acceltrain.errors import AcceltrainError, TrainingDiverged, UsageError
+from acceltrain.runtime import Runtime, connect
+
+__version__ = "0.1.0"
+__all__ = ["connect", "Runtime", "AcceltrainError", "UsageError", "TrainingDiverged", "__version__"]

@@ -1,0 +1,5 @@
+import sys
+
+from acceltrain.cli import main
+
+sys.exit(main())

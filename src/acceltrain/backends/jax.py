@@ -1,0 +1,172 @@
+"""Distribution on JAX: `keras.distribution` over the devices JAX sees.
+
+Same function names as `backends/tensorflow.py`. Only this module imports jax.
+"""
+
+import contextlib
+import functools
+
+import jax
+
+NAME = "jax"
+
+
+# --- Start-up ---------------------------------------------------------------------------------
+
+def prepare(simulate_devices: int | None) -> None:
+    """Split the CPU into `simulate_devices` devices, before JAX starts its backends.
+
+    JAX fixes the device count when its first operation runs; asked for later with another count,
+    this is an error rather than a silent single device.
+    """
+    if simulate_devices is None:
+        return
+    try:
+        jax.config.update("jax_platforms", "cpu")  # simulated devices are CPU devices, even beside a GPU
+        jax.config.update("jax_num_cpu_devices", simulate_devices)
+    except RuntimeError:
+        # JAX has started: fine only if it started with the same devices.
+        started_with = len(jax.devices("cpu"))
+        if jax.default_backend() != "cpu" or started_with != simulate_devices:
+            from acceltrain.errors import UsageError
+
+            raise UsageError(
+                f"simulate_devices={simulate_devices} was asked for after JAX had started with "
+                f"{started_with} CPU device(s) (default backend: {jax.default_backend()}). "
+                "JAX fixes its devices when it first runs: call connect(simulate_devices=...) before "
+                "anything uses JAX, or start Python with "
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={simulate_devices}."
+            ) from None
+
+
+# --- What is there ----------------------------------------------------------------------------
+
+def device_counts() -> dict[str, int]:
+    """How many devices each platform has (0 where its runtime is absent or broken)."""
+    counts = {}
+    for platform in ("tpu", "gpu", "cpu"):
+        try:
+            counts[platform] = len(jax.devices(platform))
+        except RuntimeError:  # "Unknown backend tpu", "no visible GPU", libtpu busy ...
+            counts[platform] = 0
+    return counts
+
+
+def devices(platform: str) -> tuple[str, ...]:
+    """All devices of the platform across processes, named as Keras names them ("cpu:0")."""
+    return tuple(f"{d.platform}:{d.id}" for d in jax.devices(platform))
+
+
+def device_kind(platform: str) -> str:
+    return jax.devices(platform)[0].device_kind
+
+
+def process_count() -> int:
+    return jax.process_count()
+
+
+def process_index() -> int:
+    return jax.process_index()
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, numpy and Keras's generators: weights, dropout and the data order of fit.
+
+    keras.utils.set_random_seed would also import TensorFlow when it is installed, only to seed it:
+    four seconds of start-up here, for a generator nothing on JAX draws from.
+    """
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+    from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    global_state.set_global_attribute(GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, None)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def versions() -> dict[str, str]:
+    import jaxlib
+    import keras
+
+    return {"keras": keras.__version__, "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+# --- Distribution -----------------------------------------------------------------------------
+
+# The distributions connect() made, by the JAX mesh their variables live on: how a model built under
+# scope() finds its distribution again when plain `model.fit` is called outside the scope.
+_distributions_by_mesh = {}
+
+
+def make_distribution(kind: str, device_names: tuple[str, ...]):
+    """A Keras distribution for `kind` ("data" | "none") over the named devices; None for "none"."""
+    if kind == "none":
+        return None
+    import keras
+
+    distribution = keras.distribution.DataParallel(devices=list(device_names))
+    _distributions_by_mesh[distribution.device_mesh.backend_mesh] = distribution
+    _follow_model_placement()
+    return distribution
+
+
+def distribution_name(distribution) -> str:
+    return "none" if distribution is None else type(distribution).__name__
+
+
+@contextlib.contextmanager
+def scope(distribution):
+    """Models built inside have their variables placed by `distribution`; the previous one is restored."""
+    if distribution is None:
+        yield
+        return
+    with distribution.scope():  # Keras restores the previous distribution in a finally
+        yield
+
+
+def distribution_of(model):
+    """The distribution connect() made that `model`'s variables are placed by, if any."""
+    for variable in model.variables:
+        mesh = getattr(getattr(variable.value, "sharding", None), "mesh", None)
+        return _distributions_by_mesh.get(mesh)
+    return None
+
+
+def _follow_model_placement() -> None:
+    """Make plain `model.fit/evaluate/predict` run under the distribution the model was built in.
+
+    Keras on JAX reads the distribution from global state at fit time, not from the model, so a model
+    built under `Runtime.scope()` but fit outside it would get unsharded batches. TensorFlow keeps the
+    strategy on the model; this gives JAX the same behaviour. Installed once; a no-op for models built
+    outside any acceltrain distribution.
+    """
+    from keras.src.backend.jax.trainer import JAXTrainer
+    from keras.src.distribution import distribution_lib
+
+    for name in ("fit", "evaluate", "predict"):
+        method = getattr(JAXTrainer, name)
+        if getattr(method, "_acceltrain_follows_placement", False):
+            continue
+
+        def follow(method):
+            @functools.wraps(method)
+            def wrapper(model, *args, **kwargs):
+                distribution = None
+                if distribution_lib.distribution() is None:
+                    distribution = distribution_of(model)
+                with scope(distribution):
+                    return method(model, *args, **kwargs)
+
+            wrapper._acceltrain_follows_placement = True
+            return wrapper
+
+        setattr(JAXTrainer, name, follow(method))
+
+
+def placement(array) -> str:
+    """How an array or variable is laid out over devices, for tests and `doctor`."""
+    return str(getattr(array, "value", array).sharding)

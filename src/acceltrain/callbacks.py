@@ -1,0 +1,81 @@
+"""Keras callbacks acceltrain adds to fit. Imports keras: import this only after connect()."""
+
+import math
+import time
+
+import keras
+
+from acceltrain.errors import TrainingDiverged
+
+
+class DivergenceCheck(keras.callbacks.Callback):
+    """Stops a run that has stopped learning, so a 10% accuracy is never reported as a result.
+
+    Diverged means: a NaN or infinite loss, or (for a classifier of C classes) a loss stuck at ln(C),
+    the loss of predicting every class equally, for two epochs in a row.
+    """
+
+    STUCK_TOLERANCE = 0.02  # relative distance from ln(C) that counts as "at chance"
+
+    def __init__(self, num_classes: int | None = None):
+        super().__init__()
+        self.chance_loss = math.log(num_classes) if num_classes and num_classes > 1 else None
+        self.message = None
+        self._epochs_at_chance = 0
+
+    def on_epoch_end(self, epoch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None:
+            return
+        if not math.isfinite(loss):
+            self._stop(epoch, f"the loss became {loss}")
+            return
+        at_chance = self.chance_loss is not None and abs(loss - self.chance_loss) <= self.STUCK_TOLERANCE * self.chance_loss
+        self._epochs_at_chance = self._epochs_at_chance + 1 if at_chance else 0
+        if self._epochs_at_chance >= 2:
+            self._stop(
+                epoch,
+                f"the loss is stuck at {loss:.4f} ≈ ln({round(math.exp(self.chance_loss))}) = "
+                f"{self.chance_loss:.4f}, the loss of predicting every class equally",
+            )
+
+    def _stop(self, epoch, what):
+        learning_rate = _learning_rate(self.model)
+        self.message = (
+            f"Training diverged at epoch {epoch + 1}: {what}. The model has stopped learning, so its "
+            "accuracy would be chance, not a result. Likely cause: a learning rate too high for this "
+            f"model and batch{f' ({learning_rate:g})' if learning_rate else ''}. Lower it (e.g. "
+            "--learning-rate 1e-3), or use a schedule that decays it (the default for the built-in recipes)."
+        )
+        self.model.stop_training = True
+
+    def raise_if_diverged(self):
+        if self.message:
+            raise TrainingDiverged(self.message)
+
+
+def _learning_rate(model) -> float | None:
+    try:
+        rate = model.optimizer.learning_rate
+        return float(keras.ops.convert_to_numpy(rate))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Wall time of each epoch. Keras syncs the metrics at each epoch's end, so the times are real."""
+
+    def __init__(self):
+        super().__init__()
+        self.fit_start = None
+        self.epoch_seconds = []
+        self._epoch_start = None
+
+    def on_train_begin(self, logs=None):
+        self.fit_start = time.perf_counter()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epoch_seconds.append(time.perf_counter() - self._epoch_start)

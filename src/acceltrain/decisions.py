@@ -1,0 +1,74 @@
+"""The 'auto' decisions. Each is one short ordered function of plain values that returns its choice
+and the reason, so a table-driven test covers it and the CLI can print it in one line.
+"""
+
+from acceltrain import hardware
+from acceltrain.backends import BACKENDS
+from acceltrain.errors import UsageError
+
+DISTRIBUTIONS = ("auto", "data", "none")
+
+
+def choose_backend(
+    requested: str | None, loaded: str | None, env: str | None, jax_importable: bool
+) -> tuple[str, str]:
+    """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else jax."""
+    for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras")):
+        if value is not None and value not in BACKENDS:
+            raise UsageError(
+                f"Unsupported backend from {source}: {value!r}. Valid: {', '.join(BACKENDS)}. "
+                "Pass backend='jax' (the default) or backend='tensorflow'."
+            )
+    if loaded is not None:
+        if requested is not None and requested != loaded:
+            raise UsageError(
+                f"Received backend={requested!r}, but Keras is already loaded with the {loaded!r} "
+                "backend in this process and cannot switch. Call connect() before importing keras, "
+                f"or pass backend={loaded!r}."
+            )
+        return loaded, "Keras was already loaded with it"
+    if requested is not None:
+        return requested, "asked for"
+    if env is not None:
+        return env, "KERAS_BACKEND is set"
+    if jax_importable:
+        return "jax", "the default"
+    return "tensorflow", "JAX is not installed"
+
+
+def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
+    """'data' (every device takes a slice of each batch) when there is more than one device."""
+    if requested not in DISTRIBUTIONS:
+        raise UsageError(
+            f"Received distribution={requested!r}. Valid: {', '.join(DISTRIBUTIONS)}."
+        )
+    if requested != "auto":
+        return requested, "asked for"
+    if num_devices > 1:
+        return "data", f"{num_devices} devices: each takes a slice of every batch"
+    return "none", "one device"
+
+
+def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1) -> tuple[int, str]:
+    """Training steps per compiled call: the model's own setting, else the platform's, within an epoch."""
+    if compiled_with != 1:
+        return compiled_with, "set by the model's compile()"
+    per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
+    if steps_per_epoch < per_platform:
+        return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
+    return per_platform, f"{platform}'s setting"
+
+
+def choose_loss(y, output_units: int | None) -> tuple[str, str]:
+    """The loss for an uncompiled model, from its labels and its number of outputs."""
+    import numpy as np
+
+    integer_labels = np.issubdtype(y.dtype, np.integer) and (y.ndim == 1 or y.shape[-1] == 1)
+    if integer_labels and output_units and output_units > 1:
+        return "SparseCategoricalCrossentropy", f"integer labels, {output_units} outputs"
+    if integer_labels and output_units == 1 and set(np.unique(y)) <= {0, 1}:
+        return "BinaryCrossentropy", "labels 0 and 1, one output"
+    one_hot = y.ndim == 2 and y.shape[-1] == output_units and output_units > 1 and np.allclose(y.sum(axis=-1), 1)
+    if one_hot:
+        return "CategoricalCrossentropy", f"one-hot labels over {output_units} classes"
+    return "MeanSquaredError", "labels are not classes"

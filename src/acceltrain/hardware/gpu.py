@@ -1,0 +1,7 @@
+"""NVIDIA (CUDA) and AMD (ROCm) GPUs."""
+
+NAME = "gpu"
+
+# A GPU step of a small model is shorter than Python's per-step dispatch and callback overhead;
+# a few steps per compiled call hides it without delaying progress reports much.
+STEPS_PER_EXECUTION = 8

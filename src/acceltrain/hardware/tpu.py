@@ -1,0 +1,7 @@
+"""TPUs: the chips Keras and JAX are built around."""
+
+NAME = "tpu"
+
+# A TPU runs a step of a small model in microseconds, while each return to the Python host costs
+# a millisecond or more: run many steps per compiled call (the seed's `steps_per_run=128` did the same).
+STEPS_PER_EXECUTION = 32

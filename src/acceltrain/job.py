@@ -1,0 +1,174 @@
+"""`acceltrain train`: one job from a config to a folder of outputs, as one function.
+
+    train_and_evaluate(TrainConfig(seed=1, out="runs/a"))
+
+Everything the user can get wrong is checked before training starts, and nothing is written to the
+output folder until training has finished.
+"""
+
+import importlib.util
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from acceltrain import data, datasets, decisions, log, outputs, recipes
+from acceltrain.errors import UsageError
+from acceltrain.runtime import connect
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = recipes.DEFAULT
+    model: str | None = None  # "FILE.py:FUNCTION" returning a Keras model; replaces the recipe's
+    data: str | None = None  # an .npz in the keras.datasets layout; default: the bundled MNIST
+    epochs: int | None = None  # default: the recipe's
+    batch_size: int | None = None  # global batch; default: the recipe's
+    learning_rate: float | None = None  # default: the recipe's schedule; a number is constant
+    out: str | None = None  # default: runs/<timestamp>
+    backend: str | None = None
+    simulate_devices: int | None = None
+    distribution: str = "auto"
+    seed: int = 0
+
+
+def train_and_evaluate(config: TrainConfig) -> dict:
+    """Train, evaluate on the test split, write model.keras, model.weights.h5 and metrics.json."""
+    started = time.perf_counter()
+    # 1. Check everything that needs no framework.
+    recipe = recipes.get(config.recipe)
+    epochs = _positive("epochs", config.epochs if config.epochs is not None else recipe.EPOCHS)
+    batch_size = _positive("batch_size", config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE)
+    if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
+        raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
+    model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
+    out_dir = Path(config.out) if config.out else outputs.default_out_dir()
+    outputs.check_writable(out_dir)
+    splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
+
+    # 2. Connect, then build the model inside the distribution's scope.
+    runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution)
+    data.check_batch_size(batch_size, runtime.num_replicas)
+    runtime.seed(config.seed)
+    if model_file:
+        x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
+        with runtime.scope():
+            model = _load_user_model(model_file, function_name)
+            if not model.compiled:
+                _compile_for_labels(model, y_train, config.learning_rate)
+    else:
+        x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
+        x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
+        steps_per_epoch = math.ceil(len(x_train) / batch_size)
+        with runtime.scope():
+            model = recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch)
+    data.check_arrays(x_test, y_test, name="x_test")
+
+    # 3. Train and evaluate.
+    from acceltrain.callbacks import EpochTimer
+
+    timer = EpochTimer()
+    history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=[timer],
+                          verbose=_progress_verbosity())
+    test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
+
+    # 4. Write the outputs, each atomically.
+    metrics = {
+        "test_accuracy": test.get("accuracy"),
+        "test_loss": test.get("loss"),
+        "test_metrics": test,
+        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
+        "epoch_seconds": timer.epoch_seconds,
+        "first_epoch_seconds": timer.epoch_seconds[0],
+        "seconds_to_first_epoch_end": timer.fit_start - started + timer.epoch_seconds[0],
+        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), timer.epoch_seconds),
+        "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
+        "runtime": runtime.describe(),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with outputs.atomic_path(out_dir / "model.keras") as path:
+        model.save(path)
+    with outputs.atomic_path(out_dir / "model.weights.h5") as path:
+        model.save_weights(path)
+    outputs.write_json(out_dir / "metrics.json", metrics)
+    log.info(f"outputs in {out_dir}")
+    return metrics
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"Received --{name.replace('_', '-')} {value!r}. Expected a whole number of at least 1.")
+    return value
+
+
+def _progress_verbosity():
+    """Keras's progress bar on a terminal; one line per epoch in logs and CI."""
+    return 1 if sys.stdout.isatty() else 2
+
+
+def _steady_samples_per_second(num_samples: int, epoch_seconds: list[float]) -> float:
+    """Samples per second over the epochs after the first (the first includes compilation)."""
+    steady = epoch_seconds[1:] or epoch_seconds
+    return num_samples * len(steady) / sum(steady)
+
+
+def _recipe_inputs(recipe, x, y, split):
+    try:
+        return recipe.preprocess(x, y)
+    except ValueError as error:
+        raise UsageError(f"x_{split} of shape {x.shape} does not fit the {recipe.NAME} recipe ({error}).") from None
+
+
+# --- --model FILE.py:FUNCTION -----------------------------------------------------------------
+
+def _parse_model_spec(spec: str) -> tuple[Path, str]:
+    file, _, function = spec.rpartition(":")
+    if not file or not function.isidentifier():
+        raise UsageError(f"Received --model {spec!r}. Expected FILE.py:FUNCTION, e.g. --model models.py:build.")
+    path = Path(file)
+    if not path.is_file():
+        raise UsageError(f"Received --model {spec!r}, but {file!r} is not a file. Pass the path of a .py file.")
+    return path, function
+
+
+def _load_user_model(path: Path, function_name: str):
+    """Import the file and call FUNCTION() for a keras.Model. The file's own errors name the file."""
+    import keras
+
+    module_spec = importlib.util.spec_from_file_location(f"acceltrain_user_model_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:
+        raise UsageError(f"Importing the model file {str(path)!r} failed: {type(error).__name__}: {error}") from error
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        found = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_"))
+        raise UsageError(f"{str(path)!r} has no function {function_name!r}. Functions there: "
+                         f"{', '.join(found) or 'none'}. Pass --model {path}:NAME.")
+    model = function()
+    if not isinstance(model, keras.Model):
+        raise UsageError(f"{path}:{function_name}() returned {type(model).__name__}, not a Keras model. "
+                         "Return a keras.Model (Sequential, functional or subclassed).")
+    return model
+
+
+def _compile_for_labels(model, y: np.ndarray, learning_rate: float | None) -> None:
+    """Compile a model given uncompiled, with the loss its labels call for, and say so."""
+    import keras
+
+    output_units = model.output_shape[-1] if isinstance(model.output_shape, tuple) else None
+    loss_name, reason = decisions.choose_loss(y, output_units)
+    activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
+    probabilities = activation in ("softmax", "sigmoid")
+    loss_class = getattr(keras.losses, loss_name)
+    classifier = "Crossentropy" in loss_name
+    loss = loss_class(from_logits=not probabilities) if classifier else loss_class()
+    metrics = ["accuracy"] if classifier else ["mae"]
+    rate = learning_rate if learning_rate is not None else 1e-3
+    model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss, metrics=metrics)
+    log.info(f"compiled the model: {loss_name}{'' if probabilities else ' (from logits)'} ({reason}), "
+             f"Adam {rate:g}, metrics {metrics}")

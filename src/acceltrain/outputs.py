@@ -1,0 +1,66 @@
+"""The output folder: checked before training, written atomically after.
+
+Every file lands by write-to-a-temporary-file-in-the-same-folder, flush, rename: a reader (or a run
+killed half-way) sees the old file or the new one, never half of one.
+"""
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from acceltrain.errors import UsageError
+
+
+def default_out_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def check_writable(out_dir: Path) -> None:
+    """Fail now, before any training, if `out_dir` cannot be created or written. Creates nothing."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"Received --out {str(out_dir)!r}, which is a file. Pass a folder (new or existing).")
+    existing = out_dir
+    while not existing.exists():
+        existing = existing.parent
+    problem = None
+    if not existing.is_dir():
+        problem = f"{str(existing)!r} is a file, not a folder"
+    else:
+        # os.access says yes to root even on a read-only mount: try for real, leave nothing behind.
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as error:
+            problem = f"{str(existing)!r} is not writable ({error.strerror})"
+    if problem:
+        raise UsageError(f"Received --out {str(out_dir)!r}, but {problem}. Pass a folder you can write to.")
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path):
+    """Yield a temporary path beside `path` (same suffixes, which Keras checks); rename it on success."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.stem.split('.')[0]}.{os.getpid()}.partial{''.join(path.suffixes)}")
+    try:
+        yield temporary
+        with open(temporary, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_json(path: Path, value) -> None:
+    with atomic_path(path) as temporary:
+        temporary.write_text(json.dumps(value, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    try:
+        return value.item()  # numpy and framework scalars
+    except AttributeError:
+        return str(value)

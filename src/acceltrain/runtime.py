@@ -1,0 +1,268 @@
+"""connect() and Runtime: the one public entry.
+
+    runtime = acceltrain.connect()            # find the hardware, choose the distribution
+    with runtime.scope():                     # build and compile the model: variables placed for it
+        model = build_model()
+    runtime.fit(model, x, y, batch_size=1024, epochs=10)
+
+This module never imports a framework: it calls the backend module connect() chose.
+"""
+
+import contextlib
+import math
+import os
+import platform as _platform
+
+from acceltrain import backends, data, decisions, hardware, log
+from acceltrain.errors import UsageError
+
+
+def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
+            verbose: bool = True) -> "Runtime":
+    """Find the hardware, start the backend on it, and choose the distribution.
+
+    Args:
+        backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
+            else jax if installed, else tensorflow.
+        simulate_devices: split the CPU into this many devices, to try multi-device code with no
+            accelerator. Must be set before JAX starts.
+        distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
+        verbose: print the one-line banner with the decisions and their reasons (to stderr).
+    """
+    # 1. Check the arguments, before any framework starts.
+    _check_simulate_devices(simulate_devices)
+    if distribution not in decisions.DISTRIBUTIONS:
+        raise UsageError(f"Received distribution={distribution!r}. Valid: {', '.join(decisions.DISTRIBUTIONS)}.")
+
+    # 2. Choose the backend and start it.
+    backend_name, backend_reason = decisions.choose_backend(
+        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable()
+    )
+    framework = backends.load(backend_name)
+    framework.prepare(simulate_devices)
+
+    # 3. Find the hardware.
+    platform, platform_reason = hardware.choose_platform(framework.device_counts())
+    found = hardware.Hardware(
+        platform=platform,
+        device_kind=framework.device_kind(platform),
+        devices=framework.devices(platform),
+        simulated=simulate_devices is not None,
+        num_processes=framework.process_count(),
+        process_index=framework.process_index(),
+    )
+
+    # 4. Choose the distribution.
+    kind, distribution_reason = decisions.choose_distribution(distribution, found.num_devices)
+    runtime = Runtime(framework, found, framework.make_distribution(kind, found.devices))
+    runtime.decisions = {
+        "backend": f"{backend_name} ({backend_reason})",
+        "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
+        "distribution": f"{runtime.distribution_name} ({distribution_reason})",
+    }
+    if verbose:
+        log.info(f"{runtime} ({distribution_reason})")
+    return runtime
+
+
+def _check_simulate_devices(simulate_devices) -> None:
+    if simulate_devices is None:
+        return
+    if isinstance(simulate_devices, bool) or not isinstance(simulate_devices, int) or simulate_devices < 1:
+        raise UsageError(
+            f"Received simulate_devices={simulate_devices!r}. Expected a whole number of at least 1 "
+            "(e.g. 8 to try an 8-device run on this CPU)."
+        )
+
+
+class Runtime:
+    """The hardware connect() found and how it distributes training over it."""
+
+    def __init__(self, framework, found: hardware.Hardware, distribution):
+        self._framework = framework
+        self.hardware = found
+        self.distribution = distribution  # a keras.distribution.Distribution (JAX), or None
+        self.decisions: dict[str, str] = {}
+
+    # --- What is there ------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        return self._framework.NAME
+
+    @property
+    def platform(self) -> str:
+        return self.hardware.platform
+
+    @property
+    def device_kind(self) -> str:
+        return self.hardware.device_kind
+
+    @property
+    def num_devices(self) -> int:
+        return self.hardware.num_devices
+
+    @property
+    def num_replicas(self) -> int:
+        """How many slices each global batch is cut into."""
+        return 1 if self.distribution is None else self.num_devices
+
+    @property
+    def num_processes(self) -> int:
+        return self.hardware.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.hardware.process_index
+
+    @property
+    def distribution_name(self) -> str:
+        return self._framework.distribution_name(self.distribution)
+
+    def describe(self) -> dict:
+        """Everything about this runtime as JSON-able data (written into metrics.json)."""
+        return {
+            "backend": self.backend,
+            "platform": self.platform,
+            "device_kind": self.device_kind,
+            "num_devices": self.num_devices,
+            "num_replicas": self.num_replicas,
+            "num_processes": self.num_processes,
+            "process_index": self.process_index,
+            "distribution": self.distribution_name,
+            "simulated_devices": self.hardware.simulated,
+            "devices": list(self.hardware.devices),
+            "decisions": dict(self.decisions),
+            "versions": {"python": _platform.python_version(), "acceltrain": _version(), **self._framework.versions()},
+        }
+
+    def __str__(self) -> str:
+        devices = f"{self.num_devices} × {self.device_kind}" + (" (simulated)" if self.hardware.simulated else "")
+        processes = f", {self.num_processes} processes" if self.num_processes > 1 else ""
+        spread = (
+            f"{self.distribution_name} over {self.num_replicas} replicas"
+            if self.distribution is not None
+            else "no distribution"
+        )
+        return f"{self.backend} on {self.platform}: {devices}{processes} → {spread}"
+
+    def __repr__(self) -> str:
+        return f"<Runtime {self}>"
+
+    # --- Building and training ----------------------------------------------------------------
+
+    def seed(self, seed: int) -> None:
+        """Seed weights, dropout and the data order, so a run repeats exactly on the same hardware."""
+        self._framework.set_seed(seed)
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Build (and compile) models inside: their variables are placed by the distribution.
+
+        Whatever global state this sets is restored on exit, also when the body raises.
+        """
+        with self._framework.scope(self.distribution):
+            yield
+
+    def fit(self, model, x, y=None, *, batch_size: int, epochs: int = 1, validation_data=None,
+            callbacks=(), verbose="auto", **fit_kwargs):
+        """Keras's `model.fit` with this hardware's settings. Returns Keras's History.
+
+        `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
+        checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. Raises
+        TrainingDiverged if the loss becomes NaN or sticks at chance level.
+        """
+        from acceltrain.callbacks import DivergenceCheck
+
+        _check_compiled(model)
+        # 1. The global batch splits evenly over the replicas.
+        data.check_batch_size(batch_size, self.num_replicas)
+        # 2. Inputs checked and cast once, not every step.
+        num_classes = _num_classes(model)
+        if data.is_arrays(x):
+            x, y = self._prepare_training_arrays(x, y, batch_size, num_classes)
+        if validation_data is not None:
+            validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
+        # 3. Steps per compiled call.
+        steps_per_epoch = math.ceil(data.num_samples(x) / batch_size) if data.is_arrays(x) else 1_000_000
+        steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch, model.steps_per_execution)
+        _set_steps_per_execution(model, steps)
+        log.info(
+            f"global batch {batch_size} = {batch_size // self.num_replicas} × {self.num_replicas} replicas; "
+            f"steps_per_execution {steps} ({steps_reason})"
+        )
+        # 4. Train, watching for divergence.
+        divergence = DivergenceCheck(num_classes)
+        with self.scope():
+            history = model.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data,
+                                callbacks=[*callbacks, divergence], verbose=verbose, **fit_kwargs)
+        divergence.raise_if_diverged()
+        return history
+
+    def evaluate(self, model, x, y=None, *, batch_size: int, verbose="auto", **evaluate_kwargs) -> dict:
+        """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
+        _check_compiled(model)
+        data.check_batch_size(batch_size, self.num_replicas)
+        if data.is_arrays(x):
+            x, y = self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x")
+        with self.scope():
+            return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True, **evaluate_kwargs)
+
+    def _prepare_training_arrays(self, x, y, batch_size, num_classes):
+        data.check_arrays(x, y)
+        data.check_class_labels(y, num_classes)
+        x, y, dropped = data.trim_to_replicas(data.as_float32(x), data.as_float32(y) if y is not None else None,
+                                              batch_size, self.num_replicas)
+        if dropped:
+            log.info(f"left out the last {dropped} training samples so the final batch divides over "
+                     f"{self.num_replicas} replicas")
+        return x, y
+
+    def _prepare_eval_arrays(self, pair, batch_size, num_classes, name):
+        if not (isinstance(pair, tuple) and len(pair) == 2 and data.is_arrays(pair[0])):
+            return pair  # a dataset, or sample weights: Keras takes it as it is
+        x, y = pair
+        data.check_arrays(x, y, name=name)
+        data.check_class_labels(y, num_classes, name=f"labels of {name}")
+        x, y = data.as_float32(x), (data.as_float32(y) if y is not None else None)
+        x, y, repeats = data.repeat_to_replicas(x, y, batch_size, self.num_replicas)
+        if repeats > 1:
+            log.info(f"{name}: each sample counted {repeats} times so every batch divides over "
+                     f"{self.num_replicas} replicas (metrics unchanged, none dropped)")
+        return x, y
+
+
+def _check_compiled(model) -> None:
+    if not getattr(model, "compiled", False):
+        raise UsageError(
+            f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
+            "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
+        )
+
+
+def _num_classes(model) -> int | None:
+    """The number of classes of a single-output model trained with a cross-entropy over classes."""
+    loss = getattr(model, "loss", None)
+    loss_name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or str(loss)
+    if "categorical_crossentropy" not in loss_name:
+        return None
+    try:
+        shape = model.output_shape
+    except (AttributeError, ValueError, RuntimeError):
+        return None
+    if isinstance(shape, tuple) and shape and isinstance(shape[-1], int) and shape[-1] > 1:
+        return shape[-1]
+    return None
+
+
+def _set_steps_per_execution(model, steps: int) -> None:
+    """Change steps per call on a compiled model: its compiled functions are rebuilt on the next fit."""
+    if model.steps_per_execution != steps:
+        model.steps_per_execution = steps
+        model.train_function = model.test_function = model.predict_function = None
+
+
+def _version() -> str:
+    from acceltrain import __version__
+
+    return __version__
