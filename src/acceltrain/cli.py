@@ -18,7 +18,20 @@ EXAMPLES = {
         "  acceltrain train --seed 1 --out runs/seed1\n"
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
-        "  acceltrain train --model my_models.py:build --data my_data.npz"
+        "  acceltrain train --model my_models.py:build --data my_data.npz\n"
+        "  acceltrain train --config run.toml --epochs 5      # a config file; flags override it\n"
+        "  acceltrain train --config runs/seed1/config.toml   # rerun a run with its resolved settings\n"
+        "  acceltrain train --epochs 2 --tensorboard          # then: tensorboard --logdir runs"
+    ),
+    "report": (
+        "examples:\n"
+        "  acceltrain report runs/seed1        # redraw report.png and report.md from runs/seed1/metrics.json"
+    ),
+    "doctor": (
+        "examples:\n"
+        "  acceltrain doctor                          # check this machine for a run here\n"
+        "  acceltrain doctor --simulate-devices 8     # also dry-run an 8-device data-parallel step\n"
+        "  acceltrain doctor --json --out runs        # machine-readable; checks runs/ is writable"
     ),
 }
 
@@ -27,10 +40,15 @@ def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     log.set_quiet(getattr(args, "quiet", False))
+    log.set_verbose(getattr(args, "verbose", False))
     try:
         return args.run(args)
     except AcceltrainError as error:
-        print(f"acceltrain: error: {error}", file=sys.stderr)
+        if log.is_verbose():
+            import traceback
+
+            traceback.print_exc()
+        print(f"acceltrain: {log.paint('error:', 'red')} {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("acceltrain: interrupted", file=sys.stderr)
@@ -61,7 +79,24 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
     _add_connect_flags(train)
-    train.set_defaults(run=_train)
+    train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
+                       help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
+    train.add_argument("--config", metavar="FILE.toml",
+                       help="read these options from a TOML file (keys as the flags, with _); flags override it")
+    # None means "not given on the command line", so a --config file's value stands; the defaults
+    # themselves live in TrainConfig.
+    train.set_defaults(run=_train, recipe=None, seed=None, distribution=None)
+
+    report = _verb(verbs, "report", "redraw report.png and report.md of a finished run from its metrics.json")
+    report.add_argument("dir", metavar="DIR", help="the --out folder of an `acceltrain train` run")
+    report.set_defaults(run=_report)
+
+    doctor = _verb(verbs, "doctor", "check this machine for training and say how to fix what is wrong")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.add_argument("--out", metavar="DIR", default="runs", help="the output folder to check (default: runs)")
+    doctor.add_argument("--batch-size", type=int, help="the global batch of the dry run (default: the recipe's)")
+    _add_connect_flags(doctor)
+    doctor.set_defaults(run=_doctor)
     return parser
 
 
@@ -69,6 +104,8 @@ def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
     parser = verbs.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
                               epilog=EXAMPLES[name], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-q", "--quiet", action="store_true", help="print results and errors only")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print details (paths, timings) and the traceback of an error")
     return parser
 
 
@@ -94,17 +131,36 @@ def _devices(args) -> int:
 
 
 def _train(args) -> int:
-    from acceltrain.job import TrainConfig, train_and_evaluate
+    from acceltrain import config as config_files
+    from acceltrain.job import train_and_evaluate
 
-    config = TrainConfig(
-        recipe=args.recipe, model=args.model, data=args.data, epochs=args.epochs, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, out=args.out, backend=args.backend,
-        simulate_devices=args.simulate_devices, distribution=args.distribution, seed=args.seed,
-    )
+    flags = {name: getattr(args, name) for name in config_files.fields() if getattr(args, name, None) is not None}
+    config = config_files.resolve(args.config, flags)
+    log.debug(f"settings: {config}")
     metrics = train_and_evaluate(config)
     accuracy = metrics["test_accuracy"]
     print(f"test accuracy: {accuracy:.4f}" if accuracy is not None else f"test metrics: {metrics['test_metrics']}")
     return 0
+
+
+def _report(args) -> int:
+    from acceltrain import report
+
+    for path in report.redraw(args.dir):
+        print(path)
+    return 0
+
+
+def _doctor(args) -> int:
+    from acceltrain import doctor
+
+    checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
+                            distribution=args.distribution, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps([check.as_dict() for check in checks], indent=2))
+    else:
+        print(doctor.format_checks(checks))
+    return 1 if any(check.status == doctor.FAIL for check in checks) else 0
 
 
 if __name__ == "__main__":

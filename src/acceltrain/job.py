@@ -10,12 +10,13 @@ import importlib.util
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from acceltrain import data, datasets, decisions, log, outputs, recipes
+from acceltrain import config as config_files
+from acceltrain import data, datasets, decisions, log, outputs, recipes, report, tensorboard_logs
 from acceltrain.errors import UsageError
 from acceltrain.runtime import connect
 
@@ -33,6 +34,7 @@ class TrainConfig:
     simulate_devices: int | None = None
     distribution: str = "auto"
     seed: int = 0
+    tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
 
 
 def train_and_evaluate(config: TrainConfig) -> dict:
@@ -47,10 +49,13 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)
+    if config.tensorboard:
+        tensorboard_logs.check_available()
     splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
 
     # 2. Connect, then build the model inside the distribution's scope.
-    runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution)
+    with log.phase("connecting to the hardware"):
+        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     if model_file:
@@ -69,9 +74,13 @@ def train_and_evaluate(config: TrainConfig) -> dict:
 
     # 3. Train and evaluate.
     from acceltrain.callbacks import EpochTimer
+    from acceltrain.progress import FirstStepStatus
 
     timer = EpochTimer()
-    history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=[timer],
+    callbacks = [timer, FirstStepStatus()]
+    if config.tensorboard:  # TensorBoard writes while training runs: that is what it is for
+        callbacks.append(tensorboard_logs.callback(out_dir))
+    history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=callbacks,
                           verbose=_progress_verbosity())
     test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
 
@@ -94,6 +103,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     with outputs.atomic_path(out_dir / "model.weights.h5") as path:
         model.save_weights(path)
     outputs.write_json(out_dir / "metrics.json", metrics)
+    resolved = replace(config, epochs=epochs, batch_size=batch_size, out=str(out_dir), backend=runtime.backend)
+    config_files.write(out_dir / "config.toml", resolved)
+    report.write(out_dir, metrics)
     log.info(f"outputs in {out_dir}")
     return metrics
 

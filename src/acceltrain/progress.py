@@ -1,0 +1,31 @@
+"""What training shows while it runs, beyond Keras's own progress. Imports keras: import after connect()."""
+
+import keras
+
+from acceltrain import log
+
+
+class FirstStepStatus(keras.callbacks.Callback):
+    """Shows the first training step, which compiles the model (seconds on CPU, can be minutes on TPU).
+
+    Keras prints nothing until that step ends, so without this a first compile looks like a hang.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.phase = None
+        self.seconds = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.phase is None:
+            self.phase = log.phase("compiling the model and running the first step").start()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._end("done")
+
+    def on_train_end(self, logs=None):
+        self._end("stopped")
+
+    def _end(self, outcome):
+        if self.phase is not None and self.seconds is None:
+            self.seconds = self.phase.stop(outcome)

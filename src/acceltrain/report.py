@@ -1,0 +1,176 @@
+"""The run report: report.png (curves per epoch) and report.md (hardware, decisions, settings, timings).
+
+Both are made from metrics.json alone, so `acceltrain report DIR` redraws them for any finished run.
+Plots use matplotlib's Figure with the Agg canvas directly, never pyplot: no display needed, and no
+global figure state left behind in the caller's process.
+"""
+
+import json
+import math
+from pathlib import Path
+
+from acceltrain import outputs
+from acceltrain.errors import UsageError
+
+PNG = "report.png"
+MD = "report.md"
+
+
+def write(out_dir: str | Path, metrics: dict) -> list[Path]:
+    """Write report.png and report.md into `out_dir`, each atomically. Returns their paths."""
+    out_dir = Path(out_dir)
+    png, md = out_dir / PNG, out_dir / MD
+    with outputs.atomic_path(png) as temporary:
+        figure(metrics).savefig(temporary, format="png", dpi=110)
+    with outputs.atomic_path(md) as temporary:
+        temporary.write_text(markdown(metrics))
+    return [png, md]
+
+
+def redraw(out_dir: str | Path) -> list[Path]:
+    """`acceltrain report DIR`: the report of a finished run, from its metrics.json."""
+    path = Path(out_dir) / "metrics.json"
+    try:
+        metrics = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"Received {str(out_dir)!r}, which has no metrics.json. Pass the --out folder of a "
+                         "finished `acceltrain train` run.") from None
+    except (OSError, json.JSONDecodeError) as error:
+        raise UsageError(f"{str(path)!r} cannot be read as JSON ({error}). Pass the --out folder of a "
+                         "finished `acceltrain train` run.") from None
+    if not isinstance(metrics, dict) or not isinstance(metrics.get("history"), dict):
+        raise UsageError(f"{str(path)!r} has no per-epoch history. Pass the --out folder of a finished "
+                         "`acceltrain train` run.")
+    return write(out_dir, metrics)
+
+
+# --- The figure -------------------------------------------------------------------------------
+
+def figure(metrics: dict):
+    """A matplotlib Figure: loss, then the other metrics, then seconds per epoch, one panel each.
+
+    Each series is a line labelled "training NAME" or "validation NAME" (Keras's val_NAME), x the
+    epoch number from 1.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    history = metrics.get("history", {})
+    names = [name for name in _metric_names(history) if name != "loss"]
+    panels = ["loss"] * ("loss" in history) + (["metrics"] if names else []) + ["seconds"]
+    fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
+    fig.suptitle(title(metrics), fontsize=9)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        if panel == "loss":
+            _plot_series(ax, history, ["loss"])
+            ax.set_title("loss")
+        elif panel == "metrics":
+            _plot_series(ax, history, names)
+            ax.set_title(", ".join(names))
+        else:
+            seconds = metrics.get("epoch_seconds") or []
+            epochs = list(range(1, len(seconds) + 1))
+            ax.bar(epochs, seconds, color="tab:gray", label="seconds per epoch")
+            ax.set_title("seconds per epoch (1st: + compile)")
+            ax.set_ylabel("s")
+        ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        if panel != "seconds":
+            ax.legend(fontsize=8)
+    return fig
+
+
+def _metric_names(history: dict) -> list[str]:
+    """Metric names in Keras's order, without the val_ prefix, keeping only per-epoch numbers."""
+    names = []
+    for key, values in history.items():
+        name = key.removeprefix("val_")
+        if name not in names and isinstance(values, list) and name != "learning_rate":
+            names.append(name)
+    return names
+
+
+def _plot_series(ax, history: dict, names: list[str]) -> None:
+    for name in names:
+        for prefix, split, style in (("", "training", "-"), ("val_", "validation", "--")):
+            values = history.get(prefix + name)
+            if values:
+                ax.plot(range(1, len(values) + 1), values, style, marker="o", markersize=3,
+                        label=f"{split} {name}")
+
+
+def title(metrics: dict) -> str:
+    """One line with the hardware and the settings, e.g. 'jax on cpu: 8 × cpu (simulated), DataParallel ...'."""
+    runtime = metrics.get("runtime", {})
+    config = metrics.get("config", {})
+    devices = f"{runtime.get('num_devices', '?')} × {runtime.get('device_kind', '?')}"
+    if runtime.get("simulated_devices"):
+        devices += " (simulated)"
+    rate = config.get("learning_rate")
+    settings = [
+        config.get("model") or config.get("recipe") or "?",
+        f"{config.get('epochs', '?')} epochs",
+        f"batch {config.get('batch_size', '?')}",
+        f"lr {rate:g}" if isinstance(rate, (int, float)) else "lr: the recipe's schedule",
+        f"seed {config.get('seed', '?')}",
+    ]
+    hardware = f"{runtime.get('backend', '?')} on {runtime.get('platform', '?')}: {devices}, " \
+               f"distribution {runtime.get('distribution', '?')}"
+    return f"{hardware} | {', '.join(settings)}"
+
+
+# --- The markdown -----------------------------------------------------------------------------
+
+def markdown(metrics: dict) -> str:
+    runtime = metrics.get("runtime", {})
+    config = metrics.get("config", {})
+    history = metrics.get("history", {})
+    seconds = metrics.get("epoch_seconds") or []
+    lines = ["# Run report", "", title(metrics), "", f"![loss and metrics per epoch]({PNG})", ""]
+
+    lines += ["## Result", "", "| metric | test |", "|---|---|"]
+    lines += [f"| {name} | {_number(value)} |" for name, value in (metrics.get("test_metrics") or {}).items()]
+
+    lines += ["", "## Hardware", "", "| | |", "|---|---|"]
+    for key in ("backend", "platform", "device_kind", "num_devices", "num_replicas", "num_processes",
+                "distribution", "simulated_devices"):
+        if key in runtime:
+            lines.append(f"| {key} | {runtime[key]} |")
+    versions = runtime.get("versions") or {}
+    if versions:
+        lines.append(f"| versions | {', '.join(f'{name} {version}' for name, version in versions.items())} |")
+
+    lines += ["", "## Decisions and why", ""]
+    decisions = runtime.get("decisions") or {}
+    lines += [f"- **{topic}**: {decision}" for topic, decision in decisions.items()] or ["- none recorded"]
+
+    lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {key} | {'default' if value is None else value} |" for key, value in config.items()]
+
+    lines += ["", "## Timings", ""]
+    if seconds:
+        steady = seconds[1:] or seconds
+        lines.append(f"- first epoch: {seconds[0]:.2f} s (includes compiling)")
+        lines.append(f"- later epochs: {sum(steady) / len(steady):.2f} s on average")
+    for key, label, unit in (("seconds_to_first_epoch_end", "start to the end of the first epoch", " s"),
+                             ("samples_per_second", "training samples per second (after the first epoch)", "")):
+        if isinstance(metrics.get(key), (int, float)):
+            lines.append(f"- {label}: {metrics[key]:,.{2 if unit else 0}f}{unit}")
+
+    keys = [key for key, values in history.items() if isinstance(values, list)]
+    if keys:
+        lines += ["", "## Per epoch", "", "| epoch | " + " | ".join(keys) + " | seconds |",
+                  "|---" * (len(keys) + 2) + "|"]
+        for epoch in range(max(len(history[key]) for key in keys)):
+            row = [_number(history[key][epoch]) if epoch < len(history[key]) else "" for key in keys]
+            row.append(f"{seconds[epoch]:.2f}" if epoch < len(seconds) else "")
+            lines.append(f"| {epoch + 1} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if math.isfinite(value) else str(value)
+    return str(value)
