@@ -1,0 +1,381 @@
+"""`acceltrain doctor`: check this machine for training, and for each problem say how to fix it.
+
+Each check is a small function returning (status, message, fix): status is "ok", "warn" (training
+works, but not as well as it could) or "fail" (training would not work, or not on this hardware).
+Tests call them one by one and can hand them a broken environment.
+"""
+
+import contextlib
+import glob
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from acceltrain import log
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+# What pyproject.toml asks for, and what Keras 3 needs of TensorFlow.
+MINIMUM_PYTHON = (3, 10)
+MINIMUM_VERSIONS = {"keras": "3.8", "jax": "0.4.35", "numpy": "1.26", "tensorflow": "2.16"}
+PIP_NAMES = {"keras": "keras", "jax": "jax", "jaxlib": "jax", "numpy": "numpy", "tensorflow": "tensorflow-cpu"}
+
+DRY_RUN_TIMEOUT = 600  # seconds: a first compile on a TPU can take minutes
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    message: str
+    fix: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: int | None = None,
+            distribution: str = "auto", batch_size: int | None = None) -> list[Check]:
+    """Every check, in the order a person would fix them: the software, the hardware, then a dry run."""
+    checks = [
+        ("python", check_python),
+        ("versions", check_versions),
+        ("jax", lambda: check_backend("jax")),
+        ("tensorflow", lambda: check_backend("tensorflow")),
+        ("tpu", check_tpu),
+        ("gpu", check_gpus),
+        ("compile cache", check_compile_cache),
+        ("output folder", lambda: check_output_folder(out)),
+        ("dry run", lambda: check_dry_run(backend=backend, simulate_devices=simulate_devices,
+                                          distribution=distribution, batch_size=batch_size)),
+    ]
+    results = []
+    for name, check in checks:
+        with log.phase("dry run: one training step") if name == "dry run" else contextlib.nullcontext():
+            status, message, fix = check()
+        results.append(Check(name, status, message, fix))
+    return results
+
+
+def format_checks(checks: list[Check]) -> str:
+    """One line per check, its fix indented below; statuses coloured on a terminal only."""
+    colours = {OK: "green", WARN: "yellow", FAIL: "red"}
+    width = max(len(check.name) for check in checks)
+    lines = []
+    for check in checks:
+        status = log.paint(f"{check.status:<4}", colours[check.status], sys.stdout)
+        lines.append(f"{status}  {check.name:<{width}}  {check.message}")
+        if check.fix:
+            label = "tip" if check.status == OK else "fix"
+            lines.append(f"      {'':<{width}}  {label}: {check.fix}")
+    counts = {status: sum(check.status == status for check in checks) for status in (OK, WARN, FAIL)}
+    lines.append(f"{counts[OK]} ok, {counts[WARN]} warning{'s' * (counts[WARN] != 1)}, "
+                 f"{counts[FAIL]} failure{'s' * (counts[FAIL] != 1)}")
+    return "\n".join(lines)
+
+
+# --- Software ---------------------------------------------------------------------------------
+
+def check_python(version_info=sys.version_info) -> tuple[str, str, str]:
+    version = ".".join(map(str, version_info[:3]))
+    if tuple(version_info[:2]) < MINIMUM_PYTHON:
+        return FAIL, f"Python {version}: acceltrain needs {'.'.join(map(str, MINIMUM_PYTHON))} or newer", \
+            "install Python 3.11 or newer and reinstall acceltrain in it"
+    return OK, f"Python {version} ({platform.machine()}, {platform.system()})", ""
+
+
+def check_versions(versions: dict[str, str | None] | None = None) -> tuple[str, str, str]:
+    """The libraries' versions, each new enough, and jax and jaxlib from the same release."""
+    if versions is None:
+        versions = {name: _installed_version(name) for name in ("keras", "jax", "jaxlib", "numpy", "tensorflow")}
+    listed = ", ".join(f"{name} {version}" for name, version in versions.items() if version)
+    problems, fixes = [], []
+    for name in ("keras", "jax", "numpy"):
+        if not versions.get(name):
+            problems.append(f"{name} is not installed")
+            fixes.append(f"pip install {PIP_NAMES[name]}")
+    for name, minimum in MINIMUM_VERSIONS.items():
+        version = versions.get(name)
+        if version and _version_tuple(version) < _version_tuple(minimum):
+            problems.append(f"{name} {version} is older than {minimum}")
+            fixes.append(f"pip install -U '{PIP_NAMES[name]}>={minimum}'")
+    jax, jaxlib = versions.get("jax"), versions.get("jaxlib")
+    if jax and not jaxlib:
+        problems.append("jax is installed without jaxlib")
+        fixes.append("pip install -U jax (it brings the matching jaxlib)")
+    elif jax and jaxlib and _version_tuple(jax)[:2] != _version_tuple(jaxlib)[:2]:
+        problems.append(f"jax {jax} and jaxlib {jaxlib} are from different releases")
+        fixes.append("pip install -U jax jaxlib (the same version of both)")
+    if problems:
+        return FAIL, f"{'; '.join(problems)} ({listed or 'nothing found'})", "; ".join(fixes)
+    return OK, listed, ""
+
+
+def check_backend(name: str) -> tuple[str, str, str]:
+    """Whether a Keras backend imports. jax is required; tensorflow is optional."""
+    required = name == "jax"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter would bury the checks
+    started = time.perf_counter()
+    try:
+        module = importlib.import_module(name)
+    except Exception as error:  # a broken install raises anything: ImportError, OSError, AttributeError
+        if not _findable(name):
+            if required:
+                return FAIL, f"{name} is not installed; acceltrain trains with it by default", \
+                    f"pip install {PIP_NAMES[name]}"
+            return WARN, f"{name} is not installed (optional: the TensorFlow backend, --tensorboard)", \
+                f"pip install {PIP_NAMES[name]}"
+        return FAIL, f"{name} is installed but does not import: {type(error).__name__}: {_first_line(error)}", \
+            f"reinstall it: pip install --force-reinstall {PIP_NAMES[name]} (and check it matches this Python " \
+            f"{platform.python_version()})"
+    seconds = time.perf_counter() - started
+    version = getattr(module, "__version__", "?")
+    return OK, f"{name} {version} imports ({seconds:.1f} s)", ""
+
+
+def check_compile_cache(cache_dir: str | None = None) -> tuple[str, str, str]:
+    """JAX's persistent compile cache: off, or a folder that must be writable."""
+    if cache_dir is None:
+        cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        if cache_dir is None and "jax" in sys.modules:  # set in code, not by the environment
+            cache_dir = getattr(sys.modules["jax"].config, "jax_compilation_cache_dir", None)
+    tip = ("to reuse compiled steps across runs (the first compile takes seconds here, minutes on a TPU): "
+           "export JAX_COMPILATION_CACHE_DIR=~/.cache/jax")
+    if not cache_dir:
+        return OK, "JAX's persistent compile cache is off: every run compiles from scratch", tip
+    problem = _not_writable(Path(cache_dir).expanduser())
+    if problem:
+        return FAIL, f"the compile cache {cache_dir!r} {problem}", \
+            "point JAX_COMPILATION_CACHE_DIR at a folder you can write to, or unset it"
+    files = [path for path in Path(cache_dir).expanduser().rglob("*") if path.is_file()]
+    size = sum(path.stat().st_size for path in files) / 2**20
+    return OK, f"compile cache in {cache_dir} ({len(files)} files, {size:.0f} MiB)", ""
+
+
+def check_output_folder(out: str | Path) -> tuple[str, str, str]:
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        return FAIL, f"{str(out)!r} is a file, not a folder", "pass --out a folder (new or existing)"
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    problem = _not_writable(existing)
+    if problem:
+        return FAIL, f"outputs cannot go to {str(out)!r}: {str(existing)!r} {problem}", \
+            "pass --out a folder you can write to (acceltrain creates it)"
+    return OK, f"{str(out)!r} is writable" + ("" if out.exists() else " (created on the first run)"), ""
+
+
+# --- Hardware ---------------------------------------------------------------------------------
+
+def check_tpu(device_files: list[str] | None = None, libtpu: bool | None = None, probe=None) -> tuple[str, str, str]:
+    """A TPU: its device files, the libtpu runtime, and whether JAX can open it.
+
+    `probe()` returns the number of TPU devices JAX sees or raises JAX's error; the arguments are
+    there so tests can stand in for a TPU machine.
+    """
+    if device_files is None:
+        device_files = sorted(glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"))
+    if libtpu is None:
+        libtpu = _findable("libtpu")
+    if not device_files:
+        note = " (libtpu is installed, but this machine has no TPU)" if libtpu else ""
+        return OK, f"no TPU here: no /dev/accel* or /dev/vfio device{note}", ""
+    if not libtpu:
+        return WARN, f"TPU device files ({', '.join(device_files[:4])}) but no libtpu: JAX would train on " \
+                     "the CPU instead", "pip install 'jax[tpu]' (or: pip install 'acceltrain[tpu]')"
+    try:
+        count = (probe or _jax_device_count)("tpu")
+    except Exception as error:  # JAX raises RuntimeError; a broken libtpu may raise anything
+        return FAIL, *_explain_tpu_error(str(error))
+    if count == 0:
+        return FAIL, "TPU device files and libtpu are there, but JAX sees no TPU", \
+            "check that libtpu matches jax (pip install -U 'jax[tpu]'); run with TPU_STDERR_LOG_LEVEL=0 for its log"
+    return OK, f"{count} TPU device{'s' * (count > 1)} visible to JAX " \
+               "(on TensorFlow, a TPU VM is reached with TPUClusterResolver(tpu='local'))", ""
+
+
+def _explain_tpu_error(error: str) -> tuple[str, str]:
+    """The cause of a TPU that does not open, from libtpu's words, and the fix."""
+    busy = re.search(r"in use by (?:process with )?pid (\d+)", error, re.I)
+    if busy or "busy" in error.lower() or "already in use" in error.lower():
+        holder = f" (pid {busy.group(1)})" if busy else ""
+        return (f"the TPU is busy: another process holds it{holder}. One process at a time can use a TPU",
+                f"stop that process{' (kill ' + busy.group(1) + ')' if busy else ''}, or find it with "
+                "`sudo lsof -w /dev/accel* /dev/vfio/*`; a finished Python or notebook kernel may still hold it")
+    if "tpu='local'" in error or "TPU_NAME" in error or "cluster resolver" in error.lower():
+        return (f"TensorFlow's TPU resolver found no TPU: {_first_line(error)}",
+                "on a TPU VM, resolve with tf.distribute.cluster_resolver.TPUClusterResolver(tpu='local')")
+    return f"JAX cannot open the TPU: {_first_line(error)}", \
+        "check that libtpu matches jax (pip install -U 'jax[tpu]'), and that no other process uses the TPU"
+
+
+def check_gpus(query=None, jax_gpus=None) -> tuple[str, str, str]:
+    """NVIDIA GPUs from nvidia-smi, with their memory, and whether JAX can use them.
+
+    `query()` returns [(name, total MiB, used MiB)] and `jax_gpus()` JAX's GPU count; tests pass their own.
+    """
+    if query is None and shutil.which("nvidia-smi") is None:
+        return OK, "no GPU here (no nvidia-smi)", ""
+    try:
+        gpus = (query or _nvidia_smi)()
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        return WARN, f"nvidia-smi is there but failed: {_first_line(error)}", \
+            "check the NVIDIA driver (run nvidia-smi yourself)"
+    if not gpus:
+        return OK, "no GPU here (nvidia-smi lists none)", ""
+    described = "; ".join(f"{name} {total / 1024:.0f} GiB ({(total - used) / 1024:.0f} GiB free)"
+                          for name, total, used in gpus)
+    try:
+        seen = (jax_gpus or (lambda: _jax_device_count("gpu")))()
+    except Exception:  # no CUDA plugin: "Unknown backend gpu"
+        seen = 0
+    if seen == 0:
+        return WARN, f"{len(gpus)} GPU(s): {described}; but JAX sees none and would train on the CPU", \
+            "pip install -U 'jax[cuda12]' (or: pip install 'acceltrain[gpu]')"
+    busy = [name for name, total, used in gpus if total and used / total > 0.5]
+    if busy:
+        return WARN, f"{len(gpus)} GPU(s): {described}; over half the memory of {len(busy)} is in use by " \
+                     "other processes", "see which with nvidia-smi; stop them, or expect out-of-memory errors"
+    return OK, f"{seen} GPU(s) visible to JAX: {described}", ""
+
+
+def _nvidia_smi() -> list[tuple[str, float, float]]:
+    result = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,memory.total,memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    rows = [line.split(",") for line in result.stdout.strip().splitlines() if line.strip()]
+    return [(name.strip(), float(total), float(used)) for name, total, used in rows]
+
+
+def _jax_device_count(platform_name: str) -> int:
+    import jax
+
+    return len(jax.devices(platform_name))
+
+
+# --- A dry run --------------------------------------------------------------------------------
+
+def check_dry_run(*, backend: str | None = None, simulate_devices: int | None = None, distribution: str = "auto",
+                  batch_size: int | None = None, timeout: float = DRY_RUN_TIMEOUT) -> tuple[str, str, str]:
+    """Connect, build the recipe's model in the distribution's scope, divide the batch, compile one step.
+
+    In a fresh process: the device count is fixed when JAX starts, and this process has already looked at
+    the real hardware.
+    """
+    request = {"backend": backend, "simulate_devices": simulate_devices, "distribution": distribution,
+               "batch_size": batch_size}
+    code = f"from acceltrain.doctor import _dry_run; _dry_run({json.dumps(request)!r})"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                                env=env)
+    except subprocess.TimeoutExpired:
+        return FAIL, f"one training step did not finish in {timeout:.0f} s", \
+            "run `acceltrain train --epochs 1 -v` to see where it stops"
+    lines = result.stdout.strip().splitlines()
+    try:
+        outcome = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        return FAIL, f"the dry run crashed (exit {result.returncode}): {_last_line(result.stderr)}", \
+            "run `acceltrain train --epochs 1 -v` for the full error"
+    return outcome["status"], outcome["message"], outcome["fix"]
+
+
+def _dry_run(request_json: str) -> None:
+    """In the child: one step of the default recipe; prints one JSON line {status, message, fix}."""
+    request = json.loads(request_json)
+    log.set_quiet(True)
+    try:
+        status, message, fix = _one_step(**request)
+    except Exception as error:  # noqa: BLE001 - the point is to report whatever breaks
+        from acceltrain.errors import AcceltrainError
+
+        fix = "change the setting the message names, then rerun acceltrain doctor" \
+            if isinstance(error, AcceltrainError) else \
+            "run `acceltrain train --epochs 1 -v` for the full error"
+        status, message = FAIL, f"{type(error).__name__}: {_first_line(error)}"
+    print(json.dumps({"status": status, "message": message, "fix": fix}))
+
+
+def _one_step(*, backend, simulate_devices, distribution, batch_size) -> tuple[str, str, str]:
+    import numpy as np
+
+    from acceltrain import data, recipes
+    from acceltrain.runtime import connect
+
+    recipe = recipes.get(recipes.DEFAULT)
+    batch_size = batch_size or recipe.BATCH_SIZE
+    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, verbose=False)
+    data.check_batch_size(batch_size, runtime.num_replicas)
+    with runtime.scope():
+        model = recipe.build_model()
+    rng = np.random.default_rng(0)
+    x, y = recipe.preprocess(rng.integers(0, 256, (batch_size, 28, 28), dtype=np.uint8),
+                             rng.integers(0, recipe.NUM_CLASSES, batch_size))
+    started = time.perf_counter()
+    with runtime.scope():
+        model.train_on_batch(x, y)
+    seconds = time.perf_counter() - started
+    where = f"{runtime.num_devices} {'simulated ' if runtime.hardware.simulated else ''}{runtime.platform} " \
+            f"device{'s' * (runtime.num_devices > 1)}"
+    return OK, (f"{runtime.backend}, {runtime.distribution_name} on {where}: {model.name} built "
+                f"({model.count_params():,} parameters), batch {batch_size} = {batch_size // runtime.num_replicas} "
+                f"× {runtime.num_replicas}, one step compiled and ran in {seconds:.1f} s"), ""
+
+
+# --- Helpers ----------------------------------------------------------------------------------
+
+def _installed_version(name: str) -> str | None:
+    for distribution in (name, PIP_NAMES.get(name), f"{name}-cpu"):
+        try:
+            return importlib.metadata.version(distribution)
+        except (importlib.metadata.PackageNotFoundError, ValueError, TypeError):
+            continue
+    return None
+
+
+def _findable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ValueError, ImportError):  # None in sys.modules, or a broken parent package: there but unusable
+        return True
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+def _not_writable(folder: Path) -> str | None:
+    """Why files cannot be created in `folder`, or None. Tries for real: os.access says yes to root."""
+    if not folder.is_dir():
+        return "is not a folder"
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return f"is not writable ({error.strerror})"
+    return None
+
+
+def _first_line(error) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
