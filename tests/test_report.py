@@ -1,0 +1,85 @@
+import json
+
+import pytest
+from ux_support import run_cli
+
+from acceltrain import report
+from acceltrain.errors import UsageError
+
+METRICS = {
+    "test_accuracy": 0.91,
+    "test_loss": 0.3,
+    "test_metrics": {"accuracy": 0.91, "loss": 0.3},
+    "history": {"accuracy": [0.5, 0.8, 0.9], "loss": [1.5, 0.7, 0.4],
+                "val_accuracy": [0.6, 0.82, 0.88], "val_loss": [1.2, 0.6, 0.45]},
+    "epoch_seconds": [3.0, 0.2, 0.25],
+    "first_epoch_seconds": 3.0,
+    "seconds_to_first_epoch_end": 5.5,
+    "samples_per_second": 12000.0,
+    "config": {"recipe": "mnist-mlp", "model": None, "epochs": 3, "batch_size": 240, "learning_rate": None,
+               "seed": 0, "out": "runs/a"},
+    "runtime": {"backend": "jax", "platform": "cpu", "device_kind": "cpu", "num_devices": 8, "num_replicas": 8,
+                "num_processes": 1, "distribution": "DataParallel", "simulated_devices": True,
+                "decisions": {"backend": "jax (the default)",
+                              "distribution": "DataParallel (8 devices: each takes a slice of every batch)"},
+                "versions": {"python": "3.11.7", "keras": "3.15.1"}},
+}
+
+
+def lines_by_label(ax):
+    return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
+
+
+def test_the_figure_plots_training_and_validation_per_epoch():
+    loss_ax, metric_ax, seconds_ax = report.figure(METRICS).axes
+    assert lines_by_label(loss_ax) == {"training loss": ([1, 2, 3], [1.5, 0.7, 0.4]),
+                                       "validation loss": ([1, 2, 3], [1.2, 0.6, 0.45])}
+    assert lines_by_label(metric_ax) == {"training accuracy": ([1, 2, 3], [0.5, 0.8, 0.9]),
+                                         "validation accuracy": ([1, 2, 3], [0.6, 0.82, 0.88])}
+    assert [bar.get_height() for bar in seconds_ax.patches] == [3.0, 0.2, 0.25]
+
+
+def test_without_validation_only_training_series_and_the_title_names_hardware_and_settings():
+    metrics = {**METRICS, "history": {"loss": [1.0, 0.5], "mae": [0.9, 0.4]}, "epoch_seconds": [1.0, 0.1]}
+    fig = report.figure(metrics)
+    assert [list(lines_by_label(ax)) for ax in fig.axes[:2]] == [["training loss"], ["training mae"]]
+    title = fig._suptitle.get_text()
+    assert "jax on cpu: 8 × cpu (simulated), distribution DataParallel" in title
+    assert "mnist-mlp, 3 epochs, batch 240" in title and "seed 0" in title
+
+
+def test_the_markdown_has_hardware_decisions_settings_timings_and_results():
+    text = report.markdown(METRICS)
+    assert "- **distribution**: DataParallel (8 devices: each takes a slice of every batch)" in text
+    assert "| accuracy | 0.9100 |" in text
+    assert "| batch_size | 240 |" in text and "| learning_rate | default |" in text
+    assert "- first epoch: 3.00 s (includes compiling)" in text
+    assert "| 3 | 0.9000 | 0.4000 | 0.8800 | 0.4500 | 0.25 |" in text  # the last epoch's row
+
+
+def test_redraw_writes_both_files_from_metrics_json(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
+    written = report.redraw(tmp_path)
+    assert written == [tmp_path / "report.png", tmp_path / "report.md"]
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "report.md").read_text() == report.markdown(METRICS)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.json", "report.md", "report.png"]
+
+
+@pytest.mark.parametrize("content, message", [(None, "has no metrics.json"), ("{", "cannot be read as JSON"),
+                                              ('{"a": 1}', "has no per-epoch history")])
+def test_redraw_of_a_folder_that_is_not_a_run_is_a_usage_error(tmp_path, content, message):
+    if content is not None:
+        (tmp_path / "metrics.json").write_text(content)
+    with pytest.raises(UsageError, match=message):
+        report.redraw(tmp_path)
+
+
+def test_cli_report_redraws_and_exits_2_on_a_folder_without_a_run(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(METRICS))
+    done = run_cli("report", tmp_path / "run", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(tmp_path / "run" / "report.png"), str(tmp_path / "run" / "report.md")]
+    empty = run_cli("report", tmp_path, timeout=120)
+    assert empty.returncode == 2 and "has no metrics.json" in empty.stderr

@@ -1,0 +1,23 @@
+import sys
+
+import pytest
+from ux_support import run_cli, write_small_mnist
+
+from acceltrain import tensorboard_logs
+from acceltrain.errors import AcceltrainError
+
+
+@pytest.mark.parametrize("missing", ["tensorflow", "tensorboard"])
+def test_a_missing_writer_is_named_with_what_to_install(monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # how an install without it looks to the import system
+    with pytest.raises(AcceltrainError, match=f"{missing} is not installed.*pip install {tensorboard_logs._PIP[missing]}"):
+        tensorboard_logs.check_available()
+
+
+def test_train_with_tensorboard_writes_event_files(tmp_path):
+    data = write_small_mnist(tmp_path / "small.npz", train=1200, test=300)
+    result = run_cli("train", "--data", data, "--epochs", 1, "--batch-size", 300, "--tensorboard",
+                     "--out", tmp_path / "run", timeout=300)
+    assert result.returncode == 0, result.stderr
+    events = list((tmp_path / "run" / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events and all(path.stat().st_size > 0 for path in events)
