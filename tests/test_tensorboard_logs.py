@@ -19,5 +19,12 @@ def test_train_with_tensorboard_writes_event_files(tmp_path):
     result = run_cli("train", "--data", data, "--epochs", 1, "--batch-size", 300, "--tensorboard",
                      "--out", tmp_path / "run", timeout=300)
     assert result.returncode == 0, result.stderr
-    events = list((tmp_path / "run" / "tensorboard").rglob("events.out.tfevents.*"))
-    assert events and all(path.stat().st_size > 0 for path in events)
+    events = list((tmp_path / "run" / "tensorboard" / "train").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    assert {"epoch_loss", "epoch_accuracy"} <= scalar_tags(events[0])
+
+
+def scalar_tags(path) -> set[str]:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return {value.tag for event in EventFileLoader(str(path)).Load() for value in event.summary.value}

@@ -130,7 +130,8 @@ def check_backend(name: str) -> tuple[str, str, str]:
     try:
         module = importlib.import_module(name)
     except Exception as error:  # a broken install raises anything: ImportError, OSError, AttributeError
-        if not _findable(name):
+        # pip's record, not the import system: a broken install is still installed, and that is the news
+        if _installed_version(name) is None:
             if required:
                 return FAIL, f"{name} is not installed; acceltrain trains with it by default", \
                     f"pip install {PIP_NAMES[name]}"

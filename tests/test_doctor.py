@@ -1,0 +1,128 @@
+import json
+import sys
+
+import pytest
+from ux_support import run_cli
+
+from acceltrain import doctor
+from acceltrain.doctor import FAIL, OK, WARN
+
+# --- Each check on this machine, and on a broken one it is handed ---------------------------------
+
+
+def test_python_and_versions_pass_here_and_fail_on_old_or_mismatched_ones():
+    assert doctor.check_python()[0] == OK
+    assert doctor.check_python((3, 9, 18))[0] == FAIL
+    assert doctor.check_versions()[0] == OK
+    good = {"keras": "3.15.1", "jax": "0.10.2", "jaxlib": "0.10.2", "numpy": "2.4.6", "tensorflow": None}
+    assert doctor.check_versions(good)[0] == OK
+    status, message, fix = doctor.check_versions({**good, "jaxlib": "0.9.0"})
+    assert status == FAIL and "jax 0.10.2 and jaxlib 0.9.0 are from different releases" in message
+    assert "pip install -U jax jaxlib" in fix
+    status, message, fix = doctor.check_versions({**good, "keras": None, "tensorflow": "2.15.0"})
+    assert status == FAIL and "keras is not installed" in message and "tensorflow 2.15.0 is older than 2.16" in message
+    assert "pip install keras" in fix and "pip install -U 'tensorflow-cpu>=2.16'" in fix
+
+
+def test_a_backend_that_imports_is_ok():
+    status, message, _ = doctor.check_backend("jax")
+    assert status == OK and message.startswith("jax ")
+
+
+@pytest.mark.parametrize("name", ["jax", "tensorflow"])
+def test_a_backend_installed_but_broken_fails_with_a_reinstall(monkeypatch, name):
+    monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError, as a broken install does
+    status, message, fix = doctor.check_backend(name)
+    assert status == FAIL and f"{name} is installed but does not import: ModuleNotFoundError: import of {name} halted" in message
+    assert f"pip install --force-reinstall {doctor.PIP_NAMES[name]}" in fix
+
+
+def test_a_missing_backend_fails_for_jax_and_warns_for_optional_tensorflow(monkeypatch):
+    monkeypatch.setattr(doctor, "_installed_version", lambda name: None)
+    for name in ("jax", "tensorflow"):
+        monkeypatch.setitem(sys.modules, name, None)
+    assert doctor.check_backend("jax")[:2] == (FAIL, "jax is not installed; acceltrain trains with it by default")
+    status, _, fix = doctor.check_backend("tensorflow")
+    assert status == WARN and fix == "pip install tensorflow-cpu"
+
+
+def test_the_output_folder_fails_under_a_file_and_in_proc(tmp_path):
+    assert doctor.check_output_folder(tmp_path / "new" / "runs")[0] == OK
+    (tmp_path / "a_file").write_text("")
+    # root passes os.access everywhere: these are folders nobody can create, whoever runs the tests
+    for unwritable in (tmp_path / "a_file" / "runs", "/proc/acceltrain-runs", tmp_path / "a_file"):
+        status, message, fix = doctor.check_output_folder(unwritable)
+        assert status == FAIL and "--out" in fix, message
+
+
+def test_the_compile_cache_is_ok_off_or_writable_and_fails_unwritable(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert doctor.check_compile_cache(str(tmp_path))[0] == OK
+    (tmp_path / "a_file").write_text("")
+    assert doctor.check_compile_cache(str(tmp_path / "a_file"))[0] == FAIL
+    monkeypatch.setattr(doctor.sys, "modules", {})  # as before jax is imported
+    status, message, tip = doctor.check_compile_cache()
+    assert status == OK and "off" in message and "JAX_COMPILATION_CACHE_DIR" in tip
+
+
+def test_tpu_here_none_and_on_simulated_tpu_machines():
+    assert doctor.check_tpu(device_files=[], libtpu=False)[0] == OK
+    status, _, fix = doctor.check_tpu(device_files=["/dev/accel0"], libtpu=False)
+    assert status == WARN and "jax[tpu]" in fix
+    assert doctor.check_tpu(device_files=["/dev/accel0"], libtpu=True, probe=lambda platform: 4)[0] == OK
+
+
+def test_a_busy_tpu_names_the_process_holding_it():
+    def busy(platform):
+        raise RuntimeError("Unable to initialize backend 'tpu': ABORTED: The TPU is already in use by process "
+                           "with pid 4242. Not attempting to load libtpu.so in this process.")
+
+    status, message, fix = doctor.check_tpu(device_files=["/dev/accel0"], libtpu=True, probe=busy)
+    assert status == FAIL and "busy" in message and "pid 4242" in message
+    assert "kill 4242" in fix and "lsof" in fix
+
+
+def test_gpus_with_and_without_a_jax_that_sees_them():
+    h200 = [("NVIDIA H200", 143771.0, 500.0)]
+    status, message, _ = doctor.check_gpus(query=lambda: h200, jax_gpus=lambda: 1)
+    assert status == OK and "NVIDIA H200 140 GiB (140 GiB free)" in message
+    status, _, fix = doctor.check_gpus(query=lambda: h200, jax_gpus=lambda: 0)
+    assert status == WARN and "jax[cuda12]" in fix
+    full = [("NVIDIA H200", 143771.0, 140000.0)]
+    assert doctor.check_gpus(query=lambda: full, jax_gpus=lambda: 1)[0] == WARN
+    assert doctor.check_gpus(query=lambda: [], jax_gpus=lambda: 0)[0] == OK
+
+
+def test_format_marks_each_line_and_counts():
+    text = doctor.format_checks([doctor.Check("a", OK, "fine"), doctor.Check("b", FAIL, "broken", "do this")])
+    assert text.splitlines() == ["ok    a  fine", "fail  b  broken", "         fix: do this",
+                                 "1 ok, 0 warnings, 1 failure"]  # no colour codes: stdout is not a terminal
+
+
+# --- The whole command, as a user runs it --------------------------------------------------------
+
+
+def test_doctor_passes_here_with_a_data_parallel_dry_run(tmp_path):
+    result = run_cli("doctor", "--json", "--out", tmp_path / "runs", "--simulate-devices", 2, "--batch-size", 64,
+                     timeout=300)
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(check["status"] != FAIL for check in checks.values())
+    assert "DataParallel on 2 simulated cpu devices" in checks["dry run"]["message"]
+    assert "batch 64 = 32 × 2, one step compiled" in checks["dry run"]["message"]
+
+
+def test_doctor_fails_clearly_on_a_broken_environment(tmp_path):
+    """TensorFlow that does not import, an unwritable --out, a batch that does not divide: exit 1, each named."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    result = run_cli("doctor", "--out", "/proc/acceltrain-runs", "--simulate-devices", 7, timeout=300,
+                     env={"PYTHONPATH": str(site)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("fail  tensorflow") and "does not import" in line for line in lines)
+    assert any(line.startswith("fail  output folder") and "/proc" in line for line in lines)
+    assert any(line.startswith("fail  dry run") and "does not divide over 7 replicas" in line for line in lines)
+    assert any(line.startswith("ok    jax") for line in lines)
+    assert lines[-1].endswith("3 failures")
