@@ -119,8 +119,9 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
 def _devices(args) -> int:
     from acceltrain.runtime import connect
 
-    runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                      verbose=False)
+    with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
+        runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
+                          verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

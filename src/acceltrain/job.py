@@ -105,7 +105,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     outputs.write_json(out_dir / "metrics.json", metrics)
     resolved = replace(config, epochs=epochs, batch_size=batch_size, out=str(out_dir), backend=runtime.backend)
     config_files.write(out_dir / "config.toml", resolved)
-    report.write(out_dir, metrics)
+    log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))} and config.toml")
     log.info(f"outputs in {out_dir}")
     return metrics
 
@@ -117,7 +117,9 @@ def _positive(name: str, value) -> int:
 
 
 def _progress_verbosity():
-    """Keras's progress bar on a terminal; one line per epoch in logs and CI."""
+    """Keras's progress bar on a terminal; one line per epoch in logs and CI; none with --quiet."""
+    if log.is_quiet():
+        return 0
     return 1 if sys.stdout.isatty() else 2
 
 

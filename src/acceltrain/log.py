@@ -23,6 +23,10 @@ def set_verbose(verbose: bool) -> None:
     _verbose = verbose
 
 
+def is_quiet() -> bool:
+    return _quiet
+
+
 def is_verbose() -> bool:
     return _verbose
 
