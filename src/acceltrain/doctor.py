@@ -149,8 +149,9 @@ def check_compile_cache(cache_dir: str | None = None) -> tuple[str, str, str]:
     """JAX's persistent compile cache: off, or a folder that must be writable."""
     if cache_dir is None:
         cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
-        if cache_dir is None and "jax" in sys.modules:  # set in code, not by the environment
-            cache_dir = getattr(sys.modules["jax"].config, "jax_compilation_cache_dir", None)
+        jax = sys.modules.get("jax")
+        if cache_dir is None and jax is not None:  # set in code, not by the environment
+            cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
     tip = ("to reuse compiled steps across runs (the first compile takes seconds here, minutes on a TPU): "
            "export JAX_COMPILATION_CACHE_DIR=~/.cache/jax")
     if not cache_dir:
