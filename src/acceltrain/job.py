@@ -77,11 +77,13 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     from acceltrain.progress import FirstStepStatus
 
     timer = EpochTimer()
-    callbacks = [timer, FirstStepStatus()]
+    first_step = FirstStepStatus()
+    callbacks = [timer, first_step]
     if config.tensorboard:  # TensorBoard writes while training runs: that is what it is for
         callbacks.append(tensorboard_logs.callback(out_dir))
-    history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=callbacks,
-                          verbose=_progress_verbosity())
+    with first_step:
+        history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=callbacks,
+                              verbose=_progress_verbosity())
     test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
 
     # 4. Write the outputs, each atomically.

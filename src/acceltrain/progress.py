@@ -26,6 +26,13 @@ class FirstStepStatus(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         self._end("stopped")
 
+    def __enter__(self) -> "FirstStepStatus":
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        # Keras skips on_train_end when fit raises: end the status line here, so it never outlives fit.
+        self._end("failed" if error_type else "stopped")
+
     def _end(self, outcome):
         if self.phase is not None and self.seconds is None:
             self.seconds = self.phase.stop(outcome)
