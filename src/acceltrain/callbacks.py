@@ -78,7 +78,8 @@ class EpochTimer(keras.callbacks.Callback):
         self._epoch_start = None
 
     def on_train_begin(self, logs=None):
-        self.fit_start = time.perf_counter()
+        if self.fit_start is None:
+            self.fit_start = time.perf_counter()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = time.perf_counter()
