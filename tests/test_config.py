@@ -62,11 +62,12 @@ def test_bad_toml_and_a_missing_file_are_usage_errors(tmp_path):
 def test_the_written_file_reads_back_as_the_same_config_except_out(tmp_path):
     original = TrainConfig(recipe="mnist-mlp", data=str(tmp_path / "d \"q\".npz"), epochs=2, batch_size=240,
                            learning_rate=1e-05, out=str(tmp_path / "a"), backend="jax", simulate_devices=8,
-                           seed=3, tensorboard=True)
+                           seed=3, tensorboard=True, resume=True)
     text = config.dumps(original)
     tomllib.loads(text)  # valid TOML, quotes in a path included
-    assert config.resolve(write(tmp_path, text), {}) == replace(original, out=None)
-    assert f"# out = {json.dumps(str(tmp_path / 'a'))}" in text  # the run it came from, as a comment
+    # the run's own folder is not reused: a rerun neither overwrites nor resumes it
+    assert config.resolve(write(tmp_path, text), {}) == replace(original, out=None, resume=False)
+    assert f"# out = {json.dumps(str(tmp_path / 'a'))}" in text and "# resume = true" in text
 
 
 def test_cli_rejects_a_bad_config_with_exit_2_naming_the_key(tmp_path):

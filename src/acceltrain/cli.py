@@ -19,6 +19,7 @@ EXAMPLES = {
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz\n"
+        "  acceltrain train --out runs/a --resume             # continue a run that was stopped\n"
         "  acceltrain train --config run.toml --epochs 5      # a config file; flags override it\n"
         "  acceltrain train --config runs/seed1/config.toml   # rerun a run with its resolved settings\n"
         "  acceltrain train --epochs 2 --tensorboard          # then: tensorboard --logdir runs"
@@ -78,14 +79,21 @@ def _parser() -> argparse.ArgumentParser:
                        help="a constant rate (default: the recipe's schedule, cosine from 1e-3 to 0)")
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
+    train.add_argument("--checkpoint-every", default="1 epoch", metavar="N [epochs|steps]",
+                       help="how often to checkpoint into --out/checkpoints (default: 1 epoch)")
+    train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
+                       help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
     train.add_argument("--config", metavar="FILE.toml",
                        help="read these options from a TOML file (keys as the flags, with _); flags override it")
     # None means "not given on the command line", so a --config file's value stands; the defaults
-    # themselves live in TrainConfig.
-    train.set_defaults(run=_train, recipe=None, seed=None, distribution=None)
+    # themselves live in TrainConfig (and the help texts).
+    train.set_defaults(run=_train, **{action.dest: None for action in train._actions
+                                      if action.dest not in ("help", "quiet", "verbose", "config")})
 
     report = _verb(verbs, "report", "redraw report.png and report.md of a finished run from its metrics.json")
     report.add_argument("dir", metavar="DIR", help="the --out folder of an `acceltrain train` run")

@@ -28,6 +28,9 @@ from acceltrain import outputs
 from acceltrain.errors import UsageError
 
 PATH_KEYS = ("data", "model", "out")  # resolved against the config file's folder
+# About the run's folder, not the job: written as comments, so that rerunning a run's config.toml
+# neither overwrites nor resumes the run it came from.
+FOLDER_KEYS = ("out", "resume", "overwrite")
 
 
 def fields() -> dict[str, type]:
@@ -125,9 +128,8 @@ def _relative_to(base: Path, value: str, key: str) -> str:
 # --- Writing ----------------------------------------------------------------------------------
 
 def dumps(config) -> str:
-    """The TOML text of a TrainConfig: its set values, paths absolute, `out` as a comment.
+    """The TOML text of a TrainConfig: its set values, paths absolute, FOLDER_KEYS as comments.
 
-    `out` is left out so that rerunning a run's config.toml does not overwrite the run it came from;
     None values are left out because TOML has no null, and leaving a key out means its default.
     """
     lines = ["# acceltrain train --config THIS_FILE reruns this job; flags given with it override these values."]
@@ -137,7 +139,7 @@ def dumps(config) -> str:
         if key in PATH_KEYS:
             value = _absolute(key, value)
         line = f"{key} = {_toml_value(value)}"
-        lines.append(f"# {line}  (where this run wrote; pass --out for the rerun's)" if key == "out" else line)
+        lines.append(f"# {line}  (this run's folder; pass --out for the rerun's)" if key in FOLDER_KEYS else line)
     return "\n".join(lines) + "\n"
 
 

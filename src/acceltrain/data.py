@@ -134,3 +134,8 @@ def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
     k = num_replicas // math.gcd(n, num_replicas)
     tile = lambda a: np.concatenate([a] * k)  # noqa: E731
     return _map(tile, x), (None if y is None else _map(tile, y)), k
+
+
+def take(x, indices):
+    """The samples at `indices`, in that order, from an array or a nest of them."""
+    return None if x is None else _map(lambda a: a[indices], x)
