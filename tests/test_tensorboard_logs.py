@@ -1,3 +1,4 @@
+import importlib.util
 import sys
 
 import pytest
@@ -14,6 +15,8 @@ def test_a_missing_writer_is_named_with_what_to_install(monkeypatch, missing):
         tensorboard_logs.check_available()
 
 
+@pytest.mark.skipif(not all(importlib.util.find_spec(name) for name in ("tensorflow", "tensorboard")),
+                    reason="--tensorboard needs tensorflow and tensorboard (the dev extra installs both)")
 def test_train_with_tensorboard_writes_event_files(tmp_path):
     data = write_small_mnist(tmp_path / "small.npz", train=1200, test=300)
     result = run_cli("train", "--data", data, "--epochs", 1, "--batch-size", 300, "--tensorboard",
