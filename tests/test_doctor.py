@@ -94,9 +94,31 @@ def test_gpus_with_and_without_a_jax_that_sees_them():
 
 
 def test_format_marks_each_line_and_counts():
-    text = doctor.format_checks([doctor.Check("a", OK, "fine"), doctor.Check("b", FAIL, "broken", "do this")])
-    assert text.splitlines() == ["ok    a  fine", "fail  b  broken", "         fix: do this",
-                                 "1 ok, 0 warnings, 1 failure"]  # no colour codes: stdout is not a terminal
+    checks = [doctor.Check("python", OK, "fine"), doctor.Check("output folder", FAIL, "broken", "do this")]
+    # no colour codes: stdout is not a terminal here
+    assert doctor.format_check(checks[0]) == "ok    python         fine"
+    assert doctor.format_check(checks[1]).splitlines() == ["fail  output folder  broken",
+                                                           "                     fix: do this"]
+    assert doctor.summary(checks) == "1 ok, 0 warnings, 1 failure"
+
+
+def test_a_tensorflow_tpu_resolver_error_points_to_tpu_local():
+    def resolver(platform):
+        raise RuntimeError("Please provide a TPU Name to connect to (TPU_NAME is not set).")
+
+    status, message, fix = doctor.check_tpu(device_files=["/dev/vfio/0"], libtpu=True, probe=resolver)
+    assert status == FAIL and "TPUClusterResolver(tpu='local')" in fix
+
+
+def test_the_device_probe_runs_in_a_child_and_reports_jax_errors():
+    assert doctor._jax_device_count("cpu") >= 1
+    with pytest.raises(RuntimeError, match="tpu"):  # no TPU here: JAX's own words come back
+        doctor._jax_device_count("tpu")
+
+
+def test_a_dry_run_that_hangs_fails_with_where_to_look():
+    status, message, fix = doctor.check_dry_run(timeout=0.1)
+    assert status == FAIL and "did not finish in 0 s" in message and "-v" in fix
 
 
 # --- The whole command, as a user runs it --------------------------------------------------------

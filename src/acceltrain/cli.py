@@ -163,12 +163,10 @@ def _report(args) -> int:
 def _doctor(args) -> int:
     from acceltrain import doctor
 
+    show = None if args.json else (lambda check: print(doctor.format_check(check), flush=True))
     checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
-                            distribution=args.distribution, batch_size=args.batch_size)
-    if args.json:
-        print(json.dumps([check.as_dict() for check in checks], indent=2))
-    else:
-        print(doctor.format_checks(checks))
+                            distribution=args.distribution, batch_size=args.batch_size, on_check=show)
+    print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else doctor.summary(checks))
     return 1 if any(check.status == doctor.FAIL for check in checks) else 0
 
 

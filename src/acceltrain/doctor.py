@@ -46,8 +46,11 @@ class Check:
 
 
 def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: int | None = None,
-            distribution: str = "auto", batch_size: int | None = None) -> list[Check]:
-    """Every check, in the order a person would fix them: the software, the hardware, then a dry run."""
+            distribution: str = "auto", batch_size: int | None = None, on_check=None) -> list[Check]:
+    """Every check, in the order a person would fix them: the software, the hardware, then a dry run.
+
+    `on_check(check)` is called as each one finishes, so a slow check never hides the ones before it.
+    """
     checks = [
         ("python", check_python),
         ("versions", check_versions),
@@ -65,24 +68,29 @@ def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: 
         with log.phase("dry run: one training step") if name == "dry run" else contextlib.nullcontext():
             status, message, fix = check()
         results.append(Check(name, status, message, fix))
+        if on_check is not None:
+            on_check(results[-1])
     return results
 
 
-def format_checks(checks: list[Check]) -> str:
-    """One line per check, its fix indented below; statuses coloured on a terminal only."""
+NAME_WIDTH = len("output folder")  # the longest check name, so the messages line up
+
+
+def format_check(check: Check) -> str:
+    """The check's line, its fix indented below; the status coloured on a terminal only."""
     colours = {OK: "green", WARN: "yellow", FAIL: "red"}
-    width = max(len(check.name) for check in checks)
-    lines = []
-    for check in checks:
-        status = log.paint(f"{check.status:<4}", colours[check.status], sys.stdout)
-        lines.append(f"{status}  {check.name:<{width}}  {check.message}")
-        if check.fix:
-            label = "tip" if check.status == OK else "fix"
-            lines.append(f"      {'':<{width}}  {label}: {check.fix}")
-    counts = {status: sum(check.status == status for check in checks) for status in (OK, WARN, FAIL)}
-    lines.append(f"{counts[OK]} ok, {counts[WARN]} warning{'s' * (counts[WARN] != 1)}, "
-                 f"{counts[FAIL]} failure{'s' * (counts[FAIL] != 1)}")
+    status = log.paint(f"{check.status:<4}", colours[check.status], sys.stdout)
+    lines = [f"{status}  {check.name:<{NAME_WIDTH}}  {check.message}"]
+    if check.fix:
+        label = "tip" if check.status == OK else "fix"
+        lines.append(f"      {'':<{NAME_WIDTH}}  {label}: {check.fix}")
     return "\n".join(lines)
+
+
+def summary(checks: list[Check]) -> str:
+    counts = {status: sum(check.status == status for check in checks) for status in (OK, WARN, FAIL)}
+    return (f"{counts[OK]} ok, {counts[WARN]} warning{'s' * (counts[WARN] != 1)}, "
+            f"{counts[FAIL]} failure{'s' * (counts[FAIL] != 1)}")
 
 
 # --- Software ---------------------------------------------------------------------------------
@@ -263,9 +271,20 @@ def _nvidia_smi() -> list[tuple[str, float, float]]:
 
 
 def _jax_device_count(platform_name: str) -> int:
-    import jax
+    """JAX's device count for a platform, asked in a child process that exits at once.
 
-    return len(jax.devices(platform_name))
+    Asked here, JAX would hold the TPU (one process at a time) or most of the GPU memory for as long as
+    doctor runs, and the dry run after it would find the device busy. Raises RuntimeError with JAX's error.
+    """
+    code = f"import jax; print(len(jax.devices({platform_name!r})))"
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"JAX did not list its {platform_name} devices within 300 s") from None
+    if result.returncode != 0:
+        errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
+        raise RuntimeError(errors[-1] if errors else _last_line(result.stderr))
+    return int(result.stdout.strip().splitlines()[-1])
 
 
 # --- A dry run --------------------------------------------------------------------------------
