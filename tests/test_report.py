@@ -1,4 +1,5 @@
 import json
+import sys
 
 import pytest
 from ux_support import run_cli
@@ -64,6 +65,13 @@ def test_redraw_writes_both_files_from_metrics_json(tmp_path):
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "report.md").read_text() == report.markdown(METRICS)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.json", "report.md", "report.png"]
+
+
+def test_without_matplotlib_the_markdown_is_still_written_and_the_fix_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert report.write(tmp_path, METRICS) == [tmp_path / "report.md"]
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "report.png").exists()
 
 
 @pytest.mark.parametrize("content, message", [(None, "has no metrics.json"), ("{", "cannot be read as JSON"),

@@ -5,11 +5,12 @@ Plots use matplotlib's Figure with the Agg canvas directly, never pyplot: no dis
 global figure state left behind in the caller's process.
 """
 
+import importlib.util
 import json
 import math
 from pathlib import Path
 
-from acceltrain import outputs
+from acceltrain import log, outputs
 from acceltrain.errors import UsageError
 
 PNG = "report.png"
@@ -20,11 +21,18 @@ def write(out_dir: str | Path, metrics: dict) -> list[Path]:
     """Write report.png and report.md into `out_dir`, each atomically. Returns their paths."""
     out_dir = Path(out_dir)
     png, md = out_dir / PNG, out_dir / MD
-    with outputs.atomic_path(png) as temporary:
-        figure(metrics).savefig(temporary, format="png", dpi=110)
+    written = []
+    if importlib.util.find_spec("matplotlib") is None:
+        # The run itself has succeeded: a missing plotting library costs the picture, not the run.
+        log.warn(f"matplotlib is not installed, so there is no {PNG}: pip install matplotlib, then "
+                 f"`acceltrain report {out_dir}` draws it.")
+    else:
+        with outputs.atomic_path(png) as temporary:
+            figure(metrics).savefig(temporary, format="png", dpi=110)
+        written.append(png)
     with outputs.atomic_path(md) as temporary:
         temporary.write_text(markdown(metrics))
-    return [png, md]
+    return [*written, md]
 
 
 def redraw(out_dir: str | Path) -> list[Path]:
