@@ -37,6 +37,9 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     framework = runtime._framework
     if runtime.num_processes > 1:
         framework.shard_inputs_per_process(runtime.distribution)  # FitGuard hands each process its slice
+        # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
+        # script that seeds itself overrides this.
+        runtime.seed(0)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
