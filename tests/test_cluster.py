@@ -29,7 +29,7 @@ OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte
         (NO_FLAGS, OMPI, False, "openmpi", 4, 2, None, "Open MPI: 4"),
         (NO_FLAGS, {**OMPI, "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, False, "single", 1, 0, None,
          "one process"),
-        ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, ""),  # --num-processes 1: opt out
+        ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, "--num-processes 1"),  # opt out
     ],
 )
 def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, reason):

@@ -62,6 +62,8 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
 def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
     given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags")
+    if given == SINGLE:
+        return given, "--num-processes 1: one process, whatever the environment says"
     if given is not None:
         return given, "set by --coordinator, --num-processes and --process-id"
     # 2. acceltrain's own variables: what `acceltrain launch` sets for each process it starts.
