@@ -90,3 +90,72 @@ def test_a_missing_script_is_a_usage_error():
     run = _cli.run("run", "no_such_script.py", timeout=60)
 
     assert run.returncode == 2 and "Received script 'no_such_script.py', which is not a file" in run.stderr
+
+
+# --- FitGuard on its own: what each process hands Keras (plain numpy, no framework) ----------------
+
+class _FakeModel:
+    """Keras's fit and evaluate signatures, and what FitGuard reads from a compiled model."""
+
+    loss = "sparse_categorical_crossentropy"
+    output_shape = (None, 10)
+    variables = []
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        pass
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        pass
+
+
+def _guard(num_replicas, num_processes=1, process_index=0):
+    from types import SimpleNamespace
+
+    from acceltrain.script import FitGuard
+
+    framework = SimpleNamespace(SPLITS_BATCHES_UNEVENLY=False, devices_spanned=lambda variable: num_replicas)
+    return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
+                                    process_index=process_index, platform="cpu", _framework=framework))
+
+
+def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
+    import numpy as np
+
+    x, y = np.arange(1003, dtype="float32")[:, None], np.arange(1003) % 10
+    args, kwargs = _guard(4, num_processes=2, process_index=1)("fit", _FakeModel(), (x, y), {"batch_size": 256})
+
+    assert args == ()
+    # 1003 → 1000 (a multiple of the 4 replicas); process 1 takes samples 1, 3, 5 ...; 256 global = 128 here.
+    np.testing.assert_array_equal(kwargs["x"][:, 0], np.arange(1, 1000, 2))
+    np.testing.assert_array_equal(kwargs["y"], np.arange(1, 1000, 2) % 10)
+    assert kwargs["batch_size"] == 128 and kwargs["validation_batch_size"] == 128
+
+
+def test_validation_split_is_made_here_and_the_validation_set_repeated_whole():
+    import numpy as np
+
+    x, y = np.arange(1000, dtype="float32")[:, None], np.arange(1000) % 10
+    _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64, "validation_split": 0.1})
+
+    assert "validation_split" not in kwargs and len(kwargs["x"]) == 896  # 900 → a multiple of 8
+    x_val, y_val = kwargs["validation_data"]
+    assert len(x_val) == 200  # the last 100, twice (a multiple of 8): each counts alike, none dropped
+    np.testing.assert_array_equal(np.unique(x_val[:, 0]), np.arange(900, 1000))
+
+
+def test_evaluate_repeats_an_odd_set_and_keeps_its_other_arguments():
+    import numpy as np
+
+    x, y = np.zeros((1001, 3), "float32"), np.zeros(1001, "int64")
+    _, kwargs = _guard(8)("evaluate", _FakeModel(), (x, y), {"batch_size": 128, "return_dict": True})
+
+    assert len(kwargs["x"]) == len(kwargs["y"]) == 8008 and kwargs["return_dict"] is True
+
+
+def test_a_dataset_passes_untouched():
+    args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
+
+    assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}

@@ -242,9 +242,9 @@ class FitGuard:
         processes = self.runtime.num_processes
         if processes == 1:
             return
-        for name in names:
-            batch = arguments.get(name) or (arguments.get("batch_size") if name != "batch_size" else None)
-            batch = batch or checks.KERAS_DEFAULT_BATCH_SIZE
+        global_batch = arguments.get("batch_size") or checks.KERAS_DEFAULT_BATCH_SIZE
+        for name in names:  # validation_batch_size defaults to batch_size, as in Keras
+            batch = arguments.get(name) or global_batch
             arguments[name] = batch // processes  # divisible: a multiple of the replicas, checked first
 
 
