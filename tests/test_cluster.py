@@ -30,6 +30,8 @@ OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte
         (NO_FLAGS, {**OMPI, "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, False, "single", 1, 0, None,
          "one process"),
         ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, "--num-processes 1"),  # opt out
+        (NO_FLAGS, {k: v for k, v in SLURM.items() if k != "SLURM_STEP_NODELIST"}, False, "single", 1, 0, None,
+         "not started by srun"),  # sbatch's own shell: one process, with the hint
     ],
 )
 def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, reason):
@@ -48,7 +50,6 @@ def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, r
         ({**FLAGS, "coordinator": "10.0.0.1"}, {}, "Expected HOST:PORT"),
         ({**FLAGS, "num_processes": 0}, {}, "at least 1"),
         (NO_FLAGS, {**LAUNCH, cluster.ENV_PROCESS_ID: "one"}, "ACCELTRAIN_PROCESS_ID='one'"),
-        (NO_FLAGS, {k: v for k, v in SLURM.items() if k != "SLURM_STEP_NODELIST"}, "srun"),
         (NO_FLAGS, {k: v for k, v in OMPI.items() if k != "OMPI_MCA_orte_hnp_uri"}, "--coordinator HOST0:PORT"),
     ],
 )

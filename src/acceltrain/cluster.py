@@ -84,10 +84,9 @@ def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
         if count == 1:
             return SINGLE, "a SLURM job with one task"
         if "SLURM_STEP_NODELIST" not in env:
-            raise UsageError(
-                f"Found a SLURM allocation of {count} tasks but no job step (SLURM_STEP_NODELIST is not set). "
-                "Start one process per task with srun: srun acceltrain run SCRIPT.py"
-            )
+            # The batch script or salloc shell itself, not a task of a step: one process, which may be meant.
+            return SINGLE, (f"a SLURM allocation of {count} tasks, but not started by srun: one process "
+                            "(for one per task: srun acceltrain run SCRIPT.py)")
         return Processes("slurm", count, _int_env(env, "SLURM_PROCID")), f"SLURM: {count} tasks"
     # 5. Open MPI's mpirun.
     if "OMPI_COMM_WORLD_SIZE" in env:
