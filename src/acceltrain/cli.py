@@ -34,6 +34,17 @@ EXAMPLES = {
         "  acceltrain doctor --simulate-devices 8     # also dry-run an 8-device data-parallel step\n"
         "  acceltrain doctor --json --out runs        # machine-readable; checks runs/ is writable"
     ),
+    "run": (
+        "examples:\n"
+        "  acceltrain run train.py --epochs 3                 # your script, unchanged, on the best hardware here\n"
+        "  acceltrain run --simulate-devices 8 train.py       # on 8 CPU devices, data parallel\n"
+        "  srun acceltrain run train.py                       # one process per SLURM task, found by itself\n"
+        "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
+    ),
+    "launch": (
+        "example:\n"
+        "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here"
+    ),
 }
 
 
@@ -105,7 +116,41 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--batch-size", type=int, help="the global batch of the dry run (default: the recipe's)")
     _add_connect_flags(doctor)
     doctor.set_defaults(run=_doctor)
+
+    # `run` and `launch`: a plain script, unchanged, on one or many processes (script.py, launch.py).
+    run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
+    _add_connect_flags(run)
+    run.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, for a multi-host job")
+    run.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
+    run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
+    _add_script_args(run)
+    run.set_defaults(run=_run)
+    launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
+    launch.add_argument("--processes", type=int, required=True, metavar="N", help="how many processes")
+    _add_connect_flags(launch)
+    _add_script_args(launch)
+    launch.set_defaults(run=_launch)
     return parser
+
+
+def _add_script_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("script", metavar="SCRIPT.py", help="the script, run as __main__")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's own arguments")
+
+
+def _run(args) -> int:
+    from acceltrain.script import run_script
+
+    return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
+                      distribution=args.distribution, coordinator=args.coordinator,
+                      num_processes=args.num_processes, process_id=args.process_id)
+
+
+def _launch(args) -> int:
+    from acceltrain.launch import launch
+
+    return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
+                  backend=args.backend, distribution=args.distribution)
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:

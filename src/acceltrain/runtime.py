@@ -14,12 +14,13 @@ import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, data, decisions, hardware, log
+from acceltrain import backends, cluster, data, decisions, hardware, log
 from acceltrain.errors import UsageError
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
-            verbose: bool = True) -> "Runtime":
+            verbose: bool = True, coordinator: str | None = None, num_processes: int | None = None,
+            process_id: int | None = None) -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -29,6 +30,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             accelerator. Must be set before JAX starts.
         distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
+        coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
+            Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
@@ -38,8 +41,11 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     backend_name, backend_reason = decisions.choose_backend(
         backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable()
     )
+    processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices)
+    if processes.distributed:
+        framework.start_processes(processes)  # before the devices are listed: they span all processes
 
     # 3. Find the hardware.
     platform, platform_reason = hardware.choose_platform(framework.device_counts())
@@ -59,9 +65,11 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         "backend": f"{backend_name} ({backend_reason})",
         "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
         "distribution": f"{runtime.distribution_name} ({distribution_reason})",
+        "processes": f"{found.num_processes} ({processes_reason})",
     }
     if verbose:
-        log.info(f"{runtime} ({distribution_reason})")
+        origin = f"; processes: {processes_reason}" if processes.distributed else ""
+        log.info(f"{runtime} ({distribution_reason}{origin})")
     return runtime
 
 

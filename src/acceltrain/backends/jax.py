@@ -170,3 +170,72 @@ def _follow_model_placement() -> None:
 def placement(array) -> str:
     """How an array or variable is laid out over devices, for tests and `doctor`."""
     return str(getattr(array, "value", array).sharding)
+
+
+# --- Many processes, and unmodified scripts (`acceltrain run`, `acceltrain launch`) --------------
+
+# A batch must split into equal slices: jax.device_put of 100 rows over 8 devices is an error.
+SPLITS_BATCHES_UNEVENLY = False
+
+# Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others
+# (JAX's default is 100): a crashed host ends the job within a minute instead of hanging it.
+HEARTBEAT_TIMEOUT_SECONDS = 30
+
+
+def start_processes(processes) -> None:
+    """Join this process to its jax.distributed job (a cluster.Processes), before JAX starts its devices.
+
+    Fields left None are read by JAX's own cluster detection (Cloud TPU, SLURM, Open MPI).
+    """
+    if jax.distributed.is_initialized():
+        return  # the script or the user called jax.distributed.initialize() already: theirs stands
+    # CPU devices of different processes reduce through gloo (JAX ≥ 0.5 defaults to it; older, to none).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    arguments = {"heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT_SECONDS}
+    if processes.coordinator is not None:
+        # Given in full: keep JAX from filling gaps (local device ids) from a SLURM or MPI environment.
+        arguments.update(coordinator_address=processes.coordinator, num_processes=processes.num_processes,
+                         process_id=processes.process_id, cluster_detection_method="deactivate")
+    jax.distributed.initialize(**arguments)
+
+
+def shard_inputs_per_process(distribution) -> None:
+    """Each process will feed its own slice of the data: Keras must not slice it again.
+
+    With auto-sharding on, Keras accepts only a tf.data.Dataset in a multi-process job.
+    """
+    if distribution is not None:
+        distribution.auto_shard_dataset = False
+
+
+def devices_spanned(variable) -> int:
+    """How many devices (of all processes) hold a part or a copy of a Keras variable."""
+    sharding = getattr(getattr(variable, "value", variable), "sharding", None)
+    return len(sharding.device_set) if sharding is not None else 1
+
+
+@contextlib.contextmanager
+def fit_hook(hook):
+    """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
+    returns the (args, kwargs) to call Keras with. How `acceltrain run` checks and shards the inputs of a
+    script it does not change. The previous methods are restored on exit.
+    """
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    originals = {name: getattr(JAXTrainer, name) for name in ("fit", "evaluate")}
+
+    def hooked(name, method):
+        @functools.wraps(method)
+        def wrapper(model, *args, **kwargs):
+            args, kwargs = hook(name, model, args, kwargs)
+            return method(model, *args, **kwargs)
+
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(JAXTrainer, name, hooked(name, method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(JAXTrainer, name, method)

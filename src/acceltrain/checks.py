@@ -1,0 +1,134 @@
+"""Checks of a `fit` call in a script acceltrain did not write: the pitfalls that cost accuracy or speed.
+
+Each check takes plain values (numbers, numpy arrays, a loss name) and returns the Findings that apply,
+so a table test covers it with no framework. `acceltrain run` prints each warning once, with its fix,
+and stops on an error before Keras would crash with a less helpful message.
+"""
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+KERAS_DEFAULT_BATCH_SIZE = 32
+
+# Below this many samples per replica a step is too small to keep the device busy: a TPU core's matrix
+# unit is 128 wide; a GPU needs a few dozen rows to hide its launch overhead. Rules of thumb, not limits.
+MIN_BATCH_PER_REPLICA = {"tpu": 128, "gpu": 32, "cpu": 8}
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str  # one of the check names: each is printed once per run
+    message: str
+    error: bool = False  # True where Keras would crash: acceltrain stops with the message instead
+
+
+def partial_epoch(num_samples: int, batch_size: int | None, steps_per_epoch: int | None) -> list[Finding]:
+    """steps_per_epoch × batch_size smaller than the data: each epoch sees only part of it."""
+    if not steps_per_epoch or not num_samples:
+        return []
+    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    seen = steps_per_epoch * batch
+    if seen >= num_samples:
+        return []
+    default = "" if batch_size else f" (Keras's default: fit was given no batch_size)"
+    return [Finding(
+        "partial_epoch",
+        f"each epoch trains on {seen:,} of the {num_samples:,} training samples: steps_per_epoch="
+        f"{steps_per_epoch} × batch_size={batch}{default}. To see every sample each epoch, drop "
+        f"steps_per_epoch (Keras then takes {math.ceil(num_samples / batch)} steps), or pass "
+        f"batch_size={math.ceil(num_samples / steps_per_epoch)}.",
+    )]
+
+
+def uneven_batch(batch_size: int | None, num_replicas: int, splits_unevenly: bool) -> list[Finding]:
+    """A global batch that does not split into equal slices over the replicas."""
+    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    if num_replicas <= 1 or batch % num_replicas == 0:
+        return []
+    below = batch // num_replicas * num_replicas
+    nearest = " or ".join(str(size) for size in (below, below + num_replicas) if size > 0)
+    name = f"batch_size={batch}" + ("" if batch_size else " (Keras's default)")
+    if splits_unevenly:
+        return [Finding("uneven_batch", f"{name} does not divide over {num_replicas} replicas: some take one "
+                        f"sample more each step and wait for the rest. Pass a multiple of {num_replicas}: "
+                        f"{nearest}.")]
+    return [Finding("uneven_batch", f"Received {name}, which does not divide over {num_replicas} replicas "
+                    f"(each takes an equal slice of the global batch). Pass a multiple of {num_replicas}: "
+                    f"{nearest}.", error=True)]
+
+
+def small_replica_batch(batch_size: int | None, num_replicas: int, platform: str) -> list[Finding]:
+    """Too few samples per replica to use the hardware."""
+    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    per_replica = batch // max(num_replicas, 1)
+    enough = MIN_BATCH_PER_REPLICA.get(platform, 1)
+    if per_replica >= enough:
+        return []
+    return [Finding(
+        "small_replica_batch",
+        f"each of the {num_replicas} replica(s) gets {per_replica} sample(s) a step (global batch_size={batch}"
+        f"{'' if batch_size else ', Keras’s default'}): too few to keep a {platform.upper()} busy. Pass "
+        f"batch_size={enough * max(num_replicas, 1)} or more (at least {enough} per replica), and raise the "
+        "learning rate with it.",
+    )]
+
+
+def float64_inputs(named_dtypes: dict[str, object]) -> list[Finding]:
+    """float64 arrays: accelerators compute in 32 bits or fewer, so Keras casts every batch, every step."""
+    wide = [name for name, dtype in named_dtypes.items() if np.dtype(dtype) == np.float64]
+    if not wide:
+        return []
+    return [Finding(
+        "float64_inputs",
+        f"{' and '.join(wide)} {'is' if len(wide) == 1 else 'are'} float64: Keras casts every batch to float32, "
+        f"every step. Cast once before fit: {wide[0]} = {wide[0]}.astype('float32').",
+    )]
+
+
+def labels_vs_loss(y, loss_name: str | None, output_units: int | None) -> list[Finding]:
+    """One-hot labels with a sparse loss, or class indices with a categorical loss: Keras crashes on both
+    with a shape error that names neither."""
+    if not isinstance(y, np.ndarray) or not loss_name or not output_units or output_units < 2:
+        return []
+    loss = loss_name.lower()
+    sparse = "sparse_categorical" in loss
+    categorical = "categorical" in loss and not sparse and "binary" not in loss
+    one_hot = y.ndim == 2 and y.shape[-1] == output_units and _rows_are_one_hot(y)
+    indices = y.ndim == 1 or (y.ndim == 2 and y.shape[-1] == 1)
+    if sparse and one_hot:
+        return [Finding(
+            "labels_vs_loss",
+            f"Received one-hot labels of shape {y.shape} with the loss {loss_name!r}, which takes class "
+            "indices. Change the loss to 'categorical_crossentropy', or the labels to indices: y.argmax(axis=-1).",
+            error=True,
+        )]
+    if categorical and indices:
+        return [Finding(
+            "labels_vs_loss",
+            f"Received class-index labels of shape {y.shape} with the loss {loss_name!r}, which takes one-hot "
+            f"labels over the model's {output_units} outputs. Change the loss to "
+            "'sparse_categorical_crossentropy' (keeps the labels as they are), or one-hot the labels.",
+            error=True,
+        )]
+    return []
+
+
+def _rows_are_one_hot(y: np.ndarray) -> bool:
+    sample = y[:1024]  # enough to tell, without scanning a large set
+    return bool(np.isin(sample, (0, 1)).all() and (sample.sum(axis=-1) == 1).all())
+
+
+def check_fit(*, num_samples: int, batch_size: int | None, steps_per_epoch: int | None, num_replicas: int,
+              platform: str, splits_unevenly: bool, input_dtypes: dict[str, object], y,
+              loss_name: str | None, output_units: int | None) -> list[Finding]:
+    """Every check of one fit call, errors first."""
+    findings = (
+        uneven_batch(batch_size, num_replicas, splits_unevenly)
+        + labels_vs_loss(y, loss_name, output_units)
+        + partial_epoch(num_samples, batch_size, steps_per_epoch)
+        + small_replica_batch(batch_size, num_replicas, platform)
+        + float64_inputs(input_dtypes)
+    )
+    return sorted(findings, key=lambda finding: not finding.error)

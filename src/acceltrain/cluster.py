@@ -1,0 +1,160 @@
+"""How many processes this job has, and where that was read from: one ordered decision.
+
+    processes, reason = choose_processes("jax", flags, os.environ, on_cloud_tpu_vm())
+
+Plain data in, plain data out, so a table test covers every environment with none of them here. The
+backend then starts jax.distributed from the result (`backends/jax.py::start_processes`).
+"""
+
+import glob
+import importlib.util
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from acceltrain.errors import UsageError
+
+# What `acceltrain launch` sets in each process it starts, and what a user may set by hand.
+ENV_COORDINATOR = "ACCELTRAIN_COORDINATOR"
+ENV_NUM_PROCESSES = "ACCELTRAIN_NUM_PROCESSES"
+ENV_PROCESS_ID = "ACCELTRAIN_PROCESS_ID"
+
+
+@dataclass(frozen=True)
+class Processes:
+    """One process of a job of `num_processes`. None fields: JAX reads them from the environment itself."""
+
+    source: str  # "single" | "flags" | "env" | "tpu" | "slurm" | "openmpi"
+    num_processes: int | None = 1
+    process_id: int | None = 0
+    coordinator: str | None = None  # "host:port" of process 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether jax.distributed must start: more than one process, or a count only JAX can read."""
+        return self.source != "single"
+
+
+SINGLE = Processes("single")
+
+
+def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
+                     cloud_tpu_vm: bool) -> tuple[Processes, str]:
+    """The first source that names a job wins: flags, then acceltrain's env, Cloud TPU, SLURM, Open MPI.
+
+    Args:
+        backend: "jax" or "tensorflow": multi-process training runs on JAX only.
+        flags: coordinator, num_processes, process_id as given to connect() or `acceltrain run` (None: not given).
+        env: the process environment.
+        cloud_tpu_vm: whether this host has TPU chips and libtpu (`on_cloud_tpu_vm()`).
+    """
+    processes, reason = _detect(flags, env, cloud_tpu_vm)
+    if processes.distributed and backend != "jax":
+        raise UsageError(
+            f"Received backend={backend!r} for a multi-process job ({reason}). Keras 3's fit fails under "
+            "TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585), so acceltrain runs "
+            "multi-process and multi-host jobs on JAX only. Use --backend jax (connect(backend='jax')); "
+            "the same script runs unchanged."
+        )
+    return processes, reason
+
+
+def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
+    # 1. Explicit flags (or connect() arguments): the user said so.
+    given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags")
+    if given == SINGLE:
+        return given, "--num-processes 1: one process, whatever the environment says"
+    if given is not None:
+        return given, "set by --coordinator, --num-processes and --process-id"
+    # 2. acceltrain's own variables: what `acceltrain launch` sets for each process it starts.
+    given = _explicit(env.get(ENV_COORDINATOR), env.get(ENV_NUM_PROCESSES), env.get(ENV_PROCESS_ID), "env")
+    if given is not None:
+        return given, f"set by {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}"
+    # 3. A Cloud TPU VM: JAX reads the slice's hosts from the TPU metadata (TPU_WORKER_HOSTNAMES on GKE).
+    if cloud_tpu_vm:
+        hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+        if len(hosts) == 1:
+            return SINGLE, "a single-host Cloud TPU VM (TPU_WORKER_HOSTNAMES names one host)"
+        count = len(hosts) or None
+        return (Processes("tpu", count, _int_or_none(env.get("TPU_WORKER_ID"))),
+                "a Cloud TPU VM: JAX reads the slice's hosts from the TPU environment")
+    # 4. A SLURM job step (srun): JAX's own SLURM support finds the coordinator.
+    if "SLURM_JOB_ID" in env and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
+        count = _int_env(env, "SLURM_NTASKS")
+        if count == 1:
+            return SINGLE, "a SLURM job with one task"
+        if "SLURM_STEP_NODELIST" not in env:
+            # The batch script or salloc shell itself, not a task of a step: one process, which may be meant.
+            return SINGLE, (f"a SLURM allocation of {count} tasks, but not started by srun: one process "
+                            "(for one per task: srun acceltrain run SCRIPT.py)")
+        return Processes("slurm", count, _int_env(env, "SLURM_PROCID")), f"SLURM: {count} tasks"
+    # 5. Open MPI's mpirun.
+    if "OMPI_COMM_WORLD_SIZE" in env:
+        count = _int_env(env, "OMPI_COMM_WORLD_SIZE")
+        if count == 1:
+            return SINGLE, "Open MPI with one process"
+        if "OMPI_MCA_orte_hnp_uri" not in env:
+            # JAX finds the coordinator through ORTE, which Open MPI 5 (PRRTE) no longer has.
+            raise UsageError(
+                f"Found Open MPI with {count} processes but no OMPI_MCA_orte_hnp_uri (Open MPI 5 and later "
+                "lack it). Pass the job explicitly: acceltrain run --coordinator HOST0:PORT "
+                "--num-processes N --process-id $OMPI_COMM_WORLD_RANK SCRIPT.py"
+            )
+        return Processes("openmpi", count, _int_env(env, "OMPI_COMM_WORLD_RANK")), f"Open MPI: {count} processes"
+    return SINGLE, "no cluster environment found"
+
+
+def _explicit(coordinator, num_processes, process_id, source: str) -> Processes | None:
+    """The three values given together, checked; None when none is given."""
+    names = ("--coordinator", "--num-processes", "--process-id") if source == "flags" else (
+        ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
+    values = (coordinator, num_processes, process_id)
+    if all(value is None for value in values):
+        return None
+    count = _whole(names[1], num_processes, minimum=1) if num_processes is not None else None
+    if count == 1 and coordinator is None and process_id in (None, 0, "0"):
+        return SINGLE  # "--num-processes 1": one process, skip the environment's
+    missing = [name for name, value in zip(names, values) if value is None]
+    if missing:
+        raise UsageError(
+            f"Received {', '.join(f'{n}={v}' for n, v in zip(names, values) if v is not None)} without "
+            f"{' and '.join(missing)}. A multi-process job needs all three, e.g. --coordinator 10.0.0.1:1234 "
+            "--num-processes 2 --process-id 0 on the first host (and --process-id 1 on the second)."
+        )
+    index = _whole(names[2], process_id, minimum=0)
+    if index >= count:
+        raise UsageError(f"Received {names[2]}={index} with {names[1]}={count}. Valid: 0 to {count - 1}.")
+    host, _, port = str(coordinator).rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"Received {names[0]}={coordinator!r}. Expected HOST:PORT of process 0, e.g. 10.0.0.1:1234.")
+    return Processes(source, count, index, str(coordinator))
+
+
+def _whole(name: str, value, *, minimum: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or str(number) != str(value).strip() or number < minimum:
+        raise UsageError(f"Received {name}={value!r}. Expected a whole number of at least {minimum}.")
+    return number
+
+
+def _int_env(env, name: str) -> int:
+    return _whole(name, env[name], minimum=0)
+
+
+def _int_or_none(value) -> int | None:
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def on_cloud_tpu_vm() -> bool:
+    """TPU chips on this host and libtpu to drive them: what JAX itself checks before reading TPU metadata."""
+    has_chips = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    return has_chips and importlib.util.find_spec("libtpu") is not None
+
+
+def detect(backend: str, coordinator=None, num_processes=None, process_id=None) -> tuple[Processes, str]:
+    """choose_processes() on this host's environment."""
+    flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
+    return choose_processes(backend, flags, os.environ, on_cloud_tpu_vm())

@@ -1,0 +1,70 @@
+"""Where a multi-process job is read from: one ordered decision, as a table (no cluster needed)."""
+
+import pytest
+
+from acceltrain import cluster
+from acceltrain.errors import UsageError
+
+NO_FLAGS = {}
+FLAGS = {"coordinator": "10.0.0.1:1234", "num_processes": 4, "process_id": 3}
+LAUNCH = {cluster.ENV_COORDINATOR: "127.0.0.1:5000", cluster.ENV_NUM_PROCESSES: "2", cluster.ENV_PROCESS_ID: "1"}
+SLURM = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "8", "SLURM_PROCID": "5", "SLURM_STEP_NODELIST": "node[1-2]",
+         "SLURM_LOCALID": "1"}
+OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte_hnp_uri": "1;tcp://10.0.0.1:1"}
+
+
+@pytest.mark.parametrize(
+    "flags, env, tpu_vm, source, num, index, coordinator, reason",
+    [
+        (NO_FLAGS, {}, False, "single", 1, 0, None, "no cluster environment"),
+        (FLAGS, {**LAUNCH, **SLURM}, True, "flags", 4, 3, "10.0.0.1:1234", "--coordinator"),  # flags win
+        (NO_FLAGS, {**LAUNCH, **SLURM}, False, "env", 2, 1, "127.0.0.1:5000", cluster.ENV_COORDINATOR),
+        (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0,t1,t2,t3", "TPU_WORKER_ID": "2", **SLURM}, True, "tpu", 4, 2, None,
+         "Cloud TPU"),
+        (NO_FLAGS, {}, True, "tpu", None, None, None, "Cloud TPU"),  # GCE: JAX asks the metadata server
+        (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0"}, True, "single", 1, 0, None, "single-host Cloud TPU"),
+        (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0,t1"}, False, "single", 1, 0, None, "no cluster"),  # no chips here
+        (NO_FLAGS, {**SLURM, **OMPI}, False, "slurm", 8, 5, None, "SLURM: 8 tasks"),
+        (NO_FLAGS, {**SLURM, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, False, "single", 1, 0, None, "one task"),
+        (NO_FLAGS, OMPI, False, "openmpi", 4, 2, None, "Open MPI: 4"),
+        (NO_FLAGS, {**OMPI, "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, False, "single", 1, 0, None,
+         "one process"),
+        ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, "--num-processes 1"),  # opt out
+        (NO_FLAGS, {k: v for k, v in SLURM.items() if k != "SLURM_STEP_NODELIST"}, False, "single", 1, 0, None,
+         "not started by srun"),  # sbatch's own shell: one process, with the hint
+    ],
+)
+def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, reason):
+    processes, why = cluster.choose_processes("jax", flags, env, tpu_vm)
+    assert (processes.source, processes.num_processes, processes.process_id, processes.coordinator) == (
+        source, num, index, coordinator)
+    assert processes.distributed == (source != "single")
+    assert reason in why
+
+
+@pytest.mark.parametrize(
+    "flags, env, says",
+    [
+        ({"coordinator": "10.0.0.1:1234"}, {}, "without --num-processes and --process-id"),
+        ({**FLAGS, "process_id": 4}, {}, "Valid: 0 to 3"),
+        ({**FLAGS, "coordinator": "10.0.0.1"}, {}, "Expected HOST:PORT"),
+        ({**FLAGS, "num_processes": 0}, {}, "at least 1"),
+        (NO_FLAGS, {**LAUNCH, cluster.ENV_PROCESS_ID: "one"}, "ACCELTRAIN_PROCESS_ID='one'"),
+        (NO_FLAGS, {k: v for k, v in OMPI.items() if k != "OMPI_MCA_orte_hnp_uri"}, "--coordinator HOST0:PORT"),
+    ],
+)
+def test_choose_processes_refuses_a_broken_job(flags, env, says):
+    with pytest.raises(UsageError, match=None) as refused:
+        cluster.choose_processes("jax", flags, env, False)
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize("flags, env", [(FLAGS, {}), (NO_FLAGS, LAUNCH), (NO_FLAGS, SLURM)])
+def test_tensorflow_multi_process_is_refused_with_the_way_out(flags, env):
+    with pytest.raises(UsageError) as refused:
+        cluster.choose_processes("tensorflow", flags, env, False)
+    assert "--backend jax" in str(refused.value) and "keras-team/keras#20585" in str(refused.value)
+
+
+def test_tensorflow_single_process_is_fine():
+    assert cluster.choose_processes("tensorflow", NO_FLAGS, {}, False)[0] == cluster.SINGLE

@@ -1,0 +1,126 @@
+"""`acceltrain launch`: one jax.distributed job of several processes on this machine (subprocess tests)."""
+
+import queue
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from acceltrain import cluster
+from tests import _cli
+
+MNIST = __import__("acceltrain.datasets", fromlist=["MNIST_PATH"]).MNIST_PATH
+SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
+
+
+@pytest.mark.multi_device
+def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tmp_path):
+    one = _cli.python(_cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
+    assert one.returncode == 0, one.stderr
+
+    job = _cli.run("launch", "--processes", "2", "--simulate-devices", "2", _cli.EXAMPLES / "plain_mnist.py",
+                   *SMALL_MNIST, "--save", tmp_path / "model.keras", timeout=400, cwd=tmp_path)
+
+    assert job.returncode == 0, job.stderr
+    for index in (0, 1):
+        assert f"[{index}] acceltrain: jax on cpu: 4 × cpu (simulated), 2 processes → DataParallel over 4 replicas" \
+            in job.stderr
+        assert f"[{index}] acceltrain: fit: global batch 256 = 64 × 4 replica(s); the model's variables span 4 " \
+               "devices" in job.stderr
+    accuracies = {line.split()[0]: float(line.rsplit(":", 1)[1])
+                  for line in job.stdout.splitlines() if "test accuracy:" in line}
+    assert accuracies["[0]"] == accuracies["[1]"]  # one job: both report the global metric
+    # Each process shuffles its own half, so the order differs from one process's: close, not equal.
+    assert abs(accuracies["[0]"] - _cli.accuracy(one.stdout)) < 0.02
+    # Only process 0 wrote the model; process 1 saved into a folder it threw away.
+    assert (tmp_path / "model.keras").stat().st_size > 100_000
+    assert "[1] acceltrain: process 1: model.save(" in job.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
+
+
+@pytest.mark.multi_device
+def test_when_a_process_dies_the_launcher_stops_the_other_within_60_seconds(tmp_path):
+    with open(tmp_path / "stderr", "w+") as stderr_file:  # a file: an unread pipe could fill and stall the job
+        launcher = subprocess.Popen(
+            _cli.command("launch", "--processes", "2", "--simulate-devices", "2", _cli.SCRIPTS / "dies_midway.py"),
+            env=_cli.env(), stdout=subprocess.PIPE, stderr=stderr_file, text=True)
+        try:
+            died_at = _wait_for_line(launcher.stdout, "[1] trained one epoch", timeout=240)
+            launcher.wait(timeout=60)
+            ended_after = time.monotonic() - died_at
+        finally:
+            launcher.kill()
+            launcher.wait()
+        stderr_file.seek(0)
+        stderr = stderr_file.read()
+    assert launcher.returncode == 1, stderr
+    assert ended_after < 60
+    assert "acceltrain: warning: process 1 was killed by signal 9; stopping the other 1 running process(es) [0]" \
+        in stderr
+
+
+@pytest.mark.multi_device
+def test_without_a_launcher_jax_ends_the_survivor_within_60_seconds():
+    """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed's heartbeat must."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    processes = [
+        subprocess.Popen(_cli.command("run", "--simulate-devices", "2", _cli.SCRIPTS / "dies_midway.py"),
+                         env=_cli.env(**{cluster.ENV_COORDINATOR: f"127.0.0.1:{port}", cluster.ENV_NUM_PROCESSES: "2",
+                                         cluster.ENV_PROCESS_ID: str(index)}),
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for index in (0, 1)]
+    try:
+        died_at = _wait_for_line(processes[1].stdout, "trained one epoch", timeout=240)
+        processes[1].wait(timeout=30)
+        code = processes[0].wait(timeout=60)
+        ended_after = time.monotonic() - died_at
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    assert code != 0
+    assert ended_after < 60
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["launch", "--processes", "2", "--backend", "tensorflow"],
+        ["run", "--backend", "tensorflow", "--coordinator", "127.0.0.1:1234", "--num-processes", "2",
+         "--process-id", "0"],
+    ],
+)
+def test_tensorflow_multi_process_is_refused_with_the_way_out(args):
+    refused = _cli.run(*args, _cli.EXAMPLES / "plain_mnist.py", timeout=120)
+
+    assert refused.returncode == 2
+    assert "acceltrain: error: Received backend='tensorflow' for a multi-process job" in refused.stderr
+    assert "Use --backend jax" in refused.stderr
+
+
+def test_launch_refuses_bad_usage_before_starting_anything():
+    assert _cli.run("launch", "--processes", "0", _cli.EXAMPLES / "plain_mnist.py", timeout=60).returncode == 2
+    missing = _cli.run("launch", "--processes", "2", "no_such_script.py", timeout=60)
+    assert missing.returncode == 2 and "not a file" in missing.stderr
+
+
+def _wait_for_line(stream, text: str, *, timeout: float) -> float:
+    """Read until a line holds `text`; return when (time.monotonic()). Fails past the timeout, even if
+    the process goes silent (the reading happens in a thread, the waiting here)."""
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream] + [lines.put(None)], daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line is None:
+            break
+        if text in line:
+            return time.monotonic()
+    pytest.fail(f"no line with {text!r} within {timeout} s")

@@ -1,0 +1,161 @@
+"""`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
+
+import pytest
+
+from tests import _cli
+
+MNIST = __import__("acceltrain.datasets", fromlist=["MNIST_PATH"]).MNIST_PATH
+SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
+
+
+@pytest.mark.multi_device
+def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
+    plain = _cli.python(_cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
+    assert plain.returncode == 0, plain.stderr
+
+    run = _cli.run("run", "--simulate-devices", "8", _cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
+
+    assert run.returncode == 0, run.stderr
+    banners = [line for line in run.stderr.splitlines() if "→" in line]
+    assert len(banners) == 1 and "8 × cpu (simulated) → DataParallel over 8 replicas" in banners[0]
+    # Placement, read from the script's own model at its fit: the kernel spans all 8 devices.
+    assert "fit: global batch 256 = 32 × 8 replica(s); the model's variables span 8 devices" in run.stderr
+    assert "warning" not in run.stderr  # a clean script gets no advice
+    # Same seed, same global batch: the same training, up to the order of float sums.
+    assert abs(_cli.accuracy(run.stdout) - _cli.accuracy(plain.stdout)) < 0.01
+    assert _cli.accuracy(run.stdout) > 0.85
+
+
+@pytest.mark.multi_device
+def test_each_fit_warning_fires_once_on_its_own_pitfall():
+    cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]
+    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", *cases, timeout=180)
+
+    assert run.returncode == 0, run.stderr
+    segments, case = dict.fromkeys(cases, ""), None  # stderr by the case that printed it
+    for line in run.stderr.splitlines():
+        case = line[3:] if line.startswith("== ") else case
+        if case in segments and not line.startswith("== "):
+            segments[case] += line + "\n"
+    assert "warning: each epoch trains on 256 of the 1,024" in segments["partial_epoch"]
+    assert "float64: Keras casts every batch" in segments["float64"]
+    assert "each of the 8 replica(s) gets 2 sample(s)" in segments["small_batch"]
+    for case in segments:  # each warning on its own pitfall only, and once however often the pitfall repeats
+        assert segments[case].count("warning:") == 1, (case, segments[case])
+
+
+@pytest.mark.multi_device
+def test_a_clean_script_gets_no_warning_even_with_odd_sizes():
+    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", "clean", timeout=180)
+
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr and "done" in run.stderr
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize(
+    "case, says",
+    [
+        ("uneven_batch", "Received batch_size=100, which does not divide over 8 replicas"),
+        ("one_hot_sparse", "Change the loss to 'categorical_crossentropy'"),
+        ("indices_categorical", "Change the loss to 'sparse_categorical_crossentropy'"),
+    ],
+)
+def test_where_keras_would_crash_the_error_says_what_to_change(case, says):
+    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", case, timeout=180)
+
+    assert run.returncode == 2, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: error: ")]
+    assert len(errors) == 1 and says in errors[0], run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_the_script_keeps_its_argv_and_exit_code():
+    run = _cli.run("run", _cli.SCRIPTS / "exits.py", "code", "3", timeout=120)
+
+    assert run.returncode == 3
+    assert f"argv: ['{_cli.SCRIPTS / 'exits.py'}', 'code', '3']" in run.stdout
+
+
+def test_the_script_error_is_shown_as_its_own():
+    run = _cli.run("run", _cli.SCRIPTS / "exits.py", "raise", timeout=120)
+
+    assert run.returncode == 1
+    traceback = run.stderr[run.stderr.index("Traceback"):]
+    assert "ValueError: the script's own error" in traceback
+    assert "exits.py" in traceback.splitlines()[1] and "acceltrain" not in traceback  # no runpy or acceltrain frames
+
+
+def test_a_missing_script_is_a_usage_error():
+    run = _cli.run("run", "no_such_script.py", timeout=60)
+
+    assert run.returncode == 2 and "Received script 'no_such_script.py', which is not a file" in run.stderr
+
+
+# --- FitGuard on its own: what each process hands Keras (plain numpy, no framework) ----------------
+
+class _FakeModel:
+    """Keras's fit and evaluate signatures, and what FitGuard reads from a compiled model."""
+
+    loss = "sparse_categorical_crossentropy"
+    output_shape = (None, 10)
+    variables = []
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1):
+        pass
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
+        pass
+
+
+def _guard(num_replicas, num_processes=1, process_index=0):
+    from types import SimpleNamespace
+
+    from acceltrain.script import FitGuard
+
+    framework = SimpleNamespace(SPLITS_BATCHES_UNEVENLY=False, devices_spanned=lambda variable: num_replicas)
+    return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
+                                    process_index=process_index, platform="cpu", _framework=framework))
+
+
+def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
+    import numpy as np
+
+    x, y = np.arange(1003, dtype="float32")[:, None], np.arange(1003) % 10
+    args, kwargs = _guard(4, num_processes=2, process_index=1)("fit", _FakeModel(), (x, y), {"batch_size": 256})
+
+    assert args == ()
+    # 1003 → 1000 (a multiple of the 4 replicas); process 1 takes samples 1, 3, 5 ...; 256 global = 128 here.
+    np.testing.assert_array_equal(kwargs["x"][:, 0], np.arange(1, 1000, 2))
+    np.testing.assert_array_equal(kwargs["y"], np.arange(1, 1000, 2) % 10)
+    assert kwargs["batch_size"] == 128 and kwargs["validation_batch_size"] == 128
+
+
+def test_validation_split_is_made_here_and_the_validation_set_repeated_whole():
+    import numpy as np
+
+    x, y = np.arange(1000, dtype="float32")[:, None], np.arange(1000) % 10
+    _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64, "validation_split": 0.1})
+
+    assert "validation_split" not in kwargs and len(kwargs["x"]) == 896  # 900 → a multiple of 8
+    x_val, y_val = kwargs["validation_data"]
+    assert len(x_val) == 200  # the last 100, twice (a multiple of 8): each counts alike, none dropped
+    np.testing.assert_array_equal(np.unique(x_val[:, 0]), np.arange(900, 1000))
+
+
+def test_evaluate_repeats_an_odd_set_and_keeps_its_other_arguments():
+    import numpy as np
+
+    x, y = np.zeros((1001, 3), "float32"), np.zeros(1001, "int64")
+    _, kwargs = _guard(8)("evaluate", _FakeModel(), (x, y), {"batch_size": 128, "return_dict": True})
+
+    assert len(kwargs["x"]) == len(kwargs["y"]) == 8008 and kwargs["return_dict"] is True
+
+
+def test_a_dataset_passes_untouched():
+    args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
+
+    assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}
