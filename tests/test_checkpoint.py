@@ -1,11 +1,9 @@
 """Checkpoints and exact resume: unit tests here, and real kills of real runs (subprocesses)."""
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +14,7 @@ import pytest
 from acceltrain import checkpoint
 from acceltrain.checkpoint import Checkpoints, Every, State
 from acceltrain.errors import UsageError
-
-SRC = Path(__file__).resolve().parent.parent / "src"
+from tests import support
 
 
 # --- Pieces -----------------------------------------------------------------------------------
@@ -104,10 +101,8 @@ def _train_args(data, out, backend):
 
 
 def _start(args):
-    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    env.pop("XLA_FLAGS", None)
-    return subprocess.Popen([sys.executable, "-m", "acceltrain", *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(support.command(*args), env=support.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _weights(path: Path) -> dict:

@@ -2,7 +2,7 @@ import argparse
 import io
 
 import pytest
-from ux_support import run_cli
+from tests.support import run_cli
 
 from acceltrain import __version__, cli, log
 

@@ -3,7 +3,7 @@ import tomllib
 from dataclasses import replace
 
 import pytest
-from ux_support import run_cli, write_small_mnist
+from tests.support import run_cli, write_small_mnist
 
 from acceltrain import config
 from acceltrain.errors import UsageError

@@ -2,7 +2,7 @@ import json
 import sys
 
 import pytest
-from ux_support import run_cli
+from tests.support import run_cli
 
 from acceltrain import doctor
 from acceltrain.doctor import FAIL, OK, WARN

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from acceltrain import cluster
-from tests import _cli
+from tests import support
 
 MNIST = __import__("acceltrain.datasets", fromlist=["MNIST_PATH"]).MNIST_PATH
 SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
@@ -17,10 +17,10 @@ SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
 
 @pytest.mark.multi_device
 def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tmp_path):
-    one = _cli.python(_cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
+    one = support.python(support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
     assert one.returncode == 0, one.stderr
 
-    job = _cli.run("launch", "--processes", "2", "--simulate-devices", "2", _cli.EXAMPLES / "plain_mnist.py",
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", support.EXAMPLES / "plain_mnist.py",
                    *SMALL_MNIST, "--save", tmp_path / "model.keras", timeout=400, cwd=tmp_path)
 
     assert job.returncode == 0, job.stderr
@@ -33,7 +33,7 @@ def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tm
                   for line in job.stdout.splitlines() if "test accuracy:" in line}
     assert accuracies["[0]"] == accuracies["[1]"]  # one job: both report the global metric
     # Each process shuffles its own half, so the order differs from one process's: close, not equal.
-    assert abs(accuracies["[0]"] - _cli.accuracy(one.stdout)) < 0.02
+    assert abs(accuracies["[0]"] - support.accuracy(one.stdout)) < 0.02
     # Only process 0 wrote the model; process 1 saved into a folder it threw away.
     assert (tmp_path / "model.keras").stat().st_size > 100_000
     assert "[1] acceltrain: process 1: model.save(" in job.stderr
@@ -44,8 +44,8 @@ def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tm
 def test_when_a_process_dies_the_launcher_stops_the_other_within_60_seconds(tmp_path):
     with open(tmp_path / "stderr", "w+") as stderr_file:  # a file: an unread pipe could fill and stall the job
         launcher = subprocess.Popen(
-            _cli.command("launch", "--processes", "2", "--simulate-devices", "2", _cli.SCRIPTS / "dies_midway.py"),
-            env=_cli.env(), stdout=subprocess.PIPE, stderr=stderr_file, text=True)
+            support.command("launch", "--processes", "2", "--simulate-devices", "2", support.SCRIPTS / "dies_midway.py"),
+            env=support.env(), stdout=subprocess.PIPE, stderr=stderr_file, text=True)
         try:
             died_at = _wait_for_line(launcher.stdout, "[1] trained one epoch", timeout=240)
             launcher.wait(timeout=60)
@@ -68,8 +68,8 @@ def test_without_a_launcher_jax_ends_the_survivor_within_60_seconds():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     processes = [
-        subprocess.Popen(_cli.command("run", "--simulate-devices", "2", _cli.SCRIPTS / "dies_midway.py"),
-                         env=_cli.env(**{cluster.ENV_COORDINATOR: f"127.0.0.1:{port}", cluster.ENV_NUM_PROCESSES: "2",
+        subprocess.Popen(support.command("run", "--simulate-devices", "2", support.SCRIPTS / "dies_midway.py"),
+                         env=support.env(**{cluster.ENV_COORDINATOR: f"127.0.0.1:{port}", cluster.ENV_NUM_PROCESSES: "2",
                                          cluster.ENV_PROCESS_ID: str(index)}),
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for index in (0, 1)]
@@ -95,7 +95,7 @@ def test_without_a_launcher_jax_ends_the_survivor_within_60_seconds():
     ],
 )
 def test_tensorflow_multi_process_is_refused_with_the_way_out(args):
-    refused = _cli.run(*args, _cli.EXAMPLES / "plain_mnist.py", timeout=120)
+    refused = support.run_cli(*args, support.EXAMPLES / "plain_mnist.py", timeout=120)
 
     assert refused.returncode == 2
     assert "acceltrain: error: Received backend='tensorflow' for a multi-process job" in refused.stderr
@@ -103,8 +103,8 @@ def test_tensorflow_multi_process_is_refused_with_the_way_out(args):
 
 
 def test_launch_refuses_bad_usage_before_starting_anything():
-    assert _cli.run("launch", "--processes", "0", _cli.EXAMPLES / "plain_mnist.py", timeout=60).returncode == 2
-    missing = _cli.run("launch", "--processes", "2", "no_such_script.py", timeout=60)
+    assert support.run_cli("launch", "--processes", "0", support.EXAMPLES / "plain_mnist.py", timeout=60).returncode == 2
+    missing = support.run_cli("launch", "--processes", "2", "no_such_script.py", timeout=60)
     assert missing.returncode == 2 and "not a file" in missing.stderr
 
 

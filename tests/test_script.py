@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests import _cli
+from tests import support
 
 MNIST = __import__("acceltrain.datasets", fromlist=["MNIST_PATH"]).MNIST_PATH
 SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
@@ -10,10 +10,10 @@ SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
 
 @pytest.mark.multi_device
 def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
-    plain = _cli.python(_cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
+    plain = support.python(support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
     assert plain.returncode == 0, plain.stderr
 
-    run = _cli.run("run", "--simulate-devices", "8", _cli.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
+    run = support.run_cli("run", "--simulate-devices", "8", support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
 
     assert run.returncode == 0, run.stderr
     banners = [line for line in run.stderr.splitlines() if "→" in line]
@@ -22,14 +22,14 @@ def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
     assert "fit: global batch 256 = 32 × 8 replica(s); the model's variables span 8 devices" in run.stderr
     assert "warning" not in run.stderr  # a clean script gets no advice
     # Same seed, same global batch: the same training, up to the order of float sums.
-    assert abs(_cli.accuracy(run.stdout) - _cli.accuracy(plain.stdout)) < 0.01
-    assert _cli.accuracy(run.stdout) > 0.85
+    assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.01
+    assert support.accuracy(run.stdout) > 0.85
 
 
 @pytest.mark.multi_device
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]
-    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", *cases, timeout=180)
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", *cases, timeout=180)
 
     assert run.returncode == 0, run.stderr
     segments, case = dict.fromkeys(cases, ""), None  # stderr by the case that printed it
@@ -46,7 +46,7 @@ def test_each_fit_warning_fires_once_on_its_own_pitfall():
 
 @pytest.mark.multi_device
 def test_a_clean_script_gets_no_warning_even_with_odd_sizes():
-    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", "clean", timeout=180)
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", "clean", timeout=180)
 
     assert run.returncode == 0, run.stderr
     assert "warning" not in run.stderr and "done" in run.stderr
@@ -62,7 +62,7 @@ def test_a_clean_script_gets_no_warning_even_with_odd_sizes():
     ],
 )
 def test_where_keras_would_crash_the_error_says_what_to_change(case, says):
-    run = _cli.run("run", "--simulate-devices", "8", _cli.SCRIPTS / "pitfalls.py", case, timeout=180)
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", case, timeout=180)
 
     assert run.returncode == 2, run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: error: ")]
@@ -71,14 +71,14 @@ def test_where_keras_would_crash_the_error_says_what_to_change(case, says):
 
 
 def test_the_script_keeps_its_argv_and_exit_code():
-    run = _cli.run("run", _cli.SCRIPTS / "exits.py", "code", "3", timeout=120)
+    run = support.run_cli("run", support.SCRIPTS / "exits.py", "code", "3", timeout=120)
 
     assert run.returncode == 3
-    assert f"argv: ['{_cli.SCRIPTS / 'exits.py'}', 'code', '3']" in run.stdout
+    assert f"argv: ['{support.SCRIPTS / 'exits.py'}', 'code', '3']" in run.stdout
 
 
 def test_the_script_error_is_shown_as_its_own():
-    run = _cli.run("run", _cli.SCRIPTS / "exits.py", "raise", timeout=120)
+    run = support.run_cli("run", support.SCRIPTS / "exits.py", "raise", timeout=120)
 
     assert run.returncode == 1
     traceback = run.stderr[run.stderr.index("Traceback"):]
@@ -87,7 +87,7 @@ def test_the_script_error_is_shown_as_its_own():
 
 
 def test_a_missing_script_is_a_usage_error():
-    run = _cli.run("run", "no_such_script.py", timeout=60)
+    run = support.run_cli("run", "no_such_script.py", timeout=60)
 
     assert run.returncode == 2 and "Received script 'no_such_script.py', which is not a file" in run.stderr
 

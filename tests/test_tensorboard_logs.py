@@ -2,7 +2,7 @@ import importlib.util
 import sys
 
 import pytest
-from ux_support import run_cli, write_small_mnist
+from tests.support import run_cli, write_small_mnist
 
 from acceltrain import tensorboard_logs
 from acceltrain.errors import AcceltrainError

@@ -1,9 +1,12 @@
-"""Run the `acceltrain` command in a fresh process, as a user would, importing this source tree."""
+"""What many tests share: the `acceltrain` command in a fresh process, as a user runs it, importing this
+source tree; a plain script run without acceltrain; a small slice of MNIST."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 import acceltrain
 
@@ -19,6 +22,7 @@ def env(**extra) -> dict:
     environment.pop("KERAS_BACKEND", None)
     environment.pop("XLA_FLAGS", None)
     environment["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, os.environ.get("PYTHONPATH")) if p)
+    environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environment.update(extra)
     return environment
 
@@ -27,7 +31,7 @@ def command(*args) -> list[str]:
     return [sys.executable, "-m", "acceltrain", *map(str, args)]
 
 
-def run(*args, timeout: float, cwd=None, **extra_env) -> subprocess.CompletedProcess:
+def run_cli(*args, timeout: float = 300, cwd=None, **extra_env) -> subprocess.CompletedProcess:
     """`acceltrain ARGS`, its output captured. The hard timeout keeps a hang from stalling the suite."""
     return subprocess.run(command(*args), env=env(**extra_env), cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
@@ -43,3 +47,13 @@ def accuracy(stdout: str) -> float:
     lines = [line for line in stdout.splitlines() if "test accuracy:" in line]
     assert lines, f"no 'test accuracy' line in:\n{stdout}"
     return float(lines[-1].rsplit(":", 1)[1])
+
+
+def write_small_mnist(path: Path, train: int = 2400, test: int = 600) -> Path:
+    """A slice of the real MNIST as an .npz in the keras.datasets layout."""
+    from acceltrain.datasets import load_npz
+
+    full = load_npz()
+    np.savez(path, x_train=full.x_train[:train], y_train=full.y_train[:train],
+             x_test=full.x_test[:test], y_test=full.y_test[:test])
+    return path
