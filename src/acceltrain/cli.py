@@ -18,6 +18,7 @@ EXAMPLES = {
         "  acceltrain train --seed 1 --out runs/seed1\n"
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
+        "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz"
     ),
 }
@@ -77,13 +78,15 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulate-devices", type=int, metavar="N",
                         help="split this CPU into N devices to try multi-device runs")
     parser.add_argument("--distribution", default="auto", help="auto (default), data or none")
+    parser.add_argument("--platform", default="auto", help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
+    parser.add_argument("--tpu", metavar="NAME", help="a TPU's name or address to connect to (tensorflow backend)")
 
 
 def _devices(args) -> int:
     from acceltrain.runtime import connect
 
     runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                      verbose=False)
+                      platform=args.platform, tpu=args.tpu, verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:
@@ -100,6 +103,7 @@ def _train(args) -> int:
         recipe=args.recipe, model=args.model, data=args.data, epochs=args.epochs, batch_size=args.batch_size,
         learning_rate=args.learning_rate, out=args.out, backend=args.backend,
         simulate_devices=args.simulate_devices, distribution=args.distribution, seed=args.seed,
+        platform=args.platform, tpu=args.tpu,
     )
     metrics = train_and_evaluate(config)
     accuracy = metrics["test_accuracy"]

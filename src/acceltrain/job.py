@@ -33,6 +33,8 @@ class TrainConfig:
     simulate_devices: int | None = None
     distribution: str = "auto"
     seed: int = 0
+    platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
+    tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
 
 
 def train_and_evaluate(config: TrainConfig) -> dict:
@@ -50,7 +52,8 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
 
     # 2. Connect, then build the model inside the distribution's scope.
-    runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution)
+    runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
+                      platform=config.platform, tpu=config.tpu)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     if model_file:
