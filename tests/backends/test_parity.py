@@ -2,19 +2,30 @@
 process (a process holds one Keras backend), over 2 simulated devices."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+import acceltrain as acceltrain_package
 
 BACKENDS = ["jax", pytest.param("tensorflow", marks=pytest.mark.skipif(
     __import__("importlib").util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"))]
 
 
+def this_acceltrain_env():
+    """The environment for a child Python that imports this acceltrain, whatever its working folder."""
+    src = str(Path(acceltrain_package.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+
+
 def run(args, cwd):
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, env=this_acceltrain_env(),
+                          timeout=600)
 
 
 def write_data(path, *, x_train=None, y_train=None):

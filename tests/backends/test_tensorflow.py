@@ -2,15 +2,25 @@
 in subprocesses: a process holds one Keras backend, and the test process keeps JAX's."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import acceltrain as acceltrain_package
+
 tf_backend = pytest.importorskip("acceltrain.backends.tensorflow", reason="TensorFlow is not installed")
 
 from acceltrain.errors import AcceltrainError, UsageError  # noqa: E402
+
+
+def this_acceltrain_env():
+    """The environment for a child Python that imports this acceltrain, whatever its working folder."""
+    src = str(Path(acceltrain_package.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
 
 
 class NotReady(Exception):
@@ -141,8 +151,9 @@ def test_prepare_starts_the_tpu_once_and_make_distribution_builds_tpu_strategy(m
     tf_backend.prepare(None, "tpu", None)
     tf_backend.prepare(None, "tpu", None)  # initializing again would wipe the TPU's memory
     assert [call[0] for call in system.calls] == ["resolve", "connect", "initialize"]
-    strategy = tf_backend.make_distribution("data", ("tpu:0", "tpu:1"))
-    assert strategy == "TPUStrategy(resolver(local))"
+    assert tf_backend.make_distribution("data", ("tpu:0", "tpu:1")) == "TPUStrategy(resolver(local))"
+    # One TPU core: still TPUStrategy, else Keras would train on the host's CPU.
+    assert tf_backend.make_distribution("none", ("tpu:0",)) == "TPUStrategy(resolver(local))"
 
 
 def test_prepare_with_platform_tpu_and_no_tpu_says_what_was_tried(monkeypatch):
@@ -182,7 +193,7 @@ def test_the_tpu_strategy_is_named_as_users_know_it():
 
 def acceltrain(*args, cwd):
     return subprocess.run([sys.executable, "-m", "acceltrain", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+                          env=this_acceltrain_env(), timeout=600)
 
 
 def test_with_no_tpu_here_it_notes_so_and_uses_the_cpu(tmp_path):
@@ -213,7 +224,8 @@ def small_mnist(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("simulate, strategy, replicas", [([], "none", 1), (["--simulate-devices", "2"], "MirroredStrategy", 2)])
+@pytest.mark.parametrize("simulate, strategy, replicas",
+                         [([], "none", 1), (["--simulate-devices", "2"], "MirroredStrategy", 2)])
 def test_train_names_the_strategy_and_its_replicas(tmp_path, small_mnist, simulate, strategy, replicas):
     result = acceltrain("train", "--backend", "tensorflow", *simulate, "--data", str(small_mnist), "--epochs", "2",
                         "--batch-size", "200", "--out", "out", cwd=tmp_path)

@@ -52,7 +52,7 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
     resolver, tried = find_tpu(name)
     if resolver is not None:
         _tpu_resolver = resolver
-    elif platform == "tpu" or tpu is not None:
+    elif platform == "tpu":  # connect() sets it for a TPU name too
         raise AcceltrainError(
             f"A TPU was asked for ({'tpu=' + repr(tpu) if tpu else 'platform=tpu'}), but none answered. "
             f"Tried: {'; '.join(tried)}. On Colab or Kaggle, pick a TPU runtime (Runtime → Change runtime "
@@ -215,12 +215,14 @@ def versions() -> dict[str, str]:
 def make_distribution(kind: str, device_names: tuple[str, ...]):
     """A tf.distribute strategy for `kind` ("data" | "none") over the named devices; None for "none".
 
-    None means TensorFlow's default strategy: one device, nothing to split.
+    None means TensorFlow's default strategy: one device, nothing to split. A TPU runs only under
+    TPUStrategy (under the default strategy, Keras would train on the TPU host's CPU), so a TPU gets
+    one whatever `kind`.
     """
-    if kind == "none":
-        return None
     if device_names[0].startswith("tpu:"):
         return tpu_system.strategy(_tpu_resolver)
+    if kind == "none":
+        return None
     return tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names])
 
 
@@ -259,7 +261,7 @@ def set_jit_compile(model, platform: str, distribution) -> str | None:
     if not model.jit_compile:
         return None
     model.train_function = model.test_function = model.predict_function = None
-    return "jit_compile on: XLA runs the seed's MLP about 1.5x faster on one CPU"
+    return "jit_compile on (XLA on one CPU: 1.27 s an epoch of the seed's MLP against 1.5-2.5 s without)"
 
 
 def placement(array) -> str:
