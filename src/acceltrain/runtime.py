@@ -197,8 +197,10 @@ class Runtime:
         dataset = data.is_dataset(x)
         if dataset:
             x, batch_size, steps_per_epoch = self._prepare_training_dataset(x, batch_size)
+            fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         else:
             data.check_batch_size(batch_size, self.num_replicas)
+            steps_per_epoch = None
         # 2. Inputs checked and cast once, not every step.
         num_classes = _num_classes(model)
         if data.is_arrays(x):
@@ -211,8 +213,8 @@ class Runtime:
         elif validation_data is not None:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
         # 3. Steps per compiled call, and XLA where the backend gains from it.
-        if not dataset:
-            steps_per_epoch = math.ceil(data.num_samples(x) / batch_size) if data.is_arrays(x) else None
+        if data.is_arrays(x):
+            steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
         steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch or 1_000_000,
                                                                    model.steps_per_execution)
         _set_steps_per_execution(model, steps)
