@@ -77,10 +77,21 @@ class FakeClock:
 
 def find(system, name=None, timeout_s=60.0, clock=None):
     clock = clock or FakeClock()
-    return tf_backend.find_tpu(name, system=system, timeout_s=timeout_s, sleep=clock.sleep, clock=clock.clock)
+    return tf_backend.find_tpu(tf_backend.tpu_ways(name), system=system, timeout_s=timeout_s, sleep=clock.sleep,
+                               clock=clock.clock)
 
 
 # --- The TPU seam -------------------------------------------------------------------------------
+
+def test_a_name_given_is_the_only_way_and_tpu_name_comes_before_local(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    assert tf_backend.tpu_ways(None) == ["local", None]
+    monkeypatch.setenv("TPU_NAME", "my-node")
+    assert tf_backend.tpu_ways(None) == ["my-node", "local", None]
+    assert tf_backend.tpu_ways("my-tpu") == ["my-tpu"]
+    monkeypatch.setenv("TPU_NAME", "local")
+    assert tf_backend.tpu_ways(None) == ["local", None]
+
 
 def test_a_named_tpu_follows_the_seeds_steps_in_order():
     system = FakeTPUSystem()
@@ -90,14 +101,16 @@ def test_a_named_tpu_follows_the_seeds_steps_in_order():
     assert system.calls == [("resolve", "my-tpu"), ("connect", "resolver(my-tpu)"), ("initialize", "resolver(my-tpu)")]
 
 
-def test_without_a_name_local_is_tried_first():
+def test_without_a_name_local_is_tried_first(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     system = FakeTPUSystem()
     resolver, _ = find(system)
     assert resolver == "resolver(local)"
     assert [call for call in system.calls if call[0] == "resolve"] == [("resolve", "local")]
 
 
-def test_when_local_has_no_tpu_the_bare_resolver_is_next():
+def test_when_local_has_no_tpu_the_bare_resolver_is_next(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     system = FakeTPUSystem({"local": [NoTPU("TPUs not found in the cluster. Failed in initialization")]})
     resolver, tried = find(system)
     assert resolver == "resolver(None)"
@@ -105,7 +118,16 @@ def test_when_local_has_no_tpu_the_bare_resolver_is_next():
     assert tried == ["'local' (NoTPU: TPUs not found in the cluster)"]
 
 
-def test_a_tpu_not_ready_is_retried_with_doubling_pauses(capsys):
+def test_a_tpu_name_from_the_environment_that_fails_falls_back_to_local(monkeypatch):
+    monkeypatch.setenv("TPU_NAME", "old-node")
+    system = FakeTPUSystem({"old-node": [NoTPU("Could not lookup TPU metadata")]})
+    resolver, tried = find(system)
+    assert resolver == "resolver(local)"
+    assert tried == ["'old-node' (NoTPU: Could not lookup TPU metadata)"]
+
+
+def test_a_tpu_not_ready_is_retried_with_doubling_pauses(capsys, monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     system = FakeTPUSystem({"local": [NotReady("Socket closed"), NotReady("Socket closed"), NotReady("x")]})
     clock = FakeClock()
     resolver, tried = find(system, clock=clock)
@@ -132,7 +154,8 @@ def test_retries_stop_at_the_timeout_and_say_how_many_tries():
     assert tried == ["'my-tpu' after 6 tries (NotReady: failed to connect to all addresses)"]
 
 
-def test_after_the_timeout_each_remaining_way_still_gets_one_try():
+def test_after_the_timeout_each_remaining_way_still_gets_one_try(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     class LocalNeverReady(FakeTPUSystem):
         def initialize(self, resolver):
             self.calls.append(("initialize", resolver))
@@ -145,6 +168,7 @@ def test_after_the_timeout_each_remaining_way_still_gets_one_try():
 
 
 def test_prepare_starts_the_tpu_once_and_make_distribution_builds_tpu_strategy(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     system = FakeTPUSystem()
     monkeypatch.setattr(tf_backend, "tpu_system", system)
     monkeypatch.setattr(tf_backend, "_tpu_resolver", None)
@@ -157,6 +181,7 @@ def test_prepare_starts_the_tpu_once_and_make_distribution_builds_tpu_strategy(m
 
 
 def test_prepare_with_platform_tpu_and_no_tpu_says_what_was_tried(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
     system = FakeTPUSystem({"local": [NoTPU("TPUs not found")], None: [ValueError("Please provide a TPU Name")]})
     monkeypatch.setattr(tf_backend, "tpu_system", system)
     monkeypatch.setattr(tf_backend, "_tpu_resolver", None)

@@ -48,8 +48,7 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
     # 2. A TPU, tried first unless another platform was asked for (the seed's resolver steps).
     if platform not in ("auto", "tpu") or _tpu_resolver is not None:
         return
-    name = tpu or os.environ.get("TPU_NAME")
-    resolver, tried = find_tpu(name)
+    resolver, tried = find_tpu(tpu_ways(tpu))
     if resolver is not None:
         _tpu_resolver = resolver
     elif platform == "tpu":  # connect() sets it for a TPU name too
@@ -121,17 +120,25 @@ class TPUSystem:
 tpu_system = TPUSystem()
 
 
-def find_tpu(name: str | None, *, system=None, timeout_s: float = TPU_TIMEOUT_S, sleep=time.sleep,
-             clock=time.monotonic):
-    """Resolve, connect and initialize a TPU. Returns (resolver or None, what was tried and why it failed).
+def tpu_ways(tpu: str | None) -> list:
+    """The ways to reach a TPU, in order. A name given is the only way. Else TPU_NAME if set, then
+    'local' (TPU VMs: Colab, Kaggle, Cloud, where the bare resolver fails with "Please provide a TPU
+    Name"), then the bare resolver (None: legacy TPU nodes, found through COLAB_TPU_ADDR)."""
+    if tpu:
+        return [tpu]
+    from_env = os.environ.get("TPU_NAME")
+    return ([from_env] if from_env and from_env != "local" else []) + ["local", None]
 
-    The ways, in order: the name given (tpu= or TPU_NAME); else 'local' (TPU VMs: Colab, Kaggle, Cloud,
-    where the bare resolver fails with "Please provide a TPU Name"), then the bare resolver (legacy TPU
-    nodes, COLAB_TPU_ADDR). A way whose TPU is not ready is retried with doubling pauses until
-    `timeout_s` has passed since the first try; every way is tried at least once.
+
+def find_tpu(ways: list, *, system=None, timeout_s: float = TPU_TIMEOUT_S, sleep=time.sleep,
+             clock=time.monotonic):
+    """Resolve, connect and initialize a TPU: the seed's steps, each way in turn until one works.
+    Returns (the resolver or None, what was tried and why it failed).
+
+    A way whose TPU is not ready is retried with doubling pauses until `timeout_s` has passed since
+    the first try; every way is tried at least once.
     """
     system = system or tpu_system
-    ways = [name] if name else ["local", None]
     deadline = clock() + timeout_s
     tried = []
     for way in ways:
