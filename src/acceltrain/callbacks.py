@@ -11,17 +11,20 @@ from acceltrain.errors import TrainingDiverged
 class DivergenceCheck(keras.callbacks.Callback):
     """Stops a run that has stopped learning, so a 10% accuracy is never reported as a result.
 
-    Diverged means: a NaN or infinite loss, or (for a classifier of C classes) a loss stuck at ln(C),
-    the loss of predicting every class equally, for two epochs in a row.
+    Diverged means: a NaN or infinite loss; or, for a classifier of C classes, a loss at or above
+    ln(C) (the loss of predicting every class equally) that has stopped falling, two epochs in a row.
+    A model that learns slowly from chance keeps falling, so it is left alone.
     """
 
-    STUCK_TOLERANCE = 0.02  # relative distance from ln(C) that counts as "at chance"
+    CHANCE_TOLERANCE = 0.02  # within 2% of ln(C), or above it, counts as "at chance"
+    PATIENCE = 2  # epochs in a row
 
     def __init__(self, num_classes: int | None = None):
         super().__init__()
         self.chance_loss = math.log(num_classes) if num_classes and num_classes > 1 else None
         self.message = None
-        self._epochs_at_chance = 0
+        self._best_loss = math.inf
+        self._epochs_stuck = 0
 
     def on_epoch_end(self, epoch, logs=None):
         loss = (logs or {}).get("loss")
@@ -30,12 +33,15 @@ class DivergenceCheck(keras.callbacks.Callback):
         if not math.isfinite(loss):
             self._stop(epoch, f"the loss became {loss}")
             return
-        at_chance = self.chance_loss is not None and abs(loss - self.chance_loss) <= self.STUCK_TOLERANCE * self.chance_loss
-        self._epochs_at_chance = self._epochs_at_chance + 1 if at_chance else 0
-        if self._epochs_at_chance >= 2:
+        at_chance = self.chance_loss is not None and loss >= (1 - self.CHANCE_TOLERANCE) * self.chance_loss
+        stuck = at_chance and loss >= self._best_loss
+        self._best_loss = min(self._best_loss, loss)
+        self._epochs_stuck = self._epochs_stuck + 1 if stuck else 0
+        if self._epochs_stuck >= self.PATIENCE:
+            classes = round(math.exp(self.chance_loss))
             self._stop(
                 epoch,
-                f"the loss is stuck at {loss:.4f} ≈ ln({round(math.exp(self.chance_loss))}) = "
+                f"the loss is {loss:.4f} and no longer falling, at or above ln({classes}) = "
                 f"{self.chance_loss:.4f}, the loss of predicting every class equally",
             )
 
@@ -72,7 +78,8 @@ class EpochTimer(keras.callbacks.Callback):
         self._epoch_start = None
 
     def on_train_begin(self, logs=None):
-        self.fit_start = time.perf_counter()
+        if self.fit_start is None:
+            self.fit_start = time.perf_counter()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = time.perf_counter()

@@ -19,7 +19,8 @@ EXAMPLES = {
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
         "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
-        "  acceltrain train --model my_models.py:build --data my_data.npz"
+        "  acceltrain train --model my_models.py:build --data my_data.npz\n"
+        "  acceltrain train --out runs/a --resume             # continue a run that was stopped"
     ),
 }
 
@@ -58,9 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--epochs", type=int, help="default: the recipe's (20)")
     train.add_argument("--batch-size", type=int, help="the global batch, over all replicas (default: 1200)")
     train.add_argument("--learning-rate", type=float,
-                       help="a constant rate (default: the recipe's schedule, cosine from 1e-3 to 0)")
+                       help="a constant rate (default: the recipe's schedule, cosine from 2e-3 to 0)")
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
+    train.add_argument("--checkpoint-every", default="1 epoch", metavar="N [epochs|steps]",
+                       help="how often to checkpoint into --out/checkpoints (default: 1 epoch)")
+    train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
+                       help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
     train.set_defaults(run=_train)
     return parser
@@ -104,6 +111,8 @@ def _train(args) -> int:
         learning_rate=args.learning_rate, out=args.out, backend=args.backend,
         simulate_devices=args.simulate_devices, distribution=args.distribution, seed=args.seed,
         platform=args.platform, tpu=args.tpu,
+        resume=args.resume, overwrite=args.overwrite, checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
     )
     metrics = train_and_evaluate(config)
     accuracy = metrics["test_accuracy"]

@@ -136,6 +136,11 @@ def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
     return _map(tile, x), (None if y is None else _map(tile, y)), k
 
 
+def take(x, indices):
+    """The samples at `indices`, in that order, from an array or a nest of them."""
+    return None if x is None else _map(lambda a: a[indices], x)
+
+
 # --- tf.data datasets -------------------------------------------------------------------------
 # Recognised and handled through the dataset's own methods, so this module still imports no
 # framework (on JAX, Keras reads tf.data too). A dataset brings its own global batch.

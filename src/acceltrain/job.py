@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from acceltrain import data, datasets, decisions, log, outputs, recipes
+from acceltrain.checkpoint import Checkpoints, Every
 from acceltrain.errors import UsageError
 from acceltrain.runtime import connect
 
@@ -35,6 +36,10 @@ class TrainConfig:
     seed: int = 0
     platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
     tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
+    resume: bool = False  # continue from the newest good checkpoint in `out`
+    overwrite: bool = False  # replace what a previous run left in `out`
+    checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
+    keep_checkpoints: int = 2
 
 
 def train_and_evaluate(config: TrainConfig) -> dict:
@@ -49,6 +54,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)
+    _check_out_dir_is_free(out_dir, config)
+    checkpoints = Checkpoints(out_dir / "checkpoints", config.keep_checkpoints)
+    Every.parse(config.checkpoint_every)
     splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
 
     # 2. Connect, then build the model inside the distribution's scope.
@@ -69,14 +77,24 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         with runtime.scope():
             model = recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch)
     data.check_arrays(x_test, y_test, name="x_test")
+    outputs.check_free_space(out_dir, _bytes_needed(model, config.keep_checkpoints))
 
-    # 3. Train and evaluate.
-    from acceltrain.callbacks import EpochTimer
+    # 3. Train (checkpointing into out_dir) and evaluate.
+    if config.overwrite:
+        checkpoints.clear()
+    from acceltrain.resumable import Interrupted
 
-    timer = EpochTimer()
-    history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=[timer],
-                          verbose=_progress_verbosity())
+    fit_started = time.perf_counter()
+    try:
+        history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs,
+                              verbose=_progress_verbosity(), checkpoint_dir=checkpoints.folder, resume=config.resume,
+                              checkpoint_every=config.checkpoint_every, keep_checkpoints=config.keep_checkpoints)
+    except Interrupted as stopped:
+        stopped.args = (f"{stopped.args[0].split(' Resume with')[0]} Resume with the same command plus --resume "
+                        f"(acceltrain train ... --out {out_dir} --resume).",)
+        raise
     test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
+    epoch_seconds = history.epoch_seconds
 
     # 4. Write the outputs, each atomically.
     metrics = {
@@ -84,10 +102,10 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         "test_loss": test.get("loss"),
         "test_metrics": test,
         "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-        "epoch_seconds": timer.epoch_seconds,
-        "first_epoch_seconds": timer.epoch_seconds[0],
-        "seconds_to_first_epoch_end": timer.fit_start - started + timer.epoch_seconds[0],
-        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), timer.epoch_seconds),
+        "epoch_seconds": epoch_seconds,
+        "first_epoch_seconds": epoch_seconds[0],
+        "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
+        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
         "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
         "runtime": runtime.describe(),
     }
@@ -99,6 +117,26 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     outputs.write_json(out_dir / "metrics.json", metrics)
     log.info(f"outputs in {out_dir}")
     return metrics
+
+
+def _check_out_dir_is_free(out_dir: Path, config: TrainConfig) -> None:
+    """Never clobber a previous run silently: a folder with files needs --resume or --overwrite."""
+    if config.resume and config.overwrite:
+        raise UsageError("Received both --resume and --overwrite. Pass --resume to continue the run in --out, "
+                         "or --overwrite to start it again.")
+    if config.resume or config.overwrite or not out_dir.is_dir():
+        return
+    present = sorted(p.name for p in out_dir.iterdir())
+    if present:
+        shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
+        raise UsageError(f"--out {str(out_dir)!r} already holds files ({shown}). Pass --resume to continue its "
+                         "run, --overwrite to replace it, or another --out.")
+
+
+def _bytes_needed(model, keep_checkpoints: int) -> int:
+    """Checkpoints (weights and up to two optimizer slots each) plus model.keras and model.weights.h5."""
+    weight_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+    return weight_bytes * (3 * (keep_checkpoints + 1) + 6)
 
 
 def _positive(name: str, value) -> int:

@@ -7,6 +7,7 @@ killed half-way) sees the old file or the new one, never half of one.
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +39,18 @@ def check_writable(out_dir: Path) -> None:
             problem = f"{str(existing)!r} is not writable ({error.strerror})"
     if problem:
         raise UsageError(f"Received --out {str(out_dir)!r}, but {problem}. Pass a folder you can write to.")
+
+
+def check_free_space(out_dir: Path, bytes_needed: int) -> None:
+    """Fail before training if the disk cannot hold the checkpoints and outputs."""
+    existing = Path(out_dir)
+    while not existing.exists():
+        existing = existing.parent
+    free = shutil.disk_usage(existing).free
+    if free < bytes_needed:
+        raise UsageError(f"--out {str(out_dir)!r} has {free / 1e6:.1f} MB free, but this run's checkpoints and "
+                         f"outputs need about {bytes_needed / 1e6:.1f} MB. Free some space, pass another --out, or "
+                         "keep fewer checkpoints (--keep-checkpoints 1).")
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ import contextlib
 import math
 import os
 import platform as _platform
+from pathlib import Path
 
 from acceltrain import backends, data, decisions, hardware, log
 from acceltrain.errors import UsageError
@@ -100,6 +101,7 @@ class Runtime:
         self.hardware = found
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
         self.decisions: dict[str, str] = {}
+        self._seed = 0
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -170,6 +172,7 @@ class Runtime:
 
     def seed(self, seed: int) -> None:
         """Seed weights, dropout and the data order, so a run repeats exactly on the same hardware."""
+        self._seed = seed
         self._framework.set_seed(seed)
 
     @contextlib.contextmanager
@@ -182,15 +185,22 @@ class Runtime:
             yield
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
-            callbacks=(), verbose="auto", **fit_kwargs):
-        """Keras's `model.fit` with this hardware's settings. Returns Keras's History.
+            callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
+            checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, **fit_kwargs):
+        """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
+        `epoch_seconds` holds the wall time of each epoch.
 
         `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
         tf.data.Dataset brings its own batch, checked the same way. Raises TrainingDiverged if the loss
         becomes NaN or sticks at chance level.
+
+        With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "N epochs" or
+        "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest
+        good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
+        SIGINT then write a checkpoint and raise `resumable.Interrupted`.
         """
-        from acceltrain.callbacks import DivergenceCheck
+        from acceltrain.callbacks import DivergenceCheck, EpochTimer
 
         _check_compiled(model)
         # 1. The global batch splits evenly over the replicas (a dataset brings its own).
@@ -212,6 +222,13 @@ class Runtime:
                 fit_kwargs.setdefault("validation_batch_size", validation_batch)
         elif validation_data is not None:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
+        if checkpoint_dir is not None:
+            from acceltrain.checkpoint import Checkpoints, Every
+
+            checkpoints, every = Checkpoints(Path(checkpoint_dir), keep_checkpoints), Every.parse(checkpoint_every)
+            if not data.is_arrays(x):
+                raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
+                                 "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
         # 3. Steps per compiled call, and XLA where the backend gains from it.
         if data.is_arrays(x):
             steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
@@ -228,9 +245,19 @@ class Runtime:
         # 4. Train, watching for divergence.
         divergence = DivergenceCheck(num_classes)
         with self.scope():
-            history = model.fit(x, y, batch_size=None if dataset else batch_size, epochs=epochs,
-                                validation_data=validation_data,
-                                callbacks=[*callbacks, divergence], verbose=verbose, **fit_kwargs)
+            if checkpoint_dir is None:
+                timer = EpochTimer()
+                history = model.fit(x, y, batch_size=None if dataset else batch_size, epochs=epochs,
+                                    validation_data=validation_data,
+                                    callbacks=[*callbacks, timer, divergence], verbose=verbose, **fit_kwargs)
+                history.epoch_seconds = timer.epoch_seconds
+            else:
+                from acceltrain import resumable
+
+                history = resumable.fit(
+                    model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,
+                    resume=resume, seed=self._seed, num_replicas=self.num_replicas, verbose=verbose,
+                    validation_data=validation_data, callbacks=[*callbacks, divergence], **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 

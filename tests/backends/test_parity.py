@@ -13,14 +13,16 @@ import pytest
 
 import acceltrain as acceltrain_package
 
-BACKENDS = ["jax", pytest.param("tensorflow", marks=pytest.mark.skipif(
-    __import__("importlib").util.find_spec("tensorflow") is None, reason="TensorFlow is not installed"))]
+BACKENDS = ["jax", pytest.param("tensorflow", marks=[pytest.mark.tensorflow, pytest.mark.skipif(
+    __import__("importlib").util.find_spec("tensorflow") is None, reason="TensorFlow is not installed")])]
 
 
 def this_acceltrain_env():
     """The environment for a child Python that imports this acceltrain, whatever its working folder."""
     src = str(Path(acceltrain_package.__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env.pop("XLA_FLAGS", None)  # the test process's 8 simulated devices are not the child's
+    return env
 
 
 def run(args, cwd):

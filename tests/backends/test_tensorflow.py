@@ -20,7 +20,9 @@ from acceltrain.errors import AcceltrainError, UsageError  # noqa: E402
 def this_acceltrain_env():
     """The environment for a child Python that imports this acceltrain, whatever its working folder."""
     src = str(Path(acceltrain_package.__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    env.pop("XLA_FLAGS", None)  # the test process's 8 simulated devices are not the child's
+    return env
 
 
 class NotReady(Exception):
@@ -221,6 +223,7 @@ def acceltrain(*args, cwd):
                           env=this_acceltrain_env(), timeout=600)
 
 
+@pytest.mark.tensorflow
 def test_with_no_tpu_here_it_notes_so_and_uses_the_cpu(tmp_path):
     result = acceltrain("devices", "--backend", "tensorflow", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -229,6 +232,7 @@ def test_with_no_tpu_here_it_notes_so_and_uses_the_cpu(tmp_path):
     assert "no TPU ('local' (NotFoundError" in result.stderr
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("flags", [["--platform", "tpu"], ["--tpu", "local"]])
 def test_asking_for_a_tpu_where_there_is_none_fails_saying_what_was_tried(tmp_path, flags):
     result = acceltrain("devices", "--backend", "tensorflow", *flags, cwd=tmp_path)
@@ -238,7 +242,7 @@ def test_asking_for_a_tpu_where_there_is_none_fails_saying_what_was_tried(tmp_pa
 
 
 @pytest.fixture(scope="module")
-def small_mnist(tmp_path_factory):
+def tiny_mnist(tmp_path_factory):
     """600 training and 101 test images: an odd test set, so evaluation must not drop its last sample."""
     from acceltrain import datasets
 
@@ -249,10 +253,11 @@ def small_mnist(tmp_path_factory):
     return path
 
 
+@pytest.mark.tensorflow
 @pytest.mark.parametrize("simulate, strategy, replicas",
                          [([], "none", 1), (["--simulate-devices", "2"], "MirroredStrategy", 2)])
-def test_train_names_the_strategy_and_its_replicas(tmp_path, small_mnist, simulate, strategy, replicas):
-    result = acceltrain("train", "--backend", "tensorflow", *simulate, "--data", str(small_mnist), "--epochs", "2",
+def test_train_names_the_strategy_and_its_replicas(tmp_path, tiny_mnist, simulate, strategy, replicas):
+    result = acceltrain("train", "--backend", "tensorflow", *simulate, "--data", str(tiny_mnist), "--epochs", "2",
                         "--batch-size", "200", "--out", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())

@@ -1,0 +1,163 @@
+"""Runtime.fit with checkpoints: an epoch loop around Keras's fit that can stop and resume exactly.
+
+Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
+`checkpoint.epoch_order(seed, e)`; a run resumed at step s of epoch e starts that epoch at sample
+s × batch_size of the same order. SIGTERM (the preemption notice on TPU VMs) and SIGINT finish the
+current step, write a checkpoint and raise Interrupted. Imports keras: import only after connect().
+"""
+
+import contextlib
+import math
+import signal
+import threading
+import time
+
+import keras
+
+from acceltrain import data, log
+from acceltrain.checkpoint import Checkpoints, Every, State, epoch_order, restore
+from acceltrain.errors import AcceltrainError, UsageError
+
+
+class Interrupted(AcceltrainError):
+    """Training stopped on SIGTERM or SIGINT after writing a checkpoint."""
+
+    def __init__(self, signum: int, checkpoint):
+        self.signum = signum
+        self.checkpoint = checkpoint
+        self.exit_code = 128 + signum  # what a shell reports for a process ended by that signal
+        super().__init__(f"Stopped by {signal.Signals(signum).name}; a checkpoint is saved in {checkpoint}. "
+                         "Resume with resume=True (CLI: the same command with --resume).")
+
+
+def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
+        seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None, **fit_kwargs):
+    """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says."""
+    if fit_kwargs.pop("shuffle", True) is False:
+        log.info("shuffle=False ignored with checkpoints: the order of each epoch comes from (seed, epoch)")
+    state = _starting_state(model, checkpoints, resume, seed, num_replicas)
+    num_samples = data.num_samples(x)
+    steps_per_epoch = math.ceil(num_samples / batch_size)
+    history = keras.callbacks.History()
+    history.history = {name: list(values) for name, values in state.history.items()}
+    progress = _WholeRunProgress(epochs)
+    with _deferred_signals() as received:
+        saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
+        for epoch in range(state.epoch, epochs):
+            first_step = state.step if epoch == state.epoch else 0
+            order = epoch_order(state.seed, epoch, num_samples)[first_step * batch_size:]
+            saver.start_epoch(epoch, first_step)
+            started = time.perf_counter()
+            epoch_history = model.fit(
+                data.take(x, order), data.take(y, order), batch_size=batch_size, initial_epoch=epoch,
+                epochs=epoch + 1, shuffle=False, validation_data=validation_data, verbose=verbose,
+                callbacks=[progress, saver, *callbacks], **fit_kwargs,
+            )
+            if saver.stopped_mid_epoch:
+                raise Interrupted(received[0], saver.last_saved)
+            state.epoch, state.step = epoch + 1, 0
+            state.epoch_seconds.append(time.perf_counter() - started)
+            for name, values in epoch_history.history.items():
+                state.history.setdefault(name, []).extend(float(v) for v in values)
+            if model.stop_training:  # a callback (e.g. the divergence check) ended the run
+                break
+            due = every.unit == "epochs" and (epoch + 1) % every.count == 0
+            if due or received or epoch + 1 == epochs:
+                saver.last_saved = checkpoints.save(model, state)
+            if received:
+                raise Interrupted(received[0], saver.last_saved)
+    history.history = {name: list(values) for name, values in state.history.items()}
+    history.epoch = list(range(len(state.epoch_seconds)))
+    history.epoch_seconds = list(state.epoch_seconds)
+    history.set_model(model)
+    return history
+
+
+def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, num_replicas: int) -> State:
+    if not resume:
+        if checkpoints.list():
+            raise UsageError(f"{checkpoints.folder} already holds checkpoints. Pass resume=True (CLI: --resume) "
+                             "to continue from them, or start in an empty folder (CLI: --overwrite).")
+        return State(seed=seed, num_replicas=num_replicas)
+    found = checkpoints.latest()
+    if found is None:
+        log.info(f"no checkpoint in {checkpoints.folder}: starting from the beginning")
+        return State(seed=seed, num_replicas=num_replicas)
+    path, state = found
+    restore(model, path)
+    if state.seed != seed:
+        log.warn(f"the checkpoint was made with seed {state.seed}, not {seed}: keeping {state.seed} so the data "
+                 "order stays the same")
+    if state.num_replicas != num_replicas:
+        log.info(f"the checkpoint was written by {state.num_replicas} replicas; continuing on {num_replicas} "
+                 "(same global batch, same data order)")
+    state.num_replicas = num_replicas
+    log.info(f"resuming from {path.name}: {state.epoch} epochs and {state.step} steps done")
+    return state
+
+
+class _StepSaver(keras.callbacks.Callback):
+    """Checkpoints every N steps, and at the first step end after SIGTERM/SIGINT (then stops)."""
+
+    def __init__(self, checkpoints, every, state, steps_per_epoch, received):
+        super().__init__()
+        self.checkpoints, self.every, self.state = checkpoints, every, state
+        self.steps_per_epoch, self.received = steps_per_epoch, received
+        self.last_saved = None
+        self.stopped_mid_epoch = False
+        self._epoch = self._first_step = 0
+        self._last_global_step = None
+
+    def start_epoch(self, epoch, first_step):
+        self._epoch, self._first_step = epoch, first_step
+        if self._last_global_step is None:
+            self._last_global_step = epoch * self.steps_per_epoch + first_step
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._first_step + batch + 1  # batches of this epoch done
+        if step >= self.steps_per_epoch:
+            return  # the epoch's end is checkpointed after validation, by the loop
+        global_step = self._epoch * self.steps_per_epoch + step
+        due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
+        if due or self.received:
+            self.state.epoch, self.state.step = self._epoch, step
+            self.last_saved = self.checkpoints.save(self.model, self.state)  # self.model syncs JAX state
+            self._last_global_step = global_step
+            if self.received:
+                self.stopped_mid_epoch = True
+                self.model.stop_training = True
+
+
+class _WholeRunProgress(keras.callbacks.ProgbarLogger):
+    """Keras's progress, numbered over the whole run ("Epoch 3/20"), though each epoch is its own fit."""
+
+    def __init__(self, total_epochs: int):
+        super().__init__()
+        self._total_epochs = total_epochs
+
+    def set_params(self, params):
+        super().set_params({**params, "epochs": self._total_epochs})
+
+
+@contextlib.contextmanager
+def _deferred_signals():
+    """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
+    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def note(signum, frame):
+        if received and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if not received:
+            log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,211 @@
+"""Checkpoints and exact resume: unit tests here, and real kills of real runs (subprocesses)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from acceltrain import checkpoint
+from acceltrain.checkpoint import Checkpoints, Every, State
+from acceltrain.errors import UsageError
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+# --- Pieces -----------------------------------------------------------------------------------
+
+def test_epoch_order_depends_only_on_seed_and_epoch():
+    a = checkpoint.epoch_order(3, 5, 1000)
+    np.testing.assert_array_equal(a, checkpoint.epoch_order(3, 5, 1000))
+    assert not np.array_equal(a, checkpoint.epoch_order(3, 6, 1000))
+    assert not np.array_equal(a, checkpoint.epoch_order(4, 5, 1000))
+    assert sorted(a) == list(range(1000))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1 epoch", Every(1, "epochs")), ("3", Every(3, "epochs")), ("200 steps", Every(200, "steps")),
+    ("5steps", Every(5, "steps")), ("2 epochs", Every(2, "epochs")),
+])
+def test_every_parses(text, expected):
+    assert Every.parse(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "-1 epochs", "ten steps", "3 minutes", ""])
+def test_every_rejects_bad_values(text):
+    with pytest.raises(UsageError, match="--checkpoint-every.*'200 steps'"):
+        Every.parse(text)
+
+
+def _tiny_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    return model
+
+
+def test_save_keeps_the_newest_k_and_skips_a_damaged_one(tmp_path, capsys):
+    model = _tiny_model()
+    store = Checkpoints(tmp_path / "checkpoints", keep=2)
+    for epoch in (1, 2, 3):
+        store.save(model, State(epoch=epoch))
+    assert [p.name for p in store.list()] == ["epoch-0002-step-00000", "epoch-0003-step-00000"]
+    newest = store.list()[-1] / checkpoint.WEIGHTS
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated, as by a full disk or a kill mid-copy
+    path, state = store.latest()
+    assert state.epoch == 2 and path.name == "epoch-0002-step-00000"
+    assert "skipping damaged checkpoint epoch-0003-step-00000" in capsys.readouterr().err
+
+
+def test_a_partial_checkpoint_folder_is_never_listed(tmp_path):
+    store = Checkpoints(tmp_path, keep=2)
+    (tmp_path / ".epoch-0009-step-00000.123.partial").mkdir()
+    assert store.list() == [] and store.latest() is None
+
+
+def test_a_failed_write_leaves_nothing_and_says_what_to_do(tmp_path, monkeypatch):
+    model = _tiny_model()
+    store = Checkpoints(tmp_path / "checkpoints")
+    store.save(model, State(epoch=1))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(model, "save_weights", disk_full)
+    with pytest.raises(Exception, match="No space left on device.*previous checkpoint is intact.*--resume"):
+        store.save(model, State(epoch=2))
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["epoch-0001-step-00000"]
+
+
+def test_restore_brings_back_the_optimizer_state(tmp_path):
+    model = _tiny_model()
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=2, verbose=0)
+    Checkpoints(tmp_path).save(model, State(epoch=2))
+    fresh = _tiny_model()
+    checkpoint.restore(fresh, Checkpoints(tmp_path).latest()[0])
+    assert int(fresh.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy()) == 2
+    for a, b in zip(fresh.weights, model.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# --- Real runs, killed and resumed --------------------------------------------------------------
+
+def _train_args(data, out, backend):
+    return ["train", "--data", data, "--epochs", 3, "--batch-size", 240, "--checkpoint-every", "2 steps",
+            "--out", out, "--backend", backend, "--quiet"]
+
+
+def _start(args):
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("XLA_FLAGS", None)
+    return subprocess.Popen([sys.executable, "-m", "acceltrain", *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _weights(path: Path) -> dict:
+    arrays = {}
+    with h5py.File(path) as file:
+        file.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None)
+    return arrays
+
+
+def _kill_after_first_checkpoint(args, out: Path, sig, rng) -> tuple[int, str]:
+    """Start a run and send `sig` at a random moment after it has written a checkpoint.
+    Returns the exit code and stderr."""
+    process = _start(args)
+    deadline = time.monotonic() + 240
+    while not list((out / "checkpoints").glob("epoch-*")) and process.poll() is None:
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0, 1.5))
+    if process.poll() is None:
+        process.send_signal(sig)
+    _, stderr = process.communicate(timeout=240)
+    return process.returncode, stderr
+
+
+BACKENDS = ["jax", pytest.param("tensorflow", marks=pytest.mark.tensorflow)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_and_resumed_runs_end_with_identical_weights(tmp_path, small_mnist, backend):
+    """SIGKILL at random moments, resumed each time, ends bit-identical to the uninterrupted run."""
+    reference = _start(_train_args(small_mnist, tmp_path / "whole", backend))
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    rng = random.Random(7)
+    out = tmp_path / "killed"
+    args = _train_args(small_mnist, out, backend)
+    _kill_after_first_checkpoint(args, out, signal.SIGKILL, rng)
+    for attempt in range(2):
+        _kill_after_first_checkpoint(args + ["--resume"], out, signal.SIGKILL, rng)
+    final = _start(args + ["--resume"])
+    stdout, stderr = final.communicate(timeout=300)
+    assert final.returncode == 0, stderr
+    expected, got = _weights(tmp_path / "whole" / "model.weights.h5"), _weights(out / "model.weights.h5")
+    assert expected.keys() == got.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigterm_writes_a_checkpoint_and_says_how_to_resume(tmp_path, small_mnist, backend):
+    out = tmp_path / "run"
+    args = _train_args(small_mnist, out, backend)
+    returncode, stderr = _kill_after_first_checkpoint(args, out, signal.SIGTERM, random.Random(1))
+    if returncode == 0:
+        pytest.skip("the run finished before the signal landed")  # rare on a fast machine
+    assert returncode == 128 + signal.SIGTERM
+    assert "Stopped by SIGTERM" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    resumed = _start(args + ["--resume"])
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["history"]["loss"]) == 3
+
+
+def test_rerun_into_a_used_folder_refuses(tmp_path, cli):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")
+    result = cli("train", "--out", out, "--epochs", 1)
+    assert result.returncode == 2
+    assert "already holds files (metrics.json)" in result.stderr and "--resume" in result.stderr
+    assert (out / "metrics.json").read_text() == "{}"
+
+
+def test_resume_and_overwrite_together_are_refused(tmp_path, cli):
+    result = cli("train", "--out", tmp_path / "x", "--resume", "--overwrite")
+    assert result.returncode == 2 and "both --resume and --overwrite" in result.stderr
+
+
+def test_a_disk_too_small_fails_before_training(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from acceltrain import outputs
+    from acceltrain.cli import main
+
+    monkeypatch.setattr(outputs.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))
+    code = main(["train", "--out", str(tmp_path / "run"), "--epochs", "1"])
+    assert code == 2
+    assert "has 0.0 MB free" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_eight_device_run_resumes_on_one_device(tmp_path, small_mnist, cli):
+    out = tmp_path / "run"
+    first = cli("train", "--data", small_mnist, "--epochs", 1, "--batch-size", 240, "--out", out,
+                "--simulate-devices", 8, "--quiet")
+    assert first.returncode == 0, first.stderr
+    resumed = cli("train", "--data", small_mnist, "--epochs", 2, "--batch-size", 240, "--out", out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "written by 8 replicas; continuing on 1" in resumed.stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["history"]["loss"]) == 2 and metrics["runtime"]["num_replicas"] == 1

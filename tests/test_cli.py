@@ -1,0 +1,188 @@
+"""`acceltrain train` and `acceltrain devices`: what a user gets, good input and bad.
+
+Most cases run in this process (8 simulated devices, like `--simulate-devices 8`); a few run as a real
+subprocess to show the exit codes and the clean stderr a user sees.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from acceltrain.cli import main
+
+
+def _train(capsys, *args):
+    code = main(["train", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def npz(tmp_path, small_mnist):
+    """Write a variant of the small MNIST: npz(x_train=...) replaces arrays; keys=None drops them."""
+
+    def write(name="variant.npz", **replace):
+        arrays = dict(np.load(small_mnist))
+        for key, value in replace.items():
+            if value is None:
+                del arrays[key]
+            else:
+                arrays[key] = value
+        path = tmp_path / name
+        np.savez(path, **arrays)
+        return path
+
+    return write
+
+
+def _model_file(tmp_path, body):
+    path = tmp_path / "models.py"
+    path.write_text("import keras\n\n" + body)
+    return path
+
+
+# --- Good input -------------------------------------------------------------------------------
+
+def test_train_writes_outputs_that_reload(tmp_path, small_mnist, capsys):
+    out = tmp_path / "run"
+    code, stdout, stderr = _train(capsys, "--data", small_mnist, "--epochs", 2, "--batch-size", 240,
+                                  "--out", out, "--simulate-devices", 8)
+    assert code == 0, stderr
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert f"test accuracy: {metrics['test_accuracy']:.4f}" in stdout
+    assert metrics["runtime"]["num_replicas"] == 8
+    assert len(metrics["history"]["loss"]) == len(metrics["epoch_seconds"]) == 2
+    for field in ("test_loss", "first_epoch_seconds", "samples_per_second"):
+        assert metrics[field] > 0
+    assert "DataParallel over 8 replicas" in stderr and "global batch 240 = 30 × 8" in stderr
+
+    import keras
+
+    from acceltrain.datasets import load_npz
+    from acceltrain.recipes import mnist_mlp
+
+    splits = load_npz(small_mnist)
+    x_test, y_test = mnist_mlp.preprocess(splits.x_test, splits.y_test)
+    reloaded = keras.saving.load_model(out / "model.keras")
+    assert reloaded.evaluate(x_test, y_test, verbose=0, return_dict=True)["accuracy"] == pytest.approx(
+        metrics["test_accuracy"], abs=1e-6)
+    fresh = mnist_mlp.build_model()
+    fresh.load_weights(out / "model.weights.h5")
+    np.testing.assert_array_equal(fresh.predict(x_test[:50], verbose=0), reloaded.predict(x_test[:50], verbose=0))
+    assert not list(out.glob(".*partial*"))  # no temporary files left
+
+
+def test_train_a_user_model_compiles_it_for_the_labels(tmp_path, small_mnist, capsys):
+    models = _model_file(tmp_path, "def build():\n    return keras.Sequential([keras.Input((28, 28)), "
+                                   "keras.layers.Flatten(), keras.layers.Rescaling(1 / 255), keras.layers.Dense(10)])\n")
+    code, stdout, stderr = _train(capsys, "--model", f"{models}:build", "--data", small_mnist, "--epochs", 3,
+                                  "--batch-size", 240, "--out", tmp_path / "run")
+    assert code == 0, stderr
+    assert "compiled the model: SparseCategoricalCrossentropy (from logits) (integer labels, 10 outputs)" in stderr
+    assert "Adam 0.001" in stderr
+    assert float(stdout.split("test accuracy: ")[1]) > 0.6  # chance is 0.1
+
+
+def test_devices_json_describes_the_runtime(capsys):
+    assert main(["devices", "--json", "--simulate-devices", "8"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["num_devices"] == 8 and described["backend"] == "jax"
+
+
+def test_a_real_process_trains_on_one_device_and_exits_0(tmp_path, small_mnist, cli):
+    result = cli("train", "--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("test accuracy: ")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["runtime"]["num_replicas"] == 1
+
+
+# --- Bad input: a clear message naming the value and the fix, exit 2, no traceback, nothing written ---
+
+BAD_INPUTS = {
+    "missing data file": (lambda t, npz: ["--data", t / "nope.npz"], r"'.*nope.npz', which is not a file"),
+    "unreadable data file": (lambda t, npz: ["--data", _garbage(t)], r"Could not read data file .*np.savez"),
+    "npz without the keys": (lambda t, npz: ["--data", npz(y_test=None, x_test=None)],
+                             r"lacks x_test, y_test .*np.savez\(path, x_train"),
+    "x and y of different lengths": (lambda t, npz: ["--data", npz(y_train=np.zeros(2399, np.uint8))],
+                                     r"x_train has 2400 samples but y_train has 2399"),
+    "labels outside the classes": (lambda t, npz: ["--data", npz(y_train=np.full(2400, 12, np.uint8))],
+                                   r"class labels from 12 to 12, but the model's output has 10 classes"),
+    "NaN in the inputs": (lambda t, npz: ["--data", npz(x_train=_with_nan())], r"x holds 1 NaN or infinite"),
+    "model file missing": (lambda t, npz: ["--model", t / "absent.py:build"], r"'.*absent.py' is not a file"),
+    "model function missing": (lambda t, npz: ["--model", f"{_model_file(t, 'def other(): pass')}:build"],
+                               r"has no function 'build'. Functions there: other"),
+    "model spec without function": (lambda t, npz: ["--model", "models.py"], r"Expected FILE.py:FUNCTION"),
+    "function returns no model": (lambda t, npz: ["--model", f"{_model_file(t, 'def build(): return 42')}:build"],
+                                  r"build\(\) returned int, not a Keras model"),
+    "batch not divisible": (lambda t, npz: ["--batch-size", 1001, "--simulate-devices", 8],
+                            r"batch_size=1001.*8 replicas.*1000 or 1008"),
+    "out under a file": (lambda t, npz: ["--out", _file(t) / "run"], r"is a file, not a folder"),
+    "out on a read-only filesystem": (lambda t, npz: ["--out", "/proc/acceltrain-run"], r"is not writable"),
+    "unknown backend": (lambda t, npz: ["--backend", "torch"], r"'torch'. Valid: jax, tensorflow"),
+    "zero simulated devices": (lambda t, npz: ["--simulate-devices", 0], r"simulate_devices=0.*at least 1"),
+    "zero epochs": (lambda t, npz: ["--epochs", 0], r"--epochs 0.*at least 1"),
+    "negative learning rate": (lambda t, npz: ["--learning-rate", -1], r"--learning-rate -1.0.*positive"),
+    "unknown recipe": (lambda t, npz: ["cifar-resnet"], r"Unknown recipe: 'cifar-resnet'. Valid: mnist-mlp"),
+}
+
+
+def _garbage(tmp_path):
+    path = tmp_path / "garbage.npz"
+    path.write_bytes(b"not a zip file at all")
+    return path
+
+
+def _with_nan():
+    x = np.zeros((2400, 28, 28), np.float32)
+    x[5, 3, 3] = np.nan
+    return x
+
+
+def _file(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_bad_input(case, tmp_path, npz, capsys):
+    make_args, message = BAD_INPUTS[case]
+    args = make_args(tmp_path, npz)
+    out = tmp_path / "out"
+    if "--out" not in args:
+        args += ["--out", out]
+    code = main(["train", *map(str, args), "--epochs" if "--epochs" not in args else "--seed", "1"])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert "Traceback" not in captured.err
+    import re
+
+    assert re.search(message, captured.err), captured.err
+    assert not out.exists()  # nothing written
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "1001", "--simulate-devices", "2", "--epochs", "1"], "1000 or 1002"),
+    (["--simulate-devices", "-3"], "at least 1"),
+])
+def test_bad_input_in_a_real_process_exits_2_without_traceback(tmp_path, cli, args, message):
+    result = cli("train", *args, "--out", tmp_path / "out")
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_argparse_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--epochs", "many"])
+    assert exit_info.value.code == 2
+    assert "invalid int value: 'many'" in capsys.readouterr().err
+
+
+def test_a_diverged_run_exits_1_and_says_why(tmp_path, small_mnist, capsys):
+    code, stdout, stderr = _train(capsys, "--data", small_mnist, "--learning-rate", 50, "--epochs", 6,
+                                  "--batch-size", 240, "--out", tmp_path / "run")
+    assert code == 1
+    assert "Training diverged" in stderr and "learning rate too high" in stderr
+    assert "test accuracy" not in stdout

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from acceltrain import data
+from acceltrain.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    "batch, replicas, expected",
+    [(1000, 8, [1000, 1008]), (1001, 8, [1000, 1008]), (3, 8, [8]), (1200, 7, [1197, 1204])],
+)
+def test_nearest_valid_batch_sizes(batch, replicas, expected):
+    assert data.nearest_valid_batch_sizes(batch, replicas) == expected
+
+
+def test_check_batch_size_lists_the_nearest_valid_sizes():
+    with pytest.raises(UsageError, match=r"batch_size=1001.*8 replicas.*1000 or 1008"):
+        data.check_batch_size(1001, 8)
+    data.check_batch_size(1200, 8)
+
+
+@pytest.mark.parametrize("batch", [0, -5, 2.5, "64", True])
+def test_check_batch_size_rejects_non_positive_integers(batch):
+    with pytest.raises(UsageError, match="positive integer"):
+        data.check_batch_size(batch, 1)
+
+
+def test_check_arrays_names_different_lengths():
+    with pytest.raises(UsageError, match=r"different numbers of samples.*\[10\].*\[9\]"):
+        data.check_arrays(np.zeros((10, 3)), np.zeros(9))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_check_arrays_finds_nan_and_inf(bad):
+    x = np.zeros((10, 3))
+    x[4, 1] = bad
+    with pytest.raises(UsageError, match="1 NaN or infinite"):
+        data.check_arrays(x, np.zeros(10))
+
+
+def test_check_arrays_looks_inside_dicts():
+    x = {"a": np.zeros((4, 2)), "b": np.full((4, 2), np.nan)}
+    with pytest.raises(UsageError, match="NaN"):
+        data.check_arrays(x, np.zeros(4))
+
+
+def test_check_class_labels():
+    with pytest.raises(UsageError, match=r"from 0 to 10.*10 classes \(0 to 9\)"):
+        data.check_class_labels(np.arange(11), 10)
+    with pytest.raises(UsageError, match="from -1"):
+        data.check_class_labels(np.array([-1, 2]), 10)
+    data.check_class_labels(np.arange(10), 10)
+    data.check_class_labels(np.eye(3, dtype=np.int64), 3)  # one-hot: not class indices, not checked
+
+
+def test_as_float32_casts_float64_only():
+    x = {"f64": np.zeros(3), "u8": np.zeros(3, np.uint8), "f16": np.zeros(3, np.float16)}
+    cast = data.as_float32(x)
+    assert (cast["f64"].dtype, cast["u8"].dtype, cast["f16"].dtype) == (np.float32, np.uint8, np.float16)
+
+
+def test_trim_to_replicas_drops_only_the_indivisible_tail():
+    x, y = np.arange(1001), np.arange(1001)
+    x2, y2, dropped = data.trim_to_replicas(x, y, batch_size=8, num_replicas=8)
+    assert dropped == 1 and len(x2) == len(y2) == 1000
+    x3, _, dropped = data.trim_to_replicas(np.arange(1004), None, batch_size=8, num_replicas=4)
+    assert dropped == 0 and len(x3) == 1004  # last batch of 4 divides over 4
+
+
+def test_repeat_to_replicas_keeps_every_metric_exact():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(1001, 2)), rng.integers(0, 2, 1001)
+    x2, y2, k = data.repeat_to_replicas(x, y, batch_size=16, num_replicas=8)
+    assert k == 8 and len(x2) == 8008
+    assert (len(x2) % 16) % 8 == 0  # every batch divides
+    # A mean over the repeated set is the mean over the set.
+    assert np.isclose(x2.mean(), x.mean()) and np.isclose(y2.mean(), y.mean())

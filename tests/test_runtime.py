@@ -1,0 +1,200 @@
+"""connect(), Runtime.scope() and Runtime.fit() for real, on 8 simulated CPU devices."""
+
+import json
+
+import numpy as np
+import pytest
+
+import acceltrain
+from acceltrain.errors import UsageError
+
+pytestmark = pytest.mark.multi_device
+
+
+def _mlp(units=16, classes=4, features=8):
+    import keras
+
+    model = keras.Sequential([keras.Input((features,)), keras.layers.Dense(units, activation="relu"),
+                              keras.layers.Dense(classes, activation="softmax")])
+    model.compile(keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def _toy_data(n=512, features=8, classes=4, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, features))  # float64 on purpose: acceltrain casts it once
+    y = (x[:, 0] > 0).astype(np.int64) + 2 * (x[:, 1] > 0)
+    return x, y
+
+
+def test_connect_finds_the_simulated_devices(runtime):
+    assert (runtime.backend, runtime.platform) == ("jax", "cpu")
+    assert runtime.num_devices == runtime.num_replicas == 8
+    assert (runtime.num_processes, runtime.process_index) == (1, 0)
+    assert runtime.distribution_name == "DataParallel"
+
+
+def test_describe_is_json_and_str_is_one_line(runtime):
+    described = json.loads(json.dumps(runtime.describe()))
+    assert described["num_replicas"] == 8 and described["versions"]["keras"]
+    assert set(described["decisions"]) == {"backend", "platform", "distribution"}
+    assert "\n" not in str(runtime) and "8 replicas" in str(runtime)
+
+
+def test_connect_prints_its_decision_with_the_reason(capsys):
+    acceltrain.connect(simulate_devices=8)
+    line = capsys.readouterr().err.strip()
+    assert line.count("\n") == 0
+    assert "DataParallel over 8 replicas (8 devices: each takes a slice of every batch)" in line
+
+
+def test_connect_distribution_none_uses_one_replica():
+    single = acceltrain.connect(distribution="none", verbose=False)
+    assert single.num_replicas == 1 and single.distribution is None
+
+
+def test_simulate_devices_after_jax_started_with_another_count_is_an_error(runtime):
+    with pytest.raises(UsageError, match=r"simulate_devices=4 was asked for after JAX had started with 8"):
+        acceltrain.connect(simulate_devices=4)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_simulate_devices_must_be_at_least_one(bad):
+    with pytest.raises(UsageError, match="Expected a whole number of at least 1"):
+        acceltrain.connect(simulate_devices=bad)
+
+
+def test_scope_places_variables_over_all_devices(runtime):
+    with runtime.scope():
+        model = _mlp()
+    kernel = model.layers[0].kernel.value
+    assert len(kernel.sharding.device_set) == 8
+    assert kernel.sharding.is_fully_replicated  # data parallel: every device holds all weights
+
+
+def test_scope_restores_the_global_distribution_also_on_error(runtime):
+    import keras
+
+    assert keras.distribution.distribution() is None
+    with pytest.raises(RuntimeError, match="boom"):
+        with runtime.scope():
+            assert keras.distribution.distribution() is runtime.distribution
+            raise RuntimeError("boom")
+    assert keras.distribution.distribution() is None
+
+
+class _RecordBatchSharding:
+    """A layer that records how its input batch is laid out over devices when the step compiles."""
+
+    def __new__(cls):
+        import jax
+        import keras
+
+        class Record(keras.layers.Layer):
+            seen = []
+
+            def call(self, x):
+                jax.debug.inspect_array_sharding(x, callback=lambda s: Record.seen.append(s))
+                return x
+
+        return Record()
+
+
+def _model_with_recorder():
+    import keras
+
+    recorder = _RecordBatchSharding()
+    model = keras.Sequential([keras.Input((8,)), recorder, keras.layers.Dense(4, activation="softmax")])
+    model.compile("sgd", "sparse_categorical_crossentropy")
+    return model, type(recorder)
+
+
+def test_fit_splits_each_batch_over_the_replicas(runtime):
+    with runtime.scope():
+        model, recorder = _model_with_recorder()
+    x, y = _toy_data(64)
+    runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0)
+    batch_sharding = recorder.seen[-1]
+    assert len(batch_sharding.device_set) == 8 and not batch_sharding.is_fully_replicated
+    assert batch_sharding.shard_shape((32, 8)) == (4, 8)  # 32 = 4 × 8 replicas
+
+
+def test_plain_model_fit_on_a_model_built_in_scope_is_distributed(runtime):
+    with runtime.scope():
+        model, recorder = _model_with_recorder()
+    x, y = _toy_data(64)
+    model.fit(x.astype("float32"), y, batch_size=32, epochs=1, verbose=0)  # plain Keras, outside the scope
+    assert recorder.seen[-1].shard_shape((32, 8)) == (4, 8)
+
+
+def test_one_and_eight_devices_agree_on_the_loss(runtime):
+    """Same seed, same data, same order: 8 replicas reduce in another order, so equal within float32 noise."""
+    single = acceltrain.connect(distribution="none", verbose=False)
+    x, y = _toy_data(512)
+    losses = {}
+    for name, rt in (("one", single), ("eight", runtime)):
+        rt.seed(0)
+        with rt.scope():
+            model = _mlp()
+        history = rt.fit(model, x, y, batch_size=64, epochs=3, shuffle=False, verbose=0)
+        losses[name] = history.history["loss"]
+    np.testing.assert_allclose(losses["eight"], losses["one"], rtol=1e-4)
+    assert losses["one"][-1] < losses["one"][0]  # it trained
+
+
+def test_fit_rejects_a_batch_that_does_not_divide(runtime):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(64)
+    with pytest.raises(UsageError, match=r"batch_size=30.*8 replicas.*24 or 32"):
+        runtime.fit(model, x, y, batch_size=30)
+
+
+def test_fit_rejects_labels_outside_the_classes(runtime):
+    with runtime.scope():
+        model = _mlp(classes=4)
+    x, _ = _toy_data(64)
+    with pytest.raises(UsageError, match=r"labels from 0 to 6.*4 classes"):
+        runtime.fit(model, x, np.arange(64) % 7, batch_size=32)
+
+
+def test_fit_rejects_an_uncompiled_model(runtime):
+    import keras
+
+    with runtime.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+    with pytest.raises(UsageError, match="not compiled"):
+        runtime.fit(model, *_toy_data(64), batch_size=32)
+
+
+def test_fit_casts_float64_once_and_trims_an_indivisible_tail(runtime, capsys):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)  # 100 = 3 × 32 + 4: a last batch of 4 cannot split over 8
+    history = runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0)
+    assert "left out the last 4 training samples" in capsys.readouterr().err
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_evaluate_counts_every_sample(runtime):
+    """100 samples in batches of 32 over 8 replicas: the result equals plain Keras on one device."""
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    distributed = runtime.evaluate(model, x, y, batch_size=32, verbose=0)
+    one_device = _mlp()  # built outside any distribution
+    one_device.set_weights(model.get_weights())
+    expected = one_device.evaluate(x.astype("float32"), y, batch_size=32, verbose=0, return_dict=True)
+    assert distributed["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-6)
+    assert distributed["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+
+
+def test_fit_stops_a_diverged_run_with_the_likely_cause(runtime):
+    import keras
+
+    with runtime.scope():
+        model = _mlp()
+        model.compile(keras.optimizers.SGD(1e6), "sparse_categorical_crossentropy")
+    x, y = _toy_data(256)
+    with pytest.raises(acceltrain.TrainingDiverged, match=r"diverged at epoch \d+.*learning rate too high"):
+        runtime.fit(model, x * 100, y, batch_size=64, epochs=20, verbose=0)
