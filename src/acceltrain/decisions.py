@@ -36,12 +36,14 @@ def choose_backend(
     return "tensorflow", "JAX is not installed"
 
 
+def check_distribution(requested) -> None:
+    if requested not in DISTRIBUTIONS:
+        raise UsageError(f"Received distribution={requested!r}. Valid: {', '.join(DISTRIBUTIONS)}.")
+
+
 def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
     """'data' (every device takes a slice of each batch) when there is more than one device."""
-    if requested not in DISTRIBUTIONS:
-        raise UsageError(
-            f"Received distribution={requested!r}. Valid: {', '.join(DISTRIBUTIONS)}."
-        )
+    check_distribution(requested)
     if requested != "auto":
         return requested, "asked for"
     if num_devices > 1:

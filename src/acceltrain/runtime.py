@@ -34,8 +34,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
-    if distribution not in decisions.DISTRIBUTIONS:
-        raise UsageError(f"Received distribution={distribution!r}. Valid: {', '.join(decisions.DISTRIBUTIONS)}.")
+    decisions.check_distribution(distribution)
     platform = _check_platform(platform, tpu, simulate_devices)
 
     # 2. Choose the backend and start it.
