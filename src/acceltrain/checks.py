@@ -32,7 +32,7 @@ def partial_epoch(num_samples: int, batch_size: int | None, steps_per_epoch: int
     seen = steps_per_epoch * batch
     if seen >= num_samples:
         return []
-    default = "" if batch_size else f" (Keras's default: fit was given no batch_size)"
+    default = "" if batch_size else " (Keras's default: fit was given no batch_size)"
     return [Finding(
         "partial_epoch",
         f"each epoch trains on {seen:,} of the {num_samples:,} training samples: steps_per_epoch="

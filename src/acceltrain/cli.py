@@ -18,6 +18,7 @@ EXAMPLES = {
         "  acceltrain train --seed 1 --out runs/seed1\n"
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
+        "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz\n"
         "  acceltrain train --out runs/a --resume             # continue a run that was stopped\n"
         "  acceltrain train --config run.toml --epochs 5      # a config file; flags override it\n"
@@ -142,7 +143,7 @@ def _run(args) -> int:
     from acceltrain.script import run_script
 
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
-                      distribution=args.distribution, coordinator=args.coordinator,
+                      distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id)
 
 
@@ -167,6 +168,8 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--simulate-devices", type=int, metavar="N",
                         help="split this CPU into N devices to try multi-device runs")
     parser.add_argument("--distribution", default="auto", help="auto (default), data or none")
+    parser.add_argument("--platform", default="auto", help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
+    parser.add_argument("--tpu", metavar="NAME", help="a TPU's name or address to connect to (tensorflow backend)")
 
 
 def _devices(args) -> int:
@@ -174,7 +177,7 @@ def _devices(args) -> int:
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
         runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          verbose=False)
+                          platform=args.platform, tpu=args.tpu, verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

@@ -139,3 +139,104 @@ def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
 def take(x, indices):
     """The samples at `indices`, in that order, from an array or a nest of them."""
     return None if x is None else _map(lambda a: a[indices], x)
+
+
+# --- tf.data datasets -------------------------------------------------------------------------
+# Recognised and handled through the dataset's own methods, so this module still imports no
+# framework (on JAX, Keras reads tf.data too). A dataset brings its own global batch.
+
+def is_dataset(x) -> bool:
+    """True for a tf.data.Dataset."""
+    return hasattr(x, "element_spec") and hasattr(x, "rebatch")
+
+
+def _batch_dims(dataset) -> list:
+    """The leading dimension of each part of an element (None where it varies); [] if one is a scalar."""
+    dims = []
+    for spec in _leaves(dataset.element_spec):
+        if spec.shape.rank is not None and spec.shape.rank == 0:
+            return []
+        dims.append(spec.shape[0] if spec.shape.rank is not None else None)
+    return dims
+
+
+def dataset_batch_size(dataset, *, name: str = "x") -> int:
+    """The global batch of a batched dataset: its static batch dimension, else the size of its first batch.
+
+    Reading the first batch runs the pipeline up to it once (a shuffle fills its buffer).
+    """
+    dims = _batch_dims(dataset)
+    known = {dim for dim in dims if dim is not None}
+    if not dims or len(known) > 1:
+        raise UsageError(
+            f"{name} is a tf.data.Dataset of single samples (element_spec: {dataset.element_spec}). "
+            "Batch it with the global batch, e.g. dataset.batch(1024): the batch is split over the replicas."
+        )
+    if known:
+        return known.pop()
+    for element in dataset.take(1):
+        return int(_leaves(element)[0].shape[0])
+    raise UsageError(f"{name} is an empty tf.data.Dataset: there is nothing to train or evaluate on.")
+
+
+def check_dataset(dataset, batch_size, num_replicas: int, *, name: str = "x") -> int:
+    """The dataset is batched, by a batch that splits evenly over the replicas. Returns that batch."""
+    batch = dataset_batch_size(dataset, name=name)
+    if batch_size is not None and batch_size != batch:
+        raise UsageError(
+            f"Received batch_size={batch_size} with {name}, a dataset batched by {batch}. A dataset brings its "
+            f"own batch: leave batch_size out, or batch the dataset by {batch_size} (dataset.rebatch({batch_size}))."
+        )
+    if batch % num_replicas:
+        valid = " or ".join(str(size) for size in nearest_valid_batch_sizes(batch, num_replicas))
+        raise UsageError(
+            f"{name} is batched by {batch}, which does not divide over {num_replicas} replicas (each replica "
+            f"takes an equal slice of the global batch). Batch it by a multiple of {num_replicas}: the nearest "
+            f"are {valid}."
+        )
+    return batch
+
+
+def has_static_batch(dataset) -> bool:
+    """Every batch has the same, known size (batched with drop_remainder=True, or rebatched so)."""
+    dims = _batch_dims(dataset)
+    return bool(dims) and None not in dims
+
+
+def drop_remainder(dataset, batch_size: int):
+    """The dataset with every batch full, so the batch dimension is static (XLA on TPU compiles one shape)
+    and each batch splits evenly. Returns (dataset, changed); at most batch_size - 1 samples a pass go."""
+    if has_static_batch(dataset):
+        return dataset, False
+    return dataset.rebatch(batch_size, drop_remainder=True), True
+
+
+def num_batches(dataset) -> int | None:
+    """Batches in one pass over the dataset, where TensorFlow knows it without reading the data."""
+    count = int(dataset.cardinality())
+    return count if count >= 0 else None
+
+
+def dataset_to_arrays(dataset, *, name: str = "x"):
+    """Every batch of a finite (x, y) or x-only dataset, joined into numpy arrays. Returns (x, y or None)."""
+    batches = list(dataset.as_numpy_iterator())
+    if not batches:
+        raise UsageError(f"{name} is an empty tf.data.Dataset: there is nothing to evaluate.")
+    first = batches[0]
+    if isinstance(first, tuple) and len(first) == 2:
+        return _join([b[0] for b in batches]), _join([b[1] for b in batches])
+    if isinstance(first, tuple) and len(first) != 1:
+        raise UsageError(
+            f"{name} yields {len(first)}-part elements; across several replicas on this backend a dataset is "
+            "evaluated from memory, which takes (x, y) or x. Pass the arrays (x, y, sample_weight=...) instead."
+        )
+    return _join([b[0] if isinstance(b, tuple) else b for b in batches]), None
+
+
+def _join(batches):
+    first = batches[0]
+    if isinstance(first, dict):
+        return {key: _join([b[key] for b in batches]) for key in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(_join([b[i] for b in batches]) for i in range(len(first)))
+    return np.concatenate(batches)

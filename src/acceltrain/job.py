@@ -35,6 +35,8 @@ class TrainConfig:
     simulate_devices: int | None = None
     distribution: str = "auto"
     seed: int = 0
+    platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
+    tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
     resume: bool = False  # continue from the newest good checkpoint in `out`
     overwrite: bool = False  # replace what a previous run left in `out`
     checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
@@ -63,7 +65,8 @@ def train_and_evaluate(config: TrainConfig) -> dict:
 
     # 2. Connect, then build the model inside the distribution's scope.
     with log.phase("connecting to the hardware"):
-        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution)
+        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
+                          platform=config.platform, tpu=config.tpu)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     if model_file:

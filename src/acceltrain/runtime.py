@@ -19,8 +19,8 @@ from acceltrain.errors import UsageError
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
-            verbose: bool = True, coordinator: str | None = None, num_processes: int | None = None,
-            process_id: int | None = None) -> "Runtime":
+            platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
+            num_processes: int | None = None, process_id: int | None = None) -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -29,6 +29,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         simulate_devices: split the CPU into this many devices, to try multi-device code with no
             accelerator. Must be set before JAX starts.
         distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
+        platform: "auto" (TPU, else GPU, else CPU), or "tpu", "gpu", "cpu": an error if there is none.
+        tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
         coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
             Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
@@ -36,6 +38,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
     decisions.check_distribution(distribution)
+    platform = _check_platform(platform, tpu, simulate_devices)
 
     # 2. Choose the backend and start it.
     backend_name, backend_reason = decisions.choose_backend(
@@ -43,12 +46,12 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     )
     processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
     framework = backends.load(backend_name)
-    framework.prepare(simulate_devices)
+    framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
         framework.start_processes(processes)  # before the devices are listed: they span all processes
 
     # 3. Find the hardware.
-    platform, platform_reason = hardware.choose_platform(framework.device_counts())
+    platform, platform_reason = hardware.choose_platform(framework.device_counts(), platform)
     found = hardware.Hardware(
         platform=platform,
         device_kind=framework.device_kind(platform),
@@ -83,13 +86,27 @@ def _check_simulate_devices(simulate_devices) -> None:
         )
 
 
+def _check_platform(platform, tpu, simulate_devices) -> str:
+    """The platform asked for, checked against the other arguments; a TPU name asks for a TPU."""
+    if platform not in ("auto", *hardware.PLATFORMS):
+        raise UsageError(f"Received platform={platform!r}. Valid: auto, {', '.join(hardware.PLATFORMS)}.")
+    if tpu is not None and platform not in ("auto", "tpu"):
+        raise UsageError(f"Received tpu={tpu!r} with platform={platform!r}. A TPU name asks for a TPU: "
+                         "pass one or the other.")
+    platform = "tpu" if tpu is not None else platform
+    if simulate_devices is not None and platform not in ("auto", "cpu"):
+        raise UsageError(f"Received simulate_devices={simulate_devices} with platform={platform!r}. Simulated "
+                         "devices are slices of the CPU: leave platform out, or drop simulate_devices.")
+    return platform
+
+
 class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
     def __init__(self, framework, found: hardware.Hardware, distribution):
         self._framework = framework
         self.hardware = found
-        self.distribution = distribution  # a keras.distribution.Distribution (JAX), or None
+        self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
         self.decisions: dict[str, str] = {}
         self._seed = 0
 
@@ -114,7 +131,7 @@ class Runtime:
     @property
     def num_replicas(self) -> int:
         """How many slices each global batch is cut into."""
-        return 1 if self.distribution is None else self.num_devices
+        return self._framework.num_replicas(self.distribution)
 
     @property
     def num_processes(self) -> int:
@@ -174,15 +191,16 @@ class Runtime:
         with self._framework.scope(self.distribution):
             yield
 
-    def fit(self, model, x, y=None, *, batch_size: int, epochs: int = 1, validation_data=None,
+    def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
             checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch.
 
         `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
-        checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. Raises
-        TrainingDiverged if the loss becomes NaN or sticks at chance level.
+        checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
+        tf.data.Dataset brings its own batch, checked the same way. Raises TrainingDiverged if the loss
+        becomes NaN or sticks at chance level.
 
         With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "N epochs" or
         "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest
@@ -192,13 +210,24 @@ class Runtime:
         from acceltrain.callbacks import DivergenceCheck, EpochTimer
 
         _check_compiled(model)
-        # 1. The global batch splits evenly over the replicas.
-        data.check_batch_size(batch_size, self.num_replicas)
+        # 1. The global batch splits evenly over the replicas (a dataset brings its own).
+        dataset = data.is_dataset(x)
+        if dataset:
+            x, batch_size, steps_per_epoch = self._prepare_training_dataset(x, batch_size)
+            fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
+        else:
+            data.check_batch_size(batch_size, self.num_replicas)
+            steps_per_epoch = None
         # 2. Inputs checked and cast once, not every step.
         num_classes = _num_classes(model)
         if data.is_arrays(x):
             x, y = self._prepare_training_arrays(x, y, batch_size, num_classes)
-        if validation_data is not None:
+        if data.is_dataset(validation_data):  # its own batch, which may differ from training's
+            validation_data, validation_batch = self._prepare_eval_dataset(validation_data, None, num_classes,
+                                                                           "validation_data")
+            if not data.is_dataset(validation_data):
+                fit_kwargs.setdefault("validation_batch_size", validation_batch)
+        elif validation_data is not None:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
         if checkpoint_dir is not None:
             from acceltrain.checkpoint import Checkpoints, Every
@@ -207,20 +236,26 @@ class Runtime:
             if not data.is_arrays(x):
                 raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
                                  "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
-        # 3. Steps per compiled call.
-        steps_per_epoch = math.ceil(data.num_samples(x) / batch_size) if data.is_arrays(x) else 1_000_000
-        steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch, model.steps_per_execution)
+        # 3. Steps per compiled call, and XLA where the backend gains from it.
+        if data.is_arrays(x):
+            steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
+        steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch or 1_000_000,
+                                                                   model.steps_per_execution)
         _set_steps_per_execution(model, steps)
         log.info(
             f"global batch {batch_size} = {batch_size // self.num_replicas} × {self.num_replicas} replicas; "
             f"steps_per_execution {steps} ({steps_reason})"
         )
+        jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
+        if jit_reason:
+            log.info(jit_reason)
         # 4. Train, watching for divergence.
         divergence = DivergenceCheck(num_classes)
         with self.scope():
             if checkpoint_dir is None:
                 timer = EpochTimer()
-                history = model.fit(x, y, batch_size=batch_size, epochs=epochs, validation_data=validation_data,
+                history = model.fit(x, y, batch_size=None if dataset else batch_size, epochs=epochs,
+                                    validation_data=validation_data,
                                     callbacks=[*callbacks, timer, divergence], verbose=verbose, **fit_kwargs)
                 history.epoch_seconds = timer.epoch_seconds
             else:
@@ -233,12 +268,19 @@ class Runtime:
         divergence.raise_if_diverged()
         return history
 
-    def evaluate(self, model, x, y=None, *, batch_size: int, verbose="auto", **evaluate_kwargs) -> dict:
+    def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
+                 **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
         _check_compiled(model)
-        data.check_batch_size(batch_size, self.num_replicas)
-        if data.is_arrays(x):
-            x, y = self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x")
+        if data.is_dataset(x):
+            x, batch_size = self._prepare_eval_dataset(x, batch_size, _num_classes(model), "x")
+            if isinstance(x, tuple):
+                x, y = x
+        else:
+            data.check_batch_size(batch_size, self.num_replicas)
+            if data.is_arrays(x):
+                x, y = self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x")
+        batch_size = None if data.is_dataset(x) else batch_size  # Keras takes a dataset's own batch
         with self.scope():
             return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True, **evaluate_kwargs)
 
@@ -251,6 +293,33 @@ class Runtime:
             log.info(f"left out the last {dropped} training samples so the final batch divides over "
                      f"{self.num_replicas} replicas")
         return x, y
+
+    def _prepare_training_dataset(self, dataset, batch_size):
+        """Check the dataset's batch; make every batch full where shapes must be static or split evenly."""
+        batch_size = data.check_dataset(dataset, batch_size, self.num_replicas)
+        steps_per_epoch = data.num_batches(dataset)
+        if self.num_replicas > 1 or hardware.kind(self.platform).STATIC_SHAPES:
+            dataset, changed = data.drop_remainder(dataset, batch_size)
+            if changed:
+                log.info(f"training batches all full ({batch_size}): at most {batch_size - 1} samples at the end "
+                         f"of each pass are left out, so every batch divides over {self.num_replicas} replicas"
+                         f"{' and has the static shape XLA compiles for' if self.platform == 'tpu' else ''}")
+        return dataset, batch_size, steps_per_epoch
+
+    def _prepare_eval_dataset(self, dataset, batch_size, num_classes, name):
+        """Evaluation reads every sample. Returns (the dataset, or (x, y) arrays), and its batch."""
+        batch_size = data.check_dataset(dataset, batch_size, self.num_replicas, name=name)
+        if data.has_static_batch(dataset):
+            log.info(f"{name} has full batches only (drop_remainder=True?): samples it drops at its end are "
+                     "not evaluated. Batch evaluation data without drop_remainder to count every sample.")
+        if self.num_replicas == 1 or self._framework.SPLITS_UNEVEN_BATCHES:
+            return dataset, batch_size
+        # This backend cannot split the last, partial batch over the replicas: evaluate from memory,
+        # where every sample is counted equally (see _prepare_eval_arrays).
+        x, y = data.dataset_to_arrays(dataset, name=name)
+        log.info(f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial batch "
+                 f"divides over {self.num_replicas} replicas")
+        return self._prepare_eval_arrays((x, y), batch_size, num_classes, name), batch_size
 
     def _prepare_eval_arrays(self, pair, batch_size, num_classes, name):
         if not (isinstance(pair, tuple) and len(pair) == 2 and data.is_arrays(pair[0])):

@@ -25,15 +25,15 @@ from acceltrain.runtime import connect
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
-               distribution: str = "auto", coordinator: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None) -> int:
+               distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
+               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code."""
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
-    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution,
-                      coordinator=coordinator, num_processes=num_processes, process_id=process_id)
+    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
+                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id)
     framework = runtime._framework
     if runtime.num_processes > 1:
         framework.shard_inputs_per_process(runtime.distribution)  # FitGuard hands each process its slice

@@ -10,15 +10,28 @@ import jax
 
 NAME = "jax"
 
+# A batch must divide over the devices of the mesh: JAX cannot shard the last, partial batch of a
+# dataset unevenly, so evaluation datasets are padded instead (see Runtime.evaluate).
+SPLITS_UNEVEN_BATCHES = False
+
 
 # --- Start-up ---------------------------------------------------------------------------------
 
-def prepare(simulate_devices: int | None) -> None:
+def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | None = None) -> None:
     """Split the CPU into `simulate_devices` devices, before JAX starts its backends.
 
     JAX fixes the device count when its first operation runs; asked for later with another count,
-    this is an error rather than a silent single device.
+    this is an error rather than a silent single device. JAX finds a TPU VM's chips by itself, so
+    `platform` needs nothing here; a TPU name is for TensorFlow's resolver.
     """
+    if tpu is not None:
+        from acceltrain.errors import UsageError
+
+        raise UsageError(
+            f"Received tpu={tpu!r} with the JAX backend. A TPU name is how TensorFlow reaches a remote TPU; "
+            "JAX uses the TPU of the VM it runs on. Pass platform='tpu' (--platform tpu), or "
+            "backend='tensorflow' to connect to a named TPU."
+        )
     if simulate_devices is None:
         return
     try:
@@ -118,6 +131,14 @@ def distribution_name(distribution) -> str:
     return "none" if distribution is None else type(distribution).__name__
 
 
+def num_replicas(distribution) -> int:
+    """How many slices each global batch is cut into: the size of the mesh's batch axis."""
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    return mesh.shape[mesh.axis_names.index(distribution.batch_dim_name)]
+
+
 @contextlib.contextmanager
 def scope(distribution):
     """Models built inside have their variables placed by `distribution`; the previous one is restored."""
@@ -126,6 +147,11 @@ def scope(distribution):
         return
     with distribution.scope():  # Keras restores the previous distribution in a finally
         yield
+
+
+def set_jit_compile(model, platform: str, distribution) -> str | None:
+    """Nothing to change: Keras on JAX compiles every step with XLA already."""
+    return None
 
 
 def distribution_of(model):

@@ -7,6 +7,7 @@ the first kind with a device wins, so the order *is* the priority.
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from acceltrain.errors import UsageError
 from acceltrain.hardware import cpu, gpu, tpu
 
 KINDS = (tpu, gpu, cpu)
@@ -29,8 +30,17 @@ class Hardware:
         return len(self.devices)
 
 
-def choose_platform(device_counts: Mapping[str, int]) -> tuple[str, str]:
-    """The best platform with at least one device, and why: TPU, then GPU, then CPU."""
+def choose_platform(device_counts: Mapping[str, int], requested: str = "auto") -> tuple[str, str]:
+    """The platform asked for, else the best with at least one device, and why: TPU, then GPU, then CPU."""
+    if requested != "auto":
+        count = device_counts.get(requested, 0)
+        if count > 0:
+            return requested, f"asked for; {count} found"
+        found = ", ".join(f"{n} {name.upper()}" for name, n in device_counts.items() if n) or "nothing"
+        raise UsageError(
+            f"Received platform={requested!r}, but the backend sees no {requested.upper()} device (it sees: "
+            f"{found}). Run where there is one, or pass platform='auto' to use the best there is."
+        )
     for kind in KINDS:
         count = device_counts.get(kind.NAME, 0)
         if count > 0:

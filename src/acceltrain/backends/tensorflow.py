@@ -1,0 +1,280 @@
+"""Distribution on TensorFlow: `tf.distribute` strategies over the devices TensorFlow sees.
+
+Same function names as `backends/jax.py`. Only this module imports tensorflow. Keras's own
+distribution API on TensorFlow is a prototype (its file says "DO NOT USE"), so the model is built and
+compiled inside a strategy's scope instead: TPUStrategy on a TPU, MirroredStrategy over several GPUs
+(or simulated CPUs), TensorFlow's default strategy on one device.
+"""
+
+import contextlib
+import json
+import os
+import time
+
+import tensorflow as tf
+
+from acceltrain import log
+from acceltrain.errors import AcceltrainError, UsageError
+
+NAME = "tensorflow"
+
+# tf.distribute splits a batch that does not divide over the replicas unevenly (the last, partial
+# batch of a dataset), so evaluation datasets need no padding here. JAX cannot (see backends/jax.py).
+SPLITS_UNEVEN_BATCHES = True
+
+# How long connect() keeps retrying a TPU that answers but is not ready (a legacy TPU node booting,
+# a TPU VM's runtime starting), and the longest pause between tries.
+TPU_TIMEOUT_S = 300.0
+TPU_MAX_BACKOFF_S = 30.0
+
+# The TPU connect() started, if any. TensorFlow's TPU system is process-wide, and initializing it a
+# second time wipes the TPU's memory, so it is started once and remembered here.
+_tpu_resolver = None
+
+
+# --- Start-up ---------------------------------------------------------------------------------
+
+def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | None = None) -> None:
+    """Start TensorFlow on the hardware asked for: simulated CPUs, else a TPU if one answers.
+
+    Raises AcceltrainError when a TPU was asked for (platform="tpu" or a TPU name) and none answered.
+    """
+    global _tpu_resolver
+    _refuse_multi_worker()
+    # 1. Simulated devices: logical CPUs must be configured before TensorFlow starts its runtime.
+    if simulate_devices is not None:
+        _split_cpu(simulate_devices)
+        return
+    # 2. A TPU, tried first unless another platform was asked for (the seed's resolver steps).
+    if platform not in ("auto", "tpu") or _tpu_resolver is not None:
+        return
+    resolver, tried = find_tpu(tpu_ways(tpu))
+    if resolver is not None:
+        _tpu_resolver = resolver
+    elif platform == "tpu":  # connect() sets it for a TPU name too
+        raise AcceltrainError(
+            f"A TPU was asked for ({'tpu=' + repr(tpu) if tpu else 'platform=tpu'}), but none answered. "
+            f"Tried: {'; '.join(tried)}. On Colab or Kaggle, pick a TPU runtime (Runtime → Change runtime "
+            "type); on Google Cloud, pass the TPU's name (tpu='my-tpu' or --tpu my-tpu) from a VM in its zone."
+        )
+    else:
+        log.info(f"no TPU ({'; '.join(tried)}): using the best of GPU and CPU")
+
+
+def _refuse_multi_worker() -> None:
+    """Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585): say so up front."""
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    except (ValueError, AttributeError):
+        return  # not ours to validate: TensorFlow reports a malformed TF_CONFIG itself
+    workers = sum(len(cluster.get(job, [])) for job in ("chief", "worker"))
+    if workers > 1:
+        raise UsageError(
+            f"TF_CONFIG describes {workers} workers, but Keras 3's fit does not train under TensorFlow's "
+            "MultiWorkerMirroredStrategy (keras-team/keras#20585, tensorflow/tensorflow#72388). Train on "
+            "several hosts with --backend jax, or unset TF_CONFIG to train on this host alone."
+        )
+
+
+def _split_cpu(count: int) -> None:
+    """Show the CPU as `count` logical devices, and hide any GPU: simulated devices are CPUs."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_visible_devices([cpu], "CPU")
+        tf.config.set_visible_devices([], "GPU")
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:
+        # TensorFlow has started: fine only if it started with the same devices.
+        started_with = len(tf.config.list_logical_devices("CPU"))
+        if started_with != count or tf.config.list_logical_devices("GPU"):
+            raise UsageError(
+                f"simulate_devices={count} was asked for after TensorFlow had started with {started_with} "
+                "CPU device(s). TensorFlow fixes its devices when it first runs: call "
+                "connect(simulate_devices=...) before anything uses TensorFlow."
+            ) from None
+
+
+# --- The TPU: the seed's steps, through one seam ------------------------------------------------
+
+class TPUSystem:
+    """Every call into TensorFlow's TPU functions. Tests replace `tpu_system` with a fake: no TPU here."""
+
+    # Errors of a TPU that is there but not ready yet: worth another try. Any other error means no TPU
+    # by this way (ValueError "Please provide a TPU Name", NotFoundError "TPUs not found").
+    transient_errors = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError)
+
+    def resolve(self, name):
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver
+        return resolver() if name is None else resolver(tpu=name)
+
+    def connect(self, resolver) -> None:
+        tf.config.experimental_connect_to_cluster(resolver)  # a no-op for 'local'
+
+    def initialize(self, resolver) -> None:
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+
+    def strategy(self, resolver):
+        return tf.distribute.TPUStrategy(resolver)
+
+
+tpu_system = TPUSystem()
+
+
+def tpu_ways(tpu: str | None) -> list:
+    """The ways to reach a TPU, in order. A name given is the only way. Else TPU_NAME if set, then
+    'local' (TPU VMs: Colab, Kaggle, Cloud, where the bare resolver fails with "Please provide a TPU
+    Name"), then the bare resolver (None: legacy TPU nodes, found through COLAB_TPU_ADDR)."""
+    if tpu:
+        return [tpu]
+    from_env = os.environ.get("TPU_NAME")
+    return ([from_env] if from_env and from_env != "local" else []) + ["local", None]
+
+
+def find_tpu(ways: list, *, system=None, timeout_s: float = TPU_TIMEOUT_S, sleep=time.sleep,
+             clock=time.monotonic):
+    """Resolve, connect and initialize a TPU: the seed's steps, each way in turn until one works.
+    Returns (the resolver or None, what was tried and why it failed).
+
+    A way whose TPU is not ready is retried with doubling pauses until `timeout_s` has passed since
+    the first try; every way is tried at least once.
+    """
+    system = system or tpu_system
+    deadline = clock() + timeout_s
+    tried = []
+    for way in ways:
+        label = "the bare resolver" if way is None else repr(way)
+        pause, attempt = 1.0, 0
+        while True:
+            attempt += 1
+            try:
+                resolver = system.resolve(way)
+                system.connect(resolver)
+                system.initialize(resolver)
+                return resolver, tried
+            except Exception as error:  # noqa: BLE001 -- each way fails in its own way; all are reported
+                reason = f"{type(error).__name__}: {_first_line(error)}"
+                left = deadline - clock()
+                if not isinstance(error, system.transient_errors) or left <= 0:
+                    tries = f" after {attempt} tries" if attempt > 1 else ""
+                    tried.append(f"{label}{tries} ({reason})")
+                    break
+                pause = min(pause, left)
+                log.info(f"waiting for the TPU {label}: try {attempt} failed ({reason}); next in {pause:.0f} s, "
+                         f"giving up in {left:.0f} s")
+                sleep(pause)
+                pause = min(pause * 2, TPU_MAX_BACKOFF_S)
+    return None, tried
+
+
+def _first_line(error: Exception) -> str:
+    """The first sentence of an error: TensorFlow's go on for lines of kernel names."""
+    text = str(error).strip().splitlines()
+    sentence = text[0].split(". ")[0] if text else "no message"
+    return sentence if len(sentence) <= 100 else sentence[:99] + "…"
+
+
+# --- What is there ----------------------------------------------------------------------------
+
+def device_counts() -> dict[str, int]:
+    """How many devices each platform has. TPUs appear only once connect() has initialized one."""
+    return {platform: len(tf.config.list_logical_devices(platform.upper())) for platform in ("tpu", "gpu", "cpu")}
+
+
+def devices(platform: str) -> tuple[str, ...]:
+    """The platform's devices, named as on JAX ("cpu:0"), so describe() reads the same on both."""
+    return tuple(f"{platform}:{device.name.rsplit(':', 1)[1]}"
+                 for device in tf.config.list_logical_devices(platform.upper()))
+
+
+def device_kind(platform: str) -> str:
+    if platform == "gpu":
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        return details.get("device_name", "GPU")
+    if platform == "tpu":
+        accelerator = os.environ.get("TPU_ACCELERATOR_TYPE")  # set on TPU VMs, e.g. "v2-8"
+        return f"TPU {accelerator}" if accelerator else "TPU"
+    return "cpu"
+
+
+def process_count() -> int:
+    return 1  # multi-worker training is refused in prepare(): see _refuse_multi_worker
+
+
+def process_index() -> int:
+    return 0
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, numpy, TensorFlow and Keras: weights, dropout and the data order of fit."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+
+
+def versions() -> dict[str, str]:
+    import keras
+
+    return {"keras": keras.__version__, "tensorflow": tf.__version__}
+
+
+# --- Distribution -----------------------------------------------------------------------------
+
+def make_distribution(kind: str, device_names: tuple[str, ...]):
+    """A tf.distribute strategy for `kind` ("data" | "none") over the named devices; None for "none".
+
+    None means TensorFlow's default strategy: one device, nothing to split. A TPU runs only under
+    TPUStrategy (under the default strategy, Keras would train on the TPU host's CPU), so a TPU gets
+    one whatever `kind`.
+    """
+    if device_names[0].startswith("tpu:"):
+        return tpu_system.strategy(_tpu_resolver)
+    if kind == "none":
+        return None
+    return tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names])
+
+
+def distribution_name(distribution) -> str:
+    if distribution is None:
+        return "none"
+    return type(distribution).__name__.removesuffix("V2")  # tf.distribute.TPUStrategy is TPUStrategyV2
+
+
+def num_replicas(distribution) -> int:
+    """How many slices each global batch is cut into: the strategy's own count."""
+    return 1 if distribution is None else distribution.num_replicas_in_sync
+
+
+@contextlib.contextmanager
+def scope(distribution):
+    """Models built inside have their variables placed by the strategy; the previous one is restored."""
+    if distribution is None:
+        yield
+        return
+    with distribution.scope():  # TensorFlow leaves the strategy's scope in a finally
+        yield
+
+
+def set_jit_compile(model, platform: str, distribution) -> str | None:
+    """Compile training steps with XLA where TensorFlow gains and Keras's 'auto' leaves it off.
+
+    Keras turns XLA on by itself on a GPU, and a TPUStrategy compiles with XLA anyway. On one CPU, Keras
+    leaves it off, yet an epoch of the seed's MLP took 1.27 s with XLA against 1.5-2.5 s without
+    (FACTS.md). Under MirroredStrategy Keras leaves it off on purpose (cross-replica sums inside an XLA
+    function), and so does this. Returns the reason when it changed the model.
+    """
+    if platform != "cpu" or distribution is not None or model.jit_compile or model.run_eagerly:
+        return None
+    model.jit_compile = True  # Keras's setter falls back to False, with a warning, for a model XLA cannot take
+    if not model.jit_compile:
+        return None
+    model.train_function = model.test_function = model.predict_function = None
+    return "jit_compile on (XLA on one CPU: 1.27 s an epoch of the seed's MLP against 1.5-2.5 s without)"
+
+
+def placement(array) -> str:
+    """Where a variable's copies live (one per replica under MirroredStrategy), for tests and `doctor`."""
+    value = getattr(array, "value", array)
+    copies = getattr(value, "values", None)
+    if copies is not None:
+        return f"{type(value).__name__}({', '.join(copy.device for copy in copies)})"
+    return str(value.device)

@@ -1,0 +1,68 @@
+"""data.py on tf.data datasets: the global-batch rules, without importing TensorFlow in data.py."""
+
+import numpy as np
+import pytest
+
+from acceltrain import data
+from acceltrain.errors import UsageError
+
+tf = pytest.importorskip("tensorflow")
+
+X = np.arange(42, dtype=np.float32).reshape(21, 2)
+Y = np.arange(21, dtype=np.int32) % 3
+
+
+def batched(size, **kwargs):
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(size, **kwargs)
+
+
+def test_a_dataset_is_recognised_and_arrays_are_not():
+    assert data.is_dataset(batched(8))
+    assert not data.is_dataset(X) and not data.is_dataset(None)
+
+
+@pytest.mark.parametrize("dataset", [batched(8), batched(8, drop_remainder=True)], ids=["dynamic", "static"])
+def test_the_batch_is_read_from_the_shape_or_the_first_batch(dataset):
+    assert data.dataset_batch_size(dataset) == 8
+
+
+def test_single_samples_are_refused_with_the_fix():
+    with pytest.raises(UsageError, match=r"single samples.*dataset.batch"):
+        data.dataset_batch_size(tf.data.Dataset.from_tensor_slices((X, Y)))
+
+
+def test_an_empty_dataset_is_refused():
+    with pytest.raises(UsageError, match="empty"):
+        data.dataset_batch_size(batched(8).filter(lambda x, y: False))
+
+
+def test_a_batch_that_does_not_divide_names_the_nearest_that_do():
+    with pytest.raises(UsageError, match=r"batched by 10, which does not divide over 4 replicas.*8 or 12"):
+        data.check_dataset(batched(10), None, 4)
+    assert data.check_dataset(batched(8), None, 4) == 8
+    assert data.check_dataset(batched(8), 8, 4) == 8
+
+
+def test_drop_remainder_makes_every_batch_full_and_static():
+    dataset, changed = data.drop_remainder(batched(8), 8)
+    assert changed and data.has_static_batch(dataset)
+    assert [len(x) for x, _ in dataset] == [8, 8]
+    same, changed = data.drop_remainder(dataset, 8)
+    assert same is dataset and not changed
+
+
+def test_num_batches_where_tensorflow_knows_it():
+    assert data.num_batches(batched(8)) == 3
+    assert data.num_batches(batched(8).filter(lambda x, y: True)) is None
+
+
+def test_a_dataset_read_into_memory_keeps_every_sample():
+    x, y = data.dataset_to_arrays(batched(8))
+    np.testing.assert_array_equal(x, X)
+    np.testing.assert_array_equal(y, Y)
+    x_only, none = data.dataset_to_arrays(tf.data.Dataset.from_tensor_slices(X).batch(8))
+    np.testing.assert_array_equal(x_only, X)
+    assert none is None
+    weighted = tf.data.Dataset.from_tensor_slices((X, Y, Y.astype(np.float32))).batch(8)
+    with pytest.raises(UsageError, match="3-part elements"):
+        data.dataset_to_arrays(weighted)
