@@ -16,12 +16,15 @@ SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
 
 def env(**extra) -> dict:
-    """This environment, with the acceltrain under test first on the path and no job of the caller's."""
+    """This environment, with the acceltrain under test first on the path and no job of the caller's.
+    `extra` adds variables; a PYTHONPATH given there goes after the source tree's."""
     source_root = str(Path(acceltrain.__file__).resolve().parent.parent)
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELTRAIN_", "SLURM_", "OMPI_"))}
     environment.pop("KERAS_BACKEND", None)
     environment.pop("XLA_FLAGS", None)
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, os.environ.get("PYTHONPATH")) if p)
+    extra_path = extra.pop("PYTHONPATH", None)
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (source_root, extra_path, os.environ.get("PYTHONPATH")) if p)
     environment.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environment.update(extra)
     return environment

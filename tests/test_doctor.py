@@ -140,7 +140,7 @@ def test_doctor_fails_clearly_on_a_broken_environment(tmp_path):
     site.mkdir()
     (site / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
     result = run_cli("doctor", "--out", "/proc/acceltrain-runs", "--simulate-devices", 7, timeout=300,
-                     env={"PYTHONPATH": str(site)})
+                     PYTHONPATH=str(site))
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert any(line.startswith("fail  tensorflow") and "does not import" in line for line in lines)
