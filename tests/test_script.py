@@ -26,6 +26,20 @@ def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
     assert support.accuracy(run.stdout) > 0.85
 
 
+@pytest.mark.tensorflow
+def test_plain_script_runs_under_mirrored_strategy_on_tensorflow():
+    plain = support.python(support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="tensorflow")
+    assert plain.returncode == 0, plain.stderr
+
+    run = support.run_cli("run", "--backend", "tensorflow", "--simulate-devices", "2",
+                          support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
+
+    assert run.returncode == 0, run.stderr
+    assert "2 × cpu (simulated) → MirroredStrategy over 2 replicas" in run.stderr
+    assert "fit: global batch 256 = 128 × 2 replica(s); the model's variables span 2 devices" in run.stderr
+    assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.02
+
+
 @pytest.mark.multi_device
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]

@@ -162,14 +162,14 @@ class FitGuard:
         findings = checks.check_fit(
             num_samples=num_samples, batch_size=arguments.get("batch_size"),
             steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=self.runtime.num_replicas,
-            platform=self.runtime.platform, splits_unevenly=self.runtime._framework.SPLITS_BATCHES_UNEVENLY,
+            platform=self.runtime.platform, splits_unevenly=self.runtime._framework.SPLITS_UNEVEN_BATCHES,
             input_dtypes=dtypes, y=y, loss_name=_loss_name(model), output_units=_output_units(model),
         )
         self._report(findings)
 
     def _check_batch(self, batch_size) -> None:
         self._report(checks.uneven_batch(batch_size, self.runtime.num_replicas,
-                                         self.runtime._framework.SPLITS_BATCHES_UNEVENLY))
+                                         self.runtime._framework.SPLITS_UNEVEN_BATCHES))
 
     def _report(self, findings) -> None:
         for finding in findings:

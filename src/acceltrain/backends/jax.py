@@ -200,9 +200,6 @@ def placement(array) -> str:
 
 # --- Many processes, and unmodified scripts (`acceltrain run`, `acceltrain launch`) --------------
 
-# A batch must split into equal slices: jax.device_put of 100 rows over 8 devices is an error.
-SPLITS_BATCHES_UNEVENLY = False
-
 # Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others
 # (JAX's default is 100): a crashed host ends the job within a minute instead of hanging it.
 HEARTBEAT_TIMEOUT_SECONDS = 30

@@ -7,6 +7,7 @@ compiled inside a strategy's scope instead: TPUStrategy on a TPU, MirroredStrate
 """
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -278,3 +279,40 @@ def placement(array) -> str:
     if copies is not None:
         return f"{type(value).__name__}({', '.join(copy.device for copy in copies)})"
     return str(value.device)
+
+
+# --- Unmodified scripts (`acceltrain run`) ------------------------------------------------------
+# Multi-process jobs are refused on TensorFlow (prepare, _refuse_multi_worker), so the JAX module's
+# start_processes and shard_inputs_per_process have no twin here.
+
+
+def devices_spanned(variable) -> int:
+    """How many devices hold a copy of a Keras variable: one per replica under MirroredStrategy."""
+    value = getattr(variable, "value", variable)
+    copies = getattr(value, "values", None)
+    return len(copies) if copies is not None else 1
+
+
+@contextlib.contextmanager
+def fit_hook(hook):
+    """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
+    returns the (args, kwargs) to call Keras with. The previous methods are restored on exit."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    originals = {name: getattr(TensorFlowTrainer, name) for name in ("fit", "evaluate")}
+
+    def hooked(name, method):
+        @functools.wraps(method)
+        def wrapper(model, *args, **kwargs):
+            args, kwargs = hook(name, model, args, kwargs)
+            return method(model, *args, **kwargs)
+
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(TensorFlowTrainer, name, hooked(name, method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(TensorFlowTrainer, name, method)
