@@ -204,3 +204,46 @@ def test_an_eight_device_run_resumes_on_one_device(tmp_path, small_mnist, cli):
     assert "written by 8 replicas; continuing on 1" in resumed.stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["history"]["loss"]) == 2 and metrics["runtime"]["num_replicas"] == 1
+
+
+def _train_job_of_two_processes(args, timeout=400):
+    """`acceltrain train ARGS` as both processes of one jax.distributed job (as on two hosts)."""
+    import socket
+
+    from acceltrain import cluster
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    processes = [
+        subprocess.Popen(support.command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=support.env(**{cluster.ENV_COORDINATOR: f"127.0.0.1:{port}",
+                                            cluster.ENV_NUM_PROCESSES: "2", cluster.ENV_PROCESS_ID: str(index)}))
+        for index in (0, 1)]
+    try:
+        return [(p.wait(timeout=timeout), *p.communicate()) for p in processes]
+    finally:
+        for p in processes:
+            p.kill()
+
+
+@pytest.mark.multi_device
+def test_a_two_process_job_trains_writes_once_and_resumes(tmp_path, small_mnist):
+    """Two processes × 2 devices: global batches as on one process, process 0 alone writes, resume works."""
+    out = tmp_path / "run"
+    args = ["train", "--data", small_mnist, "--batch-size", 240, "--simulate-devices", 2, "--out", out, "--quiet"]
+    results = _train_job_of_two_processes([*args, "--epochs", 1])
+    for code, stdout, stderr in results:
+        assert code == 0, stderr
+    accuracies = {float(stdout.splitlines()[-1].split(": ")[1]) for _, stdout, _ in results}
+    assert len(accuracies) == 1  # both processes report the same global metrics
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["runtime"]["num_processes"], metrics["runtime"]["num_replicas"]) == (2, 4)
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["epoch-0001-step-00000"]
+
+    results = _train_job_of_two_processes([*args, "--epochs", 2, "--resume"])
+    for code, _, stderr in results:
+        assert code == 0, stderr
+    assert len(json.loads((out / "metrics.json").read_text())["history"]["loss"]) == 2
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch-0001-step-00000",
+                                                                        "epoch-0002-step-00000"]

@@ -124,3 +124,21 @@ def _wait_for_line(stream, text: str, *, timeout: float) -> float:
         if text in line:
             return time.monotonic()
     pytest.fail(f"no line with {text!r} within {timeout} s")
+
+
+@pytest.mark.multi_device
+def test_runtime_fit_in_a_two_process_job_matches_one_process():
+    """The library API under launch: each process feeds its share, metrics are global and as on one process."""
+    script = support.SCRIPTS / "library_fit.py"
+    one = support.run_cli("run", "--simulate-devices", "4", script, timeout=300)
+    two = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script, timeout=400)
+    assert one.returncode == 0, one.stderr
+    assert two.returncode == 0, two.stderr
+    lines = [line for line in two.stdout.splitlines() if "processes 2 replicas 4" in line]
+    assert len(lines) == 2 and lines[0].split("] ", 1)[1] == lines[1].split("] ", 1)[1]  # the same global view
+    expected = one.stdout.strip().splitlines()[-1].split()
+    got = lines[0].split("] ", 1)[1].split()
+    assert expected[:4] == ["processes", "1", "replicas", "4"]
+    # Same samples in each global batch, same seed: equal up to the order of float sums.
+    assert float(got[5]) == pytest.approx(float(expected[5]), rel=1e-3)
+    assert float(got[7]) == pytest.approx(float(expected[7]), abs=0.01)

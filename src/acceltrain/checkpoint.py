@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,15 +69,22 @@ class Every:
 class Checkpoints:
     """The checkpoints folder of one run: save, list, and find the newest good one."""
 
-    def __init__(self, folder: Path, keep: int = 2):
+    def __init__(self, folder: Path, keep: int = 2, writer: bool = True):
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise UsageError(f"Received keep_checkpoints={keep!r}. Expected a whole number of at least 1.")
         self.folder = Path(folder)
         self.keep = keep
+        self.writer = writer  # in a multi-process job, process 0 alone writes
 
     def save(self, model, state: State) -> Path:
         """Write a checkpoint atomically, then delete all but the newest `keep`."""
         final = self.folder / f"epoch-{state.epoch:04d}-step-{state.step:05d}"
+        if not self.writer:
+            # Reading the weights is a step every process of the job takes (or process 0 waits for ever):
+            # save them too, where nobody looks, and throw them away.
+            with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
+                model.save_weights(Path(folder) / WEIGHTS)
+            return final
         partial = self.folder / f".{final.name}.{os.getpid()}.partial"
         try:
             shutil.rmtree(partial, ignore_errors=True)

@@ -136,6 +136,17 @@ def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
     return _map(tile, x), (None if y is None else _map(tile, y)), k
 
 
+def process_share(x, process_index: int, num_processes: int):
+    """This process's share of the samples in a multi-process job: every num_processes-th, from its index.
+
+    Keras joins the processes' local batches into one global batch, so global batch k holds exactly the
+    samples of batch k of the whole array (in another order within it), whatever the process count.
+    """
+    if x is None or num_processes == 1:
+        return x
+    return _map(lambda a: a[process_index::num_processes], x)
+
+
 def take(x, indices):
     """The samples at `indices`, in that order, from an array or a nest of them."""
     return None if x is None else _map(lambda a: a[indices], x)

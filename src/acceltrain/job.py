@@ -121,6 +121,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
         "runtime": runtime.describe(),
     }
+    if runtime.process_index > 0:
+        _save_for_nobody(model)  # process 0 writes; the others take their part in reading the weights
+        return metrics
     out_dir.mkdir(parents=True, exist_ok=True)
     with outputs.atomic_path(out_dir / "model.keras") as path:
         model.save(path)
@@ -132,6 +135,16 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))} and config.toml")
     log.info(f"outputs in {out_dir}")
     return metrics
+
+
+def _save_for_nobody(model) -> None:
+    """In a multi-process job, reading the weights is a step every process takes, or process 0 waits for
+    ever: the other processes save too, to a folder thrown away."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
+        model.save(Path(folder) / "model.keras")
+        model.save_weights(Path(folder) / "model.weights.h5")
 
 
 def _check_out_dir_is_free(out_dir: Path, config: TrainConfig) -> None:

@@ -31,8 +31,13 @@ class Interrupted(AcceltrainError):
 
 
 def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
-        seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None, **fit_kwargs):
-    """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says."""
+        seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None,
+        process_share=lambda arrays: arrays, num_processes: int = 1, **fit_kwargs):
+    """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says.
+
+    In a multi-process job `process_share` gives this process its share of (x, y) and each process
+    batches `batch_size / num_processes` of it: global batch k is the same samples on any process count.
+    """
     if fit_kwargs.pop("shuffle", True) is False:
         log.info("shuffle=False ignored with checkpoints: the order of each epoch comes from (seed, epoch)")
     state = _starting_state(model, checkpoints, resume, seed, num_replicas)
@@ -48,8 +53,9 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
             order = epoch_order(state.seed, epoch, num_samples)[first_step * batch_size:]
             saver.start_epoch(epoch, first_step)
             started = time.perf_counter()
+            x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
             epoch_history = model.fit(
-                data.take(x, order), data.take(y, order), batch_size=batch_size, initial_epoch=epoch,
+                x_epoch, y_epoch, batch_size=batch_size // num_processes, initial_epoch=epoch,
                 epochs=epoch + 1, shuffle=False, validation_data=validation_data, verbose=verbose,
                 callbacks=[progress, saver, *callbacks], **fit_kwargs,
             )

@@ -9,6 +9,7 @@ This module never imports a framework: it calls the backend module connect() cho
 """
 
 import contextlib
+import contextvars
 import math
 import os
 import platform as _platform
@@ -64,6 +65,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     # 4. Choose the distribution.
     kind, distribution_reason = decisions.choose_distribution(distribution, found.num_devices)
     runtime = Runtime(framework, found, framework.make_distribution(kind, found.devices))
+    if found.num_processes > 1:
+        framework.shard_inputs_per_process(runtime.distribution)  # each process feeds its own share
     runtime.decisions = {
         "backend": f"{backend_name} ({backend_reason})",
         "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
@@ -98,6 +101,24 @@ def _check_platform(platform, tpu, simulate_devices) -> str:
         raise UsageError(f"Received simulate_devices={simulate_devices} with platform={platform!r}. Simulated "
                          "devices are slices of the CPU: leave platform out, or drop simulate_devices.")
     return platform
+
+
+# True while Runtime.fit/evaluate call Keras with inputs they have already prepared (checked, trimmed,
+# shared out per process), so `acceltrain run`'s hook on Keras's fit leaves them alone.
+_inputs_prepared = contextvars.ContextVar("acceltrain_inputs_prepared", default=False)
+
+
+def inputs_prepared() -> bool:
+    return _inputs_prepared.get()
+
+
+@contextlib.contextmanager
+def _preparing_inputs():
+    token = _inputs_prepared.set(True)
+    try:
+        yield
+    finally:
+        _inputs_prepared.reset(token)
 
 
 class Runtime:
@@ -212,6 +233,7 @@ class Runtime:
         _check_compiled(model)
         # 1. The global batch splits evenly over the replicas (a dataset brings its own).
         dataset = data.is_dataset(x)
+        self._check_multi_process_inputs(x, validation_data)
         if dataset:
             x, batch_size, steps_per_epoch = self._prepare_training_dataset(x, batch_size)
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
@@ -229,10 +251,12 @@ class Runtime:
                 fit_kwargs.setdefault("validation_batch_size", validation_batch)
         elif validation_data is not None:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
+            validation_data = self._own_share(validation_data)
         if checkpoint_dir is not None:
             from acceltrain.checkpoint import Checkpoints, Every
 
-            checkpoints, every = Checkpoints(Path(checkpoint_dir), keep_checkpoints), Every.parse(checkpoint_every)
+            checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
+            every = Every.parse(checkpoint_every)
             if not data.is_arrays(x):
                 raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
                                  "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
@@ -249,13 +273,17 @@ class Runtime:
         jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
         if jit_reason:
             log.info(jit_reason)
-        # 4. Train, watching for divergence.
+        # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
+        if validation_data is not None and not data.is_dataset(validation_data):
+            fit_kwargs.setdefault("validation_batch_size", batch_size)
+        fit_kwargs = self._local_batches(fit_kwargs, "validation_batch_size")
         divergence = DivergenceCheck(num_classes)
-        with self.scope():
+        with self.scope(), _preparing_inputs():
             if checkpoint_dir is None:
                 timer = EpochTimer()
-                history = model.fit(x, y, batch_size=None if dataset else batch_size, epochs=epochs,
-                                    validation_data=validation_data,
+                x, y = self._own_share((x, y))
+                history = model.fit(x, y, batch_size=None if dataset else batch_size // self.num_processes,
+                                    epochs=epochs, validation_data=validation_data,
                                     callbacks=[*callbacks, timer, divergence], verbose=verbose, **fit_kwargs)
                 history.epoch_seconds = timer.epoch_seconds
             else:
@@ -264,7 +292,8 @@ class Runtime:
                 history = resumable.fit(
                     model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,
                     resume=resume, seed=self._seed, num_replicas=self.num_replicas, verbose=verbose,
-                    validation_data=validation_data, callbacks=[*callbacks, divergence], **fit_kwargs)
+                    validation_data=validation_data, callbacks=[*callbacks, divergence],
+                    process_share=self._own_share, num_processes=self.num_processes, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
@@ -279,10 +308,32 @@ class Runtime:
         else:
             data.check_batch_size(batch_size, self.num_replicas)
             if data.is_arrays(x):
-                x, y = self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x")
-        batch_size = None if data.is_dataset(x) else batch_size  # Keras takes a dataset's own batch
-        with self.scope():
+                self._check_multi_process_inputs(x)
+                x, y = self._own_share(self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x"))
+        # Keras takes a dataset's own batch; with arrays, each process batches its share.
+        batch_size = None if data.is_dataset(x) else batch_size // self.num_processes
+        with self.scope(), _preparing_inputs():
             return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True, **evaluate_kwargs)
+
+    # --- Many processes: each feeds its own share, Keras joins them into global batches ----------
+
+    def _check_multi_process_inputs(self, *inputs) -> None:
+        if self.num_processes > 1 and any(data.is_dataset(i) for i in inputs):
+            raise UsageError(
+                f"Received a tf.data.Dataset in a job of {self.num_processes} processes. Pass numpy arrays "
+                "(each process then feeds its own share of them), or shard the dataset per process yourself "
+                "and call keras's model.fit directly."
+            )
+
+    def _own_share(self, arrays):
+        """This process's share of each array in a tuple (the whole tuple when there is one process)."""
+        if self.num_processes == 1 or not isinstance(arrays, tuple):
+            return arrays
+        return tuple(data.process_share(a, self.process_index, self.num_processes) for a in arrays)
+
+    def _local_batches(self, kwargs: dict, *names) -> dict:
+        """Keras batches each process's share: a global batch B is B / num_processes from each."""
+        return {**kwargs, **{name: kwargs[name] // self.num_processes for name in names if kwargs.get(name)}}
 
     def _prepare_training_arrays(self, x, y, batch_size, num_classes):
         data.check_arrays(x, y)

@@ -21,7 +21,7 @@ import numpy as np
 
 from acceltrain import checks, data, log
 from acceltrain.errors import UsageError
-from acceltrain.runtime import connect
+from acceltrain.runtime import connect, inputs_prepared
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
@@ -36,7 +36,6 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id)
     framework = runtime._framework
     if runtime.num_processes > 1:
-        framework.shard_inputs_per_process(runtime.distribution)  # FitGuard hands each process its slice
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
@@ -139,8 +138,8 @@ class FitGuard:
         arguments = dict(bound.arguments)
         del arguments[next(iter(arguments))]  # the model itself
         arguments.update(arguments.pop("kwargs", {}))  # evaluate's **kwargs
-        if not data.is_arrays(arguments.get("x")):
-            return args, kwargs  # datasets and generators: Keras takes them as they are
+        if not data.is_arrays(arguments.get("x")) or inputs_prepared():
+            return args, kwargs  # datasets and generators, or Runtime.fit's own call: Keras takes them as they are
         if name == "fit":
             self._check(model, arguments)
             self._tell_placement(model, arguments.get("batch_size"))
