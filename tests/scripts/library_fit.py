@@ -4,7 +4,6 @@ Under `acceltrain launch --processes 2`, connect() finds the job from the enviro
 Prints the process's view and the global metrics.
 """
 
-
 import acceltrain
 
 runtime = acceltrain.connect()
