@@ -4,6 +4,8 @@ A backend module is imported only once connect() has chosen it, so importing acc
 framework and fixes no Keras backend.
 """
 
+import contextlib
+import functools
 import importlib
 import importlib.util
 import os
@@ -29,3 +31,27 @@ def loaded_keras_backend() -> str | None:
 
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
+
+
+@contextlib.contextmanager
+def hooked_fit(trainer_class, hook):
+    """Inside, each `fit` and `evaluate` of `trainer_class` (a backend's Keras trainer) first calls
+    `hook(name, model, args, kwargs)`, which returns the (args, kwargs) to call Keras with. The previous
+    methods are restored on exit. The same for both backends: only the trainer class differs."""
+    originals = {name: getattr(trainer_class, name) for name in ("fit", "evaluate")}
+
+    def hooked(name, method):
+        @functools.wraps(method)
+        def wrapper(model, *args, **kwargs):
+            args, kwargs = hook(name, model, args, kwargs)
+            return method(model, *args, **kwargs)
+
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(trainer_class, name, hooked(name, method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(trainer_class, name, method)

@@ -237,28 +237,13 @@ def devices_spanned(variable) -> int:
     return len(sharding.device_set) if sharding is not None else 1
 
 
-@contextlib.contextmanager
 def fit_hook(hook):
     """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
-    returns the (args, kwargs) to call Keras with. How `acceltrain run` checks and shards the inputs of a
+    returns the (args, kwargs) to call Keras with: how `acceltrain run` checks and shards the inputs of a
     script it does not change. The previous methods are restored on exit.
     """
     from keras.src.backend.jax.trainer import JAXTrainer
 
-    originals = {name: getattr(JAXTrainer, name) for name in ("fit", "evaluate")}
+    from acceltrain.backends import hooked_fit
 
-    def hooked(name, method):
-        @functools.wraps(method)
-        def wrapper(model, *args, **kwargs):
-            args, kwargs = hook(name, model, args, kwargs)
-            return method(model, *args, **kwargs)
-
-        return wrapper
-
-    for name, method in originals.items():
-        setattr(JAXTrainer, name, hooked(name, method))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(JAXTrainer, name, method)
+    return hooked_fit(JAXTrainer, hook)

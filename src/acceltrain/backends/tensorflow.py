@@ -7,7 +7,6 @@ compiled inside a strategy's scope instead: TPUStrategy on a TPU, MirroredStrate
 """
 
 import contextlib
-import functools
 import json
 import os
 import time
@@ -293,26 +292,13 @@ def devices_spanned(variable) -> int:
     return len(copies) if copies is not None else 1
 
 
-@contextlib.contextmanager
 def fit_hook(hook):
     """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
-    returns the (args, kwargs) to call Keras with. The previous methods are restored on exit."""
+    returns the (args, kwargs) to call Keras with: how `acceltrain run` checks and shards the inputs of a
+    script it does not change. The previous methods are restored on exit.
+    """
     from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
 
-    originals = {name: getattr(TensorFlowTrainer, name) for name in ("fit", "evaluate")}
+    from acceltrain.backends import hooked_fit
 
-    def hooked(name, method):
-        @functools.wraps(method)
-        def wrapper(model, *args, **kwargs):
-            args, kwargs = hook(name, model, args, kwargs)
-            return method(model, *args, **kwargs)
-
-        return wrapper
-
-    for name, method in originals.items():
-        setattr(TensorFlowTrainer, name, hooked(name, method))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(TensorFlowTrainer, name, method)
+    return hooked_fit(TensorFlowTrainer, hook)
