@@ -130,7 +130,7 @@ def _guard(num_replicas, num_processes=1, process_index=0):
 
     from acceltrain.script import FitGuard
 
-    framework = SimpleNamespace(SPLITS_BATCHES_UNEVENLY=False, devices_spanned=lambda variable: num_replicas)
+    framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
     return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
                                     process_index=process_index, platform="cpu", _framework=framework))
 
