@@ -104,6 +104,13 @@ def device_kind(platform: str) -> str:
     return jax.devices(platform)[0].device_kind
 
 
+def compute_capability(platform: str) -> str | None:
+    """A GPU's CUDA compute capability ("9.0"); None for other platforms and GPUs that report none."""
+    if platform != "gpu":
+        return None
+    return getattr(jax.devices(platform)[0], "compute_capability", None)
+
+
 def process_count() -> int:
     return jax.process_count()
 
