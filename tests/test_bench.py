@@ -12,7 +12,7 @@ from acceltrain import bench
 from acceltrain.hardware import cpu, gpu, tpu
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-VARIANT_FIELDS = {"label", "backend", "steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
+VARIANT_FIELDS = {"label", "backend", "steady_epoch_seconds", "median_steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
                   "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
 
 
@@ -39,7 +39,8 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
     assert report["samples_per_epoch"] == 2400
     assert report["flops_per_sample"] == 2 * (784 * 512 * 2 + 3 * (512 * 256 + 256 * 128 + 128 * 64 + 64 * 10))
     assert report["ceiling"]["flops_per_second"] > 0 and report["ceiling"]["dtype"] == "float32"
-    assert set(report["ratios"]) == {"plain_over_acceltrain", "acceltrain_over_hand", "plain_over_hand"}
+    for ratios in (report["ratios"], report["median_ratios"]):
+        assert set(ratios) == {"plain_over_acceltrain", "acceltrain_over_hand", "plain_over_hand"}
     cache = report["compilation_cache"]
     assert {"cold_seconds_to_first_epoch_end", "warm_seconds_to_first_epoch_end", "cut"} <= set(cache)
     assert report["runtime"]["platform"] == "cpu" and report["precision"] == "float32"

@@ -45,7 +45,7 @@ class BenchConfig:
     backend: str | None = None  # acceltrain's backend; the hand loop and the ceiling are JAX
     simulate_devices: int | None = None
     epochs: int = 4  # the first includes compilation; the rest are steady
-    repeats: int = 2  # runs of each variant, interleaved; the best steady epoch counts
+    repeats: int = 2  # runs of each variant, interleaved; the fastest steady epoch of all counts
     samples: int | None = None  # train on the first N samples only (quick checks)
     batch_size: int | None = None  # default: the recipe's
     seed: int = 0
@@ -65,6 +65,7 @@ def run(config: BenchConfig) -> dict:
     batch_size = config.batch_size or recipe.BATCH_SIZE
 
     runs = {"plain": [], "acceltrain": [], "hand": [], "ceiling": []}
+    load_before = _load_average()
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-cache-") as cache_dir:
         # acceltrain first: the hand loop and the ceiling follow its compute dtype and platform. The
         # ceiling is measured every round too, so that it sees the same load as the runs beside it.
@@ -77,17 +78,25 @@ def run(config: BenchConfig) -> dict:
                 log.info(f"bench: {LABELS[variant]}, run {repeat + 1} of {config.repeats}")
                 runs[variant].append(_run_child(variant, config, batch_size, cache_dir, extra))
     ceiling = max(runs.pop("ceiling"), key=lambda result: result["flops_per_second"])
-    return _report(config, recipe, batch_size, runs, ceiling)
+    return _report(config, recipe, batch_size, runs, ceiling, load_before)
+
+
+def _load_average() -> float | None:
+    """The machine's 1-minute load average: how much else was running (None where unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 # --- The report -------------------------------------------------------------------------------
 
-def _steady(epoch_seconds: list[float]) -> float:
-    """One run's steady epoch: the median of the epochs after the first (which compiles)."""
-    return statistics.median(epoch_seconds[1:] or epoch_seconds)
+def _steady(runs: list[dict]) -> list[float]:
+    """The steady epochs of all runs: each run's epochs after its first (which compiles)."""
+    return [seconds for run in runs for seconds in (run["epoch_seconds"][1:] or run["epoch_seconds"])]
 
 
-def _report(config, recipe, batch_size, runs, ceiling) -> dict:
+def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
     accel = runs["acceltrain"][0]
     samples = accel["samples_per_epoch"]
     flops_per_sample = accel["flops_per_sample"]
@@ -100,12 +109,15 @@ def _report(config, recipe, batch_size, runs, ceiling) -> dict:
 
     variants = {}
     for name, child_runs in runs.items():
-        steady = min(_steady(r["epoch_seconds"]) for r in child_runs)
+        # The fastest epoch: other work on the machine only ever adds time, so the fastest is the
+        # best estimate of the variant's own speed. The median shows how much the load added.
+        steady = min(_steady(child_runs))
         train_flops = flops_per_sample * samples / steady if flops_per_sample else None
         variants[name] = {
             "label": LABELS[name],
             "backend": child_runs[0]["backend"],
             "steady_epoch_seconds": steady,
+            "median_steady_epoch_seconds": statistics.median(_steady(child_runs)),
             "samples_per_second": samples / steady,
             # Start-up, data, build and compile, and the first epoch: the best run's (the hand loop
             # and plain Keras use no persistent cache, so their runs are alike).
@@ -124,6 +136,7 @@ def _report(config, recipe, batch_size, runs, ceiling) -> dict:
         cache["warm_fit_to_first_epoch_end"] = min(r["fit_to_first_epoch_end"] for r in warm)
         cache["cut"] = 1 - cache["warm_seconds_to_first_epoch_end"] / cache["cold_seconds_to_first_epoch_end"]
     steady = {name: v["steady_epoch_seconds"] for name, v in variants.items()}
+    median = {name: v["median_steady_epoch_seconds"] for name, v in variants.items()}
     return {
         "recipe": config.recipe,
         "config": asdict(config),
@@ -148,6 +161,12 @@ def _report(config, recipe, batch_size, runs, ceiling) -> dict:
             "acceltrain_over_hand": steady["acceltrain"] / steady["hand"],
             "plain_over_hand": steady["plain"] / steady["hand"],
         },
+        "median_ratios": {
+            "plain_over_acceltrain": median["plain"] / median["acceltrain"],
+            "acceltrain_over_hand": median["acceltrain"] / median["hand"],
+            "plain_over_hand": median["plain"] / median["hand"],
+        },
+        "load_average": {"before": load_before, "after": _load_average()},
         "compilation_cache": cache,
     }
 
@@ -164,21 +183,24 @@ def format_table(report: dict) -> str:
         f"{report['compute_dtype']}; " + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)"
                                           if flops else "FLOP count unknown for this model"),
         "",
-        "| | backend | steady epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
-        "|---|---|---|---|---|---|---|---|",
+        "| | backend | fastest epoch | median epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"].values():
         lines.append(
-            f"| {v['label']} | {v['backend']} | {v['steady_epoch_seconds']:.3f} s | {v['samples_per_second']:,.0f} | "
+            f"| {v['label']} | {v['backend']} | {v['steady_epoch_seconds']:.3f} s | "
+            f"{v['median_steady_epoch_seconds']:.3f} s | {v['samples_per_second']:,.0f} | "
             f"{v['seconds_to_first_epoch_end']:.1f} s | {_giga(v['train_flops_per_second'])} | "
             f"{_percent(v['fraction_of_ceiling'])} | {_percent(v['fraction_of_peak'])} |"
         )
     c = report["ceiling"]
-    lines.append(f"| {c['label']} ({c['dtype']}, {c['matmul_size']}³) | jax | | | | {_giga(c['flops_per_second'])} | "
+    lines.append(f"| {c['label']} ({c['dtype']}, {c['matmul_size']}³) | jax | | | | | {_giga(c['flops_per_second'])} | "
                  f"100% | {_percent(c['fraction_of_peak'])} |")
     r = report["ratios"]
-    lines += ["", f"Steady epoch ratios: plain / acceltrain {r['plain_over_acceltrain']:.2f}×, "
-                  f"acceltrain / hand {r['acceltrain_over_hand']:.3f}×, plain / hand {r['plain_over_hand']:.2f}×."]
+    m = report["median_ratios"]
+    lines += ["", f"Epoch ratios, fastest (median): plain / acceltrain {r['plain_over_acceltrain']:.2f}× "
+                  f"({m['plain_over_acceltrain']:.2f}×), acceltrain / hand {r['acceltrain_over_hand']:.3f}× "
+                  f"({m['acceltrain_over_hand']:.3f}×), plain / hand {r['plain_over_hand']:.2f}× ({m['plain_over_hand']:.2f}×)."]
     cache = report["compilation_cache"]
     if "warm_seconds_to_first_epoch_end" in cache:
         lines.append(
@@ -187,6 +209,10 @@ def format_table(report: dict) -> str:
             f"warm ({100 * cache['cut']:.0f}% less); from fit() start: {cache['cold_fit_to_first_epoch_end']:.2f} s "
             f"cold, {cache['warm_fit_to_first_epoch_end']:.2f} s warm."
         )
+    load = report["load_average"]
+    if load["before"] is not None:
+        lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
+                     f"{os.cpu_count()} cores.")
     peak = c["published_peak_flops_per_second"]
     lines.append(f"Published peak of {runtime['device_kind']} in {c['dtype']}: "
                  + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."))
@@ -333,8 +359,10 @@ def _hand(config) -> dict:
     import jax.numpy as jnp
     import keras
 
+    from acceltrain.backends import jax as jax_backend
+
     recipe, x, y = _inputs(config)
-    keras.utils.set_random_seed(config["seed"])
+    jax_backend.set_seed(config["seed"])  # keras.utils.set_random_seed would import TensorFlow too
     model = recipe.build_model()
     layers = _dense_stack(model)
     compute = jnp.dtype(config["compute_dtype"])
