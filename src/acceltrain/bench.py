@@ -8,7 +8,8 @@ What runs, each in its own Python process (one Keras backend per process; each p
 as a user's run does), interleaved so that a neighbour's load falls on all of them alike:
   (a) plain: the recipe's model as a plain Keras user trains it: `model.fit` with Keras's defaults on
       the TensorFlow backend (JAX where TensorFlow is not installed);
-  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path. Its first run starts
+  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path (with `checkpoints`, a
+      checkpoint every epoch as `acceltrain train` writes, timed in the epoch). Its first run starts
       with an empty compilation cache and the later runs find it filled: cold and warm start-up;
   (c) hand: a jitted JAX loop written by hand for the same model, weights and optimizer: one
       `lax.scan` per epoch over data placed on the device once. The floor;
@@ -49,6 +50,7 @@ class BenchConfig:
     samples: int | None = None  # train on the first N samples only (quick checks)
     batch_size: int | None = None  # default: the recipe's
     seed: int = 0
+    checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: a checkpoint every epoch
 
 
 def run(config: BenchConfig) -> dict:
@@ -181,7 +183,8 @@ def format_table(report: dict) -> str:
         f"{report['samples_per_epoch']} samples an epoch at batch {report['batch_size']}; "
         f"{report['config']['epochs']} epochs × {report['config']['repeats']} runs each; compute in "
         f"{report['compute_dtype']}; " + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)"
-                                          if flops else "FLOP count unknown for this model"),
+                                          if flops else "FLOP count unknown for this model")
+        + ("; acceltrain checkpoints every epoch" if report["config"].get("checkpoints") else ""),
         "",
         "| | backend | fastest epoch | median epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -326,7 +329,7 @@ def _plain(config) -> dict:
 
 
 def _acceltrain(config) -> dict:
-    """(b) The library's path, as `acceltrain train` takes it: connect → scope → Runtime.fit, checkpointing."""
+    """(b) The library's path: connect → scope → Runtime.fit (checkpointing every epoch if asked)."""
     from acceltrain import hardware
     from acceltrain.runtime import connect
 
@@ -338,9 +341,9 @@ def _acceltrain(config) -> dict:
         model = recipe.build_model(total_steps=config["epochs"] * steps_per_epoch)
     clock, callback = _keras_clock(config["started"])
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-checkpoints-") as folder:
-        # As `acceltrain train` runs it: a checkpoint every epoch, whose cost counts in the epoch.
+        # With checkpoints, as `acceltrain train` runs it: their cost counts in the epoch they end.
         runtime.fit(model, x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0,
-                    callbacks=[callback], checkpoint_dir=folder)
+                    callbacks=[callback], checkpoint_dir=folder if config["checkpoints"] else None)
     compute_dtype = model.dtype_policy.compute_dtype
     return clock.result(
         backend=runtime.backend,

@@ -145,6 +145,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--epochs", type=int, default=4, help="epochs a run; the first compiles (default: 4)")
     bench.add_argument("--repeats", type=int, default=2, help="runs of each variant, interleaved (default: 2)")
     bench.add_argument("--samples", type=int, metavar="N", help="train on the first N samples (default: all)")
+    bench.add_argument("--checkpoints", action="store_true",
+                       help="time acceltrain as `acceltrain train` runs it, with a checkpoint every epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
     return parser
@@ -243,7 +245,8 @@ def _bench(args) -> int:
     if args.json and not Path(args.json).resolve().parent.is_dir():
         raise UsageError(f"Received --json {args.json!r}, but its folder does not exist. Pass a path in an existing folder.")
     report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
-                                         epochs=args.epochs, repeats=args.repeats, samples=args.samples))
+                                         epochs=args.epochs, repeats=args.repeats, samples=args.samples,
+                                         checkpoints=args.checkpoints))
     print(bench.format_table(report))
     if args.json:
         outputs.write_json(args.json, report)
