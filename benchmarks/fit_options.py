@@ -78,7 +78,8 @@ def main():
         "## Fit options on this CPU: steady epoch of the seed's MNIST job, acceltrain on JAX\n\n"
         f"`python benchmarks/fit_options.py --rounds {args.rounds} --epochs {args.epochs}` on {machine()}, {runtime}. "
         "One process, a fresh model per run, the options interleaved over the rounds; batch 1200, 50 steps an "
-        "epoch. The machine is shared with other work: compare the ratios, measured side by side.\n\n"
+        "epoch. The machine is shared with other work: compare the ratios, measured side by side, and read "
+        "differences of a few percent, smaller than the gap between an option's best and median, as noise.\n\n"
         + "\n".join(table),
     )
 
