@@ -37,7 +37,7 @@ def test_connect_finds_the_simulated_devices(runtime):
 def test_describe_is_json_and_str_is_one_line(runtime):
     described = json.loads(json.dumps(runtime.describe()))
     assert described["num_replicas"] == 8 and described["versions"]["keras"]
-    assert set(described["decisions"]) == {"backend", "platform", "distribution", "processes"}
+    assert set(described["decisions"]) == {"backend", "platform", "distribution", "processes", "precision"}
     assert "\n" not in str(runtime) and "8 replicas" in str(runtime)
 
 

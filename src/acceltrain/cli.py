@@ -46,6 +46,12 @@ EXAMPLES = {
         "example:\n"
         "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here"
     ),
+    "bench": (
+        "examples:\n"
+        "  acceltrain bench                                   # plain Keras vs acceltrain vs a hand loop vs the ceiling\n"
+        "  acceltrain bench --epochs 2 --samples 6000         # a quick look\n"
+        "  acceltrain bench --json bench.json"
+    ),
 }
 
 
@@ -131,6 +137,18 @@ def _parser() -> argparse.ArgumentParser:
     _add_connect_flags(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
+
+    bench = _verb(verbs, "bench", "measure how fast a recipe trains here, against plain Keras and the hardware's limit")
+    bench.add_argument("recipe", nargs="?", default="mnist-mlp", help="a built-in job (default: mnist-mlp)")
+    bench.add_argument("--backend", help="acceltrain's backend: jax (default) or tensorflow")
+    bench.add_argument("--simulate-devices", type=int, metavar="N", help="acceltrain on N simulated CPU devices")
+    bench.add_argument("--epochs", type=int, default=4, help="epochs a run; the first compiles (default: 4)")
+    bench.add_argument("--repeats", type=int, default=2, help="runs of each variant, interleaved (default: 2)")
+    bench.add_argument("--samples", type=int, metavar="N", help="train on the first N samples (default: all)")
+    bench.add_argument("--checkpoints", action="store_true",
+                       help="time acceltrain as `acceltrain train` runs it, with a checkpoint every epoch")
+    bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
+    bench.set_defaults(run=_bench)
     return parser
 
 
@@ -216,6 +234,23 @@ def _doctor(args) -> int:
                             distribution=args.distribution, batch_size=args.batch_size, on_check=show)
     print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else doctor.summary(checks))
     return 1 if any(check.status == doctor.FAIL for check in checks) else 0
+
+
+def _bench(args) -> int:
+    from pathlib import Path
+
+    from acceltrain import bench, outputs
+    from acceltrain.errors import UsageError
+
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise UsageError(f"Received --json {args.json!r}, but its folder does not exist. Pass a path in an existing folder.")
+    report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
+                                         epochs=args.epochs, repeats=args.repeats, samples=args.samples,
+                                         checkpoints=args.checkpoints))
+    print(bench.format_table(report))
+    if args.json:
+        outputs.write_json(args.json, report)
+    return 0
 
 
 if __name__ == "__main__":

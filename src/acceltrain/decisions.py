@@ -74,3 +74,30 @@ def choose_loss(y, output_units: int | None) -> tuple[str, str]:
     if one_hot:
         return "CategoricalCrossentropy", f"one-hot labels over {output_units} classes"
     return "MeanSquaredError", "labels are not classes"
+
+
+def choose_precision(platform: str, compute_capability: str | None, current_policy: str = "float32") -> tuple[str, str]:
+    """Keras's dtype policy: the user's own, else bfloat16 compute where the hardware is native.
+
+    "mixed_bfloat16" computes in bfloat16 and keeps the weights, the optimizer and the loss in float32.
+    """
+    if current_policy != "float32":
+        return current_policy, "set with keras.config.set_dtype_policy"
+    if platform == "tpu":
+        return "mixed_bfloat16", "TPUs compute in bfloat16 natively"
+    if platform == "gpu":
+        if compute_capability and _capability(compute_capability) >= hardware.gpu.BFLOAT16_FROM_COMPUTE_CAPABILITY:
+            return "mixed_bfloat16", f"compute capability {compute_capability} runs bfloat16 on its tensor cores"
+        return "float32", (f"compute capability {compute_capability or 'unknown'} has no native bfloat16 "
+                           "(float16 would need loss scaling)")
+    # Measured here (AMD EPYC, AVX-512 BF16 flags present): XLA's 2048³ matmul ran no faster in bfloat16
+    # than in float32 (0.79× to 1.05× across runs; BENCHMARKS.md, matmul-dtypes): accuracy lost for nothing.
+    return "float32", f"{platform}: bfloat16 matmuls ran no faster than float32 on CPUs measured"
+
+
+def _capability(text: str) -> tuple[int, ...]:
+    """"8.6" → (8, 6); anything unreadable counts as (0,): no native bfloat16 assumed."""
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        return (0,)

@@ -11,6 +11,10 @@ class FirstStepStatus(keras.callbacks.Callback):
     Keras prints nothing until that step ends, so without this a first compile looks like a hang.
     """
 
+    # Only marks the first step's end: Keras may call it from its callback thread, so the training loop
+    # need not wait on the host for every step's metrics (it does for any callback not async-safe).
+    async_safe = True
+
     def __init__(self):
         super().__init__()
         self.phase = None

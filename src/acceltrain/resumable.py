@@ -119,10 +119,12 @@ class _StepSaver(keras.callbacks.Callback):
         if self._last_global_step is None:
             self._last_global_step = epoch * self.steps_per_epoch + first_step
 
-    def on_train_batch_end(self, batch, logs=None):
-        step = self._first_step + batch + 1  # batches of this epoch done
-        if step >= self.steps_per_epoch:
-            return  # the epoch's end is checkpointed after validation, by the loop
+    def on_train_batch_begin(self, batch, logs=None):
+        # At the start of batch `batch`, as many steps of this epoch are done. Hooked here rather than at
+        # a batch's end: any on_train_batch_end makes Keras wait for each step's metrics on the host.
+        step = self._first_step + batch  # batches of this epoch done
+        if batch == 0 or step >= self.steps_per_epoch:
+            return  # nothing new since the last check; the epoch's end is checkpointed by the loop
         global_step = self._epoch * self.steps_per_epoch + step
         due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
         if due or self.received:
@@ -136,6 +138,10 @@ class _StepSaver(keras.callbacks.Callback):
 
 class _WholeRunProgress(keras.callbacks.ProgbarLogger):
     """Keras's progress, numbered over the whole run ("Epoch 3/20"), though each epoch is its own fit."""
+
+    # As safe as Keras's own progress bar, which Keras runs from its callback thread: passed in
+    # `callbacks` without this, it would make Keras wait for every step's metrics on the host.
+    async_safe = True
 
     def __init__(self, total_epochs: int):
         super().__init__()

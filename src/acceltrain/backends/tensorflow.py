@@ -196,6 +196,15 @@ def device_kind(platform: str) -> str:
     return "cpu"
 
 
+def compute_capability(platform: str) -> str | None:
+    """A GPU's CUDA compute capability ("9.0"); None for other platforms and GPUs that report none."""
+    if platform != "gpu":
+        return None
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    capability = details.get("compute_capability")  # a tuple, e.g. (8, 0)
+    return ".".join(str(part) for part in capability) if capability else None
+
+
 def process_count() -> int:
     return 1  # multi-worker training is refused in prepare(): see _refuse_multi_worker
 

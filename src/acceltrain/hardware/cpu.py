@@ -8,3 +8,12 @@ STEPS_PER_EXECUTION = 1
 
 # A last, smaller batch costs one more compilation here, not a failure.
 STATIC_SHAPES = False
+
+# `acceltrain bench` measures the ceiling with one square matmul of this size: big enough to reach
+# the cores' full speed (2048³ = 17 GFLOP, about 0.1 s here), small enough to repeat.
+MATMUL_SIZE = 2048
+
+
+def peak_flops_per_second(device_kind: str, dtype: str) -> float | None:
+    """No published peak: it depends on the CPU model, its cores and its clock. bench measures one."""
+    return None

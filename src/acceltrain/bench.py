@@ -1,0 +1,477 @@
+"""`acceltrain bench`: how fast a recipe trains here, beside plain Keras, a hand-written loop and the
+hardware's own limit, measured in one run on the same machine.
+
+    report = run(BenchConfig(recipe="mnist-mlp", epochs=4))
+    print(format_table(report))
+
+What runs, each in its own Python process (one Keras backend per process; each pays its own start-up,
+as a user's run does), interleaved so that a neighbour's load falls on all of them alike:
+  (a) plain: the recipe's model as a plain Keras user trains it: `model.fit` with Keras's defaults on
+      the TensorFlow backend (JAX where TensorFlow is not installed);
+  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path (with `checkpoints`, a
+      checkpoint every epoch as `acceltrain train` writes, timed in the epoch). Its first run starts
+      with an empty compilation cache and the later runs find it filled: cold and warm start-up;
+  (c) hand: a jitted JAX loop written by hand for the same model, weights and optimizer: one
+      `lax.scan` per epoch over data placed on the device once. The floor;
+  (d) ceiling: the device's matmul throughput in the model's compute dtype, the best of every round.
+
+The parent process imports no framework. A child prints one line, RESULT_TAG + JSON, on stdout.
+"""
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+from acceltrain import log
+from acceltrain.errors import AcceltrainError, UsageError
+
+RESULT_TAG = "ACCELTRAIN_BENCH_RESULT "
+LABELS = {
+    "plain": "(a) plain Keras fit",
+    "acceltrain": "(b) acceltrain",
+    "hand": "(c) hand-written loop",
+    "ceiling": "(d) matmul ceiling",
+}
+
+
+@dataclass
+class BenchConfig:
+    recipe: str = "mnist-mlp"
+    backend: str | None = None  # acceltrain's backend; the hand loop and the ceiling are JAX
+    simulate_devices: int | None = None
+    epochs: int = 4  # the first includes compilation; the rest are steady
+    repeats: int = 2  # runs of each variant, interleaved; the fastest steady epoch of all counts
+    samples: int | None = None  # train on the first N samples only (quick checks)
+    batch_size: int | None = None  # default: the recipe's
+    seed: int = 0
+    checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: a checkpoint every epoch
+
+
+def run(config: BenchConfig) -> dict:
+    """Measure (a), (b), (c) and (d) in child processes and return the report as plain data."""
+    from acceltrain import recipes
+
+    recipe = recipes.get(config.recipe)
+    for name in ("epochs", "repeats"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"Received --{name} {value!r}. Expected a whole number of at least 1.")
+    if config.samples is not None and config.samples < 1:
+        raise UsageError(f"Received --samples {config.samples!r}. Expected a whole number of at least 1.")
+    batch_size = config.batch_size or recipe.BATCH_SIZE
+
+    runs = {"plain": [], "acceltrain": [], "hand": [], "ceiling": []}
+    load_before = _load_average()
+    with tempfile.TemporaryDirectory(prefix="acceltrain-bench-cache-") as cache_dir:
+        # acceltrain first: the hand loop and the ceiling follow its compute dtype and platform. The
+        # ceiling is measured every round too, so that it sees the same load as the runs beside it.
+        for repeat in range(config.repeats):
+            for variant in ("acceltrain", "plain", "hand", "ceiling"):
+                extra = {}
+                if variant != "acceltrain":
+                    first = runs["acceltrain"][0]
+                    extra = {"compute_dtype": first["compute_dtype"], "platform": first["runtime"]["platform"]}
+                log.info(f"bench: {LABELS[variant]}, run {repeat + 1} of {config.repeats}")
+                runs[variant].append(_run_child(variant, config, batch_size, cache_dir, extra))
+    ceiling = max(runs.pop("ceiling"), key=lambda result: result["flops_per_second"])
+    return _report(config, recipe, batch_size, runs, ceiling, load_before)
+
+
+def _load_average() -> float | None:
+    """The machine's 1-minute load average: how much else was running (None where unknown)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+# --- The report -------------------------------------------------------------------------------
+
+def _steady(runs: list[dict]) -> list[float]:
+    """The steady epochs of all runs: each run's epochs after its first (which compiles)."""
+    return [seconds for run in runs for seconds in (run["epoch_seconds"][1:] or run["epoch_seconds"])]
+
+
+def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
+    accel = runs["acceltrain"][0]
+    samples = accel["samples_per_epoch"]
+    flops_per_sample = accel["flops_per_sample"]
+    runtime = accel["runtime"]
+    # A simulated device shares the same cores as the others: the whole CPU is one ceiling.
+    devices = 1 if runtime["simulated_devices"] else runtime["num_devices"]
+    ceiling_flops = ceiling["flops_per_second"] * devices
+    peak = accel["peak_flops_per_second"]
+    peak = peak * devices if peak else None
+
+    variants = {}
+    for name, child_runs in runs.items():
+        # The fastest epoch: other work on the machine only ever adds time, so the fastest is the
+        # best estimate of the variant's own speed. The median shows how much the load added.
+        steady = min(_steady(child_runs))
+        train_flops = flops_per_sample * samples / steady if flops_per_sample else None
+        variants[name] = {
+            "label": LABELS[name],
+            "backend": child_runs[0]["backend"],
+            "steady_epoch_seconds": steady,
+            "median_steady_epoch_seconds": statistics.median(_steady(child_runs)),
+            "samples_per_second": samples / steady,
+            # Start-up, data, build and compile, and the first epoch: the best run's (the hand loop
+            # and plain Keras use no persistent cache, so their runs are alike).
+            "seconds_to_first_epoch_end": min(r["seconds_to_first_epoch_end"] for r in child_runs),
+            "train_flops_per_second": train_flops,
+            "fraction_of_ceiling": train_flops / ceiling_flops if train_flops else None,
+            "fraction_of_peak": train_flops / peak if train_flops and peak else None,
+            "runs": [{k: r[k] for k in ("epoch_seconds", "seconds_to_first_epoch_end", "fit_to_first_epoch_end")}
+                     for r in child_runs],
+        }
+    cold, warm = runs["acceltrain"][0], runs["acceltrain"][1:]
+    cache = {"cold_seconds_to_first_epoch_end": cold["seconds_to_first_epoch_end"],
+             "cold_fit_to_first_epoch_end": cold["fit_to_first_epoch_end"]}
+    if warm:
+        cache["warm_seconds_to_first_epoch_end"] = min(r["seconds_to_first_epoch_end"] for r in warm)
+        cache["warm_fit_to_first_epoch_end"] = min(r["fit_to_first_epoch_end"] for r in warm)
+        cache["cut"] = 1 - cache["warm_seconds_to_first_epoch_end"] / cache["cold_seconds_to_first_epoch_end"]
+    steady = {name: v["steady_epoch_seconds"] for name, v in variants.items()}
+    median = {name: v["median_steady_epoch_seconds"] for name, v in variants.items()}
+    return {
+        "recipe": config.recipe,
+        "config": asdict(config),
+        "batch_size": batch_size,
+        "samples_per_epoch": samples,
+        "flops_per_sample": flops_per_sample,
+        "runtime": runtime,
+        "precision": accel["precision"],
+        "compute_dtype": accel["compute_dtype"],
+        "variants": variants,
+        "ceiling": {
+            "label": LABELS["ceiling"],
+            "dtype": ceiling["dtype"],
+            "matmul_size": ceiling["matmul_size"],
+            "flops_per_second_per_device": ceiling["flops_per_second"],
+            "flops_per_second": ceiling_flops,
+            "published_peak_flops_per_second": peak,
+            "fraction_of_peak": ceiling_flops / peak if peak else None,
+        },
+        "ratios": {
+            "plain_over_acceltrain": steady["plain"] / steady["acceltrain"],
+            "acceltrain_over_hand": steady["acceltrain"] / steady["hand"],
+            "plain_over_hand": steady["plain"] / steady["hand"],
+        },
+        "median_ratios": {
+            "plain_over_acceltrain": median["plain"] / median["acceltrain"],
+            "acceltrain_over_hand": median["acceltrain"] / median["hand"],
+            "plain_over_hand": median["plain"] / median["hand"],
+        },
+        "load_average": {"before": load_before, "after": _load_average()},
+        "compilation_cache": cache,
+    }
+
+
+def format_table(report: dict) -> str:
+    """The report as a table, for a terminal or a Markdown file (it is valid Markdown)."""
+    runtime = report["runtime"]
+    flops = report["flops_per_sample"]
+    lines = [
+        f"{report['recipe']}: acceltrain on {runtime['backend']}/{runtime['platform']}, "
+        f"{runtime['num_devices']} × {runtime['device_kind']}{' (simulated)' if runtime['simulated_devices'] else ''}; "
+        f"{report['samples_per_epoch']} samples an epoch at batch {report['batch_size']}; "
+        f"{report['config']['epochs']} epochs × {report['config']['repeats']} runs each; compute in "
+        f"{report['compute_dtype']}; " + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)"
+                                          if flops else "FLOP count unknown for this model")
+        + ("; acceltrain checkpoints every epoch" if report["config"].get("checkpoints") else ""),
+        "",
+        "| | backend | fastest epoch | median epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for v in report["variants"].values():
+        lines.append(
+            f"| {v['label']} | {v['backend']} | {v['steady_epoch_seconds']:.3f} s | "
+            f"{v['median_steady_epoch_seconds']:.3f} s | {v['samples_per_second']:,.0f} | "
+            f"{v['seconds_to_first_epoch_end']:.1f} s | {_giga(v['train_flops_per_second'])} | "
+            f"{_percent(v['fraction_of_ceiling'])} | {_percent(v['fraction_of_peak'])} |"
+        )
+    c = report["ceiling"]
+    lines.append(f"| {c['label']} ({c['dtype']}, {c['matmul_size']}³) | jax | | | | | {_giga(c['flops_per_second'])} | "
+                 f"100% | {_percent(c['fraction_of_peak'])} |")
+    r = report["ratios"]
+    m = report["median_ratios"]
+    lines += ["", f"Epoch ratios, fastest (median): plain / acceltrain {r['plain_over_acceltrain']:.2f}× "
+                  f"({m['plain_over_acceltrain']:.2f}×), acceltrain / hand {r['acceltrain_over_hand']:.3f}× "
+                  f"({m['acceltrain_over_hand']:.3f}×), plain / hand {r['plain_over_hand']:.2f}× ({m['plain_over_hand']:.2f}×)."]
+    cache = report["compilation_cache"]
+    if "warm_seconds_to_first_epoch_end" in cache:
+        lines.append(
+            f"Compilation cache, acceltrain's time from process start to the end of the first epoch: "
+            f"{cache['cold_seconds_to_first_epoch_end']:.1f} s cold, {cache['warm_seconds_to_first_epoch_end']:.1f} s "
+            f"warm ({100 * cache['cut']:.0f}% less); from fit() start: {cache['cold_fit_to_first_epoch_end']:.2f} s "
+            f"cold, {cache['warm_fit_to_first_epoch_end']:.2f} s warm."
+        )
+    load = report["load_average"]
+    if load["before"] is not None:
+        lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
+                     f"{os.cpu_count()} cores.")
+    peak = c["published_peak_flops_per_second"]
+    lines.append(f"Published peak of {runtime['device_kind']} in {c['dtype']}: "
+                 + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."))
+    return "\n".join(lines)
+
+
+def _giga(value) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1e12:.1f} T" if value >= 1e12 else f"{value / 1e9:.1f} G"
+
+
+def _percent(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+# --- Children ---------------------------------------------------------------------------------
+
+def _run_child(variant: str, config: BenchConfig, batch_size: int, cache_dir: str, extra: dict) -> dict:
+    """Run one variant in a fresh Python and return its result; time counts from just before the start."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for name in ("KERAS_BACKEND", "JAX_COMPILATION_CACHE_DIR"):  # JAX reads the cache folder from the env
+        env.pop(name, None)
+    if variant == "plain":
+        env["KERAS_BACKEND"] = "tensorflow" if _importable("tensorflow") else "jax"
+    elif variant in ("hand", "ceiling"):
+        env["KERAS_BACKEND"] = "jax"
+    else:
+        env["JAX_COMPILATION_CACHE_DIR"] = cache_dir  # acceltrain's own: empty on its first run, filled after
+        if config.backend:
+            env["KERAS_BACKEND"] = config.backend
+    payload = json.dumps({**asdict(config), "batch_size": batch_size, "started": time.time(), **extra})
+    child = subprocess.run([sys.executable, "-m", "acceltrain.bench", variant, payload], capture_output=True,
+                           text=True, env=env)
+    for line in reversed(child.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    raise AcceltrainError(f"bench: {LABELS[variant]} failed (exit {child.returncode}). Its last output:\n"
+                          + "\n".join((child.stdout + child.stderr).strip().splitlines()[-20:]))
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _child_main(variant: str, payload: str) -> None:
+    config = json.loads(payload)
+    result = {"plain": _plain, "acceltrain": _acceltrain, "hand": _hand, "ceiling": _ceiling}[variant](config)
+    print(RESULT_TAG + json.dumps(result), flush=True)
+
+
+def _inputs(config):
+    from acceltrain import datasets, recipes
+
+    recipe = recipes.get(config["recipe"])
+    splits = datasets.load_npz()
+    x, y = recipe.preprocess(splits.x_train, splits.y_train)
+    if config["samples"]:
+        x, y = x[: config["samples"]], y[: config["samples"]]
+    return recipe, x, y
+
+
+class _Clock:
+    """Absolute times (time.time(), comparable across processes) of fit's start and each epoch's end."""
+
+    def __init__(self, started: float):
+        self.started = started
+        self.fit_start = None
+        self.epoch_ends = []
+
+    def result(self, **extra) -> dict:
+        ends = [self.fit_start] + self.epoch_ends
+        return {
+            "epoch_seconds": [b - a for a, b in zip(ends, ends[1:])],
+            "seconds_to_first_epoch_end": self.epoch_ends[0] - self.started,
+            "fit_to_first_epoch_end": self.epoch_ends[0] - self.fit_start,
+            **extra,
+        }
+
+
+def _keras_clock(started: float):
+    """A Keras callback filling a _Clock. Keras syncs the metrics at each epoch's end, so the times are real."""
+    import keras
+
+    clock = _Clock(started)
+
+    class ClockCallback(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            if clock.fit_start is None:  # with checkpoints, Runtime.fit calls Keras's fit once an epoch
+                clock.fit_start = time.time()
+
+        def on_epoch_end(self, epoch, logs=None):
+            clock.epoch_ends.append(time.time())
+
+    return clock, ClockCallback()
+
+
+def _plain(config) -> dict:
+    """(a) What a plain Keras user writes: build, compile, model.fit with the defaults."""
+    import keras
+
+    recipe, x, y = _inputs(config)
+    keras.utils.set_random_seed(config["seed"])
+    model = recipe.build_model()
+    clock, callback = _keras_clock(config["started"])
+    model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[callback])
+    return clock.result(backend=keras.backend.backend(), samples_per_epoch=len(x))
+
+
+def _acceltrain(config) -> dict:
+    """(b) The library's path: connect → scope → Runtime.fit (checkpointing every epoch if asked)."""
+    from acceltrain import hardware
+    from acceltrain.runtime import connect
+
+    runtime = connect(config["backend"], simulate_devices=config["simulate_devices"], verbose=False)
+    recipe, x, y = _inputs(config)
+    runtime.seed(config["seed"])
+    steps_per_epoch = math.ceil(len(x) / config["batch_size"])
+    with runtime.scope():
+        model = recipe.build_model(total_steps=config["epochs"] * steps_per_epoch)
+    clock, callback = _keras_clock(config["started"])
+    with tempfile.TemporaryDirectory(prefix="acceltrain-bench-checkpoints-") as folder:
+        # With checkpoints, as `acceltrain train` runs it: their cost counts in the epoch they end.
+        runtime.fit(model, x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0,
+                    callbacks=[callback], checkpoint_dir=folder if config["checkpoints"] else None)
+    compute_dtype = model.dtype_policy.compute_dtype
+    return clock.result(
+        backend=runtime.backend,
+        samples_per_epoch=len(x),
+        runtime=runtime.describe(),
+        precision=model.dtype_policy.name,
+        compute_dtype=compute_dtype,
+        flops_per_sample=training_flops_per_sample(model),
+        peak_flops_per_second=hardware.kind(runtime.platform).peak_flops_per_second(runtime.device_kind, compute_dtype),
+    )
+
+
+def _hand(config) -> dict:
+    """(c) The floor: the same model, initial weights and RMSprop, in a jitted JAX loop written by hand.
+
+    The data go to the device once; each epoch is one compiled call (a `lax.scan` over its steps) that
+    shuffles on the device. Computes in the same dtype as acceltrain (weights kept in float32).
+    """
+    import jax
+    import jax.numpy as jnp
+    import keras
+
+    from acceltrain.backends import jax as jax_backend
+
+    recipe, x, y = _inputs(config)
+    jax_backend.set_seed(config["seed"])  # keras.utils.set_random_seed would import TensorFlow too
+    model = recipe.build_model()
+    layers = _dense_stack(model)
+    compute = jnp.dtype(config["compute_dtype"])
+    rate, rho, epsilon = float(recipe.PEAK_LEARNING_RATE), 0.9, 1e-7  # Keras's RMSprop defaults
+    batch = config["batch_size"]
+    steps = len(x) // batch
+
+    clock = _Clock(config["started"])
+    clock.fit_start = time.time()
+    params = [(jnp.asarray(kernel), jnp.asarray(bias)) for kernel, bias, _ in layers]
+    velocities = jax.tree_util.tree_map(jnp.zeros_like, params)
+    x_device, y_device = jax.device_put(x), jax.device_put(y)
+
+    def loss_fn(params, xb, yb):
+        h = xb.astype(compute)
+        for i, (kernel, bias) in enumerate(params):
+            h = h @ kernel.astype(compute) + bias.astype(compute)
+            if i < len(params) - 1:
+                h = jax.nn.relu(h)
+        log_probabilities = jax.nn.log_softmax(h.astype(jnp.float32))  # softmax + cross-entropy, in float32
+        loss = -jnp.mean(jnp.take_along_axis(log_probabilities, yb[:, None], axis=1))
+        return loss, jnp.mean(jnp.argmax(h, axis=1) == yb)
+
+    def step(carry, indices):
+        params, velocities = carry
+        (loss, accuracy), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, x_device[indices], y_device[indices])
+        velocities = jax.tree_util.tree_map(lambda v, g: rho * v + (1 - rho) * g * g, velocities, grads)
+        params = jax.tree_util.tree_map(lambda p, g, v: p - rate * g / jnp.sqrt(v + epsilon), params, grads, velocities)
+        return (params, velocities), (loss, accuracy)
+
+    @jax.jit
+    def epoch(params, velocities, key):
+        order = jax.random.permutation(key, len(x))[: steps * batch].reshape(steps, batch)
+        (params, velocities), (losses, accuracies) = jax.lax.scan(step, (params, velocities), order)
+        return params, velocities, losses.mean(), accuracies.mean()
+
+    key = jax.random.key(config["seed"])
+    for _ in range(config["epochs"]):
+        key, epoch_key = jax.random.split(key)
+        params, velocities, loss, accuracy = epoch(params, velocities, epoch_key)
+        float(loss)  # wait for the epoch, as Keras does for its epoch-end logs
+        clock.epoch_ends.append(time.time())
+    return clock.result(backend="jax", samples_per_epoch=steps * batch, final_loss=float(loss),
+                        final_accuracy=float(accuracy))
+
+
+def _dense_stack(model):
+    """[(kernel, bias, activation)] of a model made of Dense layers only; the hand loop handles no other."""
+    import keras
+
+    stack = []
+    for layer in model.layers:
+        if not isinstance(layer, keras.layers.Dense):
+            raise UsageError(f"The hand-written loop of bench handles models of Dense layers only; "
+                             f"{model.name!r} has a {type(layer).__name__} layer ({layer.name!r}).")
+        stack.append((keras.ops.convert_to_numpy(layer.kernel), keras.ops.convert_to_numpy(layer.bias),
+                      layer.activation.__name__))
+    return stack
+
+
+def _ceiling(config) -> dict:
+    """(d) The best of repeated square matmuls, in the model's compute dtype, on one device."""
+    import jax
+    import jax.numpy as jnp
+
+    from acceltrain import hardware
+
+    size = hardware.kind(config["platform"]).MATMUL_SIZE
+    dtype = jnp.dtype(config["compute_dtype"])
+    device = jax.devices(config["platform"])[0]
+    a, b = (jax.device_put(jax.random.normal(jax.random.key(i), (size, size), dtype), device) for i in (1, 2))
+    matmul = jax.jit(jnp.matmul)
+    matmul(a, b).block_until_ready()  # compile
+    best = math.inf
+    for _ in range(10):
+        start = time.perf_counter()
+        matmul(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return {"dtype": str(dtype), "matmul_size": size, "flops_per_second": 2 * size**3 / best}
+
+
+def training_flops_per_sample(model) -> float | None:
+    """Analytic FLOPs of one training step per sample: forward and backward through the matmuls.
+
+    A Dense layer of an (n_in × n_out) kernel costs 2·n_in·n_out forward, as much for its kernel's
+    gradient, and as much again for its input's gradient, except the first layer whose input needs
+    none. Elementwise work is left out (small beside the matmuls). None for a model with weighted
+    layers other than Dense on a flat input, rather than a wrong count.
+    """
+    import keras
+
+    total, first = 0.0, True
+    for layer in model.layers:
+        if not layer.weights:
+            continue
+        if not isinstance(layer, keras.layers.Dense) or len(layer.kernel.shape) != 2 or len(layer.input.shape) != 2:
+            return None
+        n_in, n_out = layer.kernel.shape
+        total += 2 * n_in * n_out * (2 if first else 3)
+        first = False
+    return total or None
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,90 @@
+"""bench runs and reports every field. No timing is asserted: these are measurements, not tests."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceltrain import bench
+from acceltrain.hardware import cpu, gpu, tpu
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+VARIANT_FIELDS = {"label", "backend", "steady_epoch_seconds", "median_steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
+                  "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
+
+
+def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
+    report_path = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop("XLA_FLAGS", None)  # the children see this machine as a user would
+    done = subprocess.run([sys.executable, "-m", "acceltrain", "bench", "--epochs", "2", "--repeats", "2",
+                           "--samples", "2400", "--json", str(report_path)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    for label in bench.LABELS.values():
+        assert label in done.stdout
+    assert "plain / acceltrain" in done.stdout and "warm" in done.stdout
+
+    report = json.loads(report_path.read_text())
+    assert set(report["variants"]) == {"plain", "acceltrain", "hand"}
+    for variant in report["variants"].values():
+        assert set(variant) == VARIANT_FIELDS
+        assert variant["steady_epoch_seconds"] > 0 and variant["seconds_to_first_epoch_end"] > 0
+        assert 0 < variant["fraction_of_ceiling"]
+        assert variant["fraction_of_peak"] is None  # no published peak for a CPU
+        assert len(variant["runs"]) == 2 and all(len(run["epoch_seconds"]) == 2 for run in variant["runs"])
+    assert report["samples_per_epoch"] == 2400
+    assert report["flops_per_sample"] == 2 * (784 * 512 * 2 + 3 * (512 * 256 + 256 * 128 + 128 * 64 + 64 * 10))
+    assert report["ceiling"]["flops_per_second"] > 0 and report["ceiling"]["dtype"] == "float32"
+    for ratios in (report["ratios"], report["median_ratios"]):
+        assert set(ratios) == {"plain_over_acceltrain", "acceltrain_over_hand", "plain_over_hand"}
+    cache = report["compilation_cache"]
+    assert {"cold_seconds_to_first_epoch_end", "warm_seconds_to_first_epoch_end", "cut"} <= set(cache)
+    assert report["runtime"]["platform"] == "cpu" and report["precision"] == "float32"
+
+
+@pytest.mark.parametrize("flag, value", [("--epochs", "0"), ("--repeats", "0"), ("--samples", "0")])
+def test_bench_refuses_nonsense_before_running_anything(flag, value):
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-m", "acceltrain", "bench", flag, value], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 2
+    assert f"Received {flag} 0" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_training_flops_of_the_seed_mlp_match_the_hand_count():
+    from acceltrain.recipes import mnist_mlp
+
+    model = mnist_mlp.build_model()
+    # FACTS.md: 2.64 MFLOP a sample, forward and backward (the first layer needs no input gradient).
+    assert bench.training_flops_per_sample(model) == pytest.approx(2.64e6, rel=1e-3)
+
+
+def test_training_flops_is_none_for_layers_it_cannot_count():
+    import keras
+
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    assert bench.training_flops_per_sample(model) is None
+
+
+@pytest.mark.parametrize(
+    "kind, device_kind, dtype, expected",
+    [
+        (gpu, "NVIDIA H200", "bfloat16", 989e12),
+        (gpu, "NVIDIA H100 PCIe", "bfloat16", 756e12),
+        (gpu, "NVIDIA H100 80GB HBM3", "bfloat16", 989e12),
+        (gpu, "NVIDIA A100-SXM4-40GB", "float32", 19.5e12),
+        (gpu, "Tesla T4", "bfloat16", None),
+        (tpu, "TPU v2", "bfloat16", 22.5e12),  # a device is half a v2 chip
+        (tpu, "TPU v5 lite", "bfloat16", 197e12),
+        (tpu, "TPU v6 lite", "float32", 918e12),  # float32 matmuls run as bfloat16 passes
+        (tpu, "TPU v7", "bfloat16", None),
+        (cpu, "cpu", "float32", None),
+    ],
+)
+def test_published_peaks(kind, device_kind, dtype, expected):
+    assert kind.peak_flops_per_second(device_kind, dtype) == expected
