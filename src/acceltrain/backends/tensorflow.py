@@ -264,12 +264,13 @@ def scope(distribution):
 
 
 def set_jit_compile(model, platform: str, distribution) -> str | None:
-    """Compile training steps with XLA where TensorFlow gains and Keras's 'auto' leaves it off.
+    """Make sure one-device CPU training compiles its steps with XLA.
 
-    Keras turns XLA on by itself on a GPU, and a TPUStrategy compiles with XLA anyway. On one CPU, Keras
-    leaves it off, yet an epoch of the seed's MLP took 1.27 s with XLA against 1.5-2.5 s without
-    (FACTS.md). Under MirroredStrategy Keras leaves it off on purpose (cross-replica sums inside an XLA
-    function), and so does this. Returns the reason when it changed the model.
+    Keras's jit_compile="auto" turns XLA on by itself for a model whose layers all support it, unless
+    TensorFlow's op determinism is enabled; a model compiled with it off gets it here (FACTS.md: an epoch
+    of the seed's MLP took 1.27 s with XLA against 1.5-2.5 s without). A TPUStrategy compiles with XLA
+    anyway, and under MirroredStrategy it stays as Keras set it (cross-replica sums inside an XLA
+    function). Returns the reason when it changed the model.
     """
     if platform != "cpu" or distribution is not None or model.jit_compile or model.run_eagerly:
         return None
