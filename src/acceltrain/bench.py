@@ -364,7 +364,6 @@ def _hand(config) -> dict:
     """
     import jax
     import jax.numpy as jnp
-    import keras
 
     from acceltrain.backends import jax as jax_backend
 
