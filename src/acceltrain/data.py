@@ -56,12 +56,16 @@ def check_batch_size(batch_size, num_replicas: int) -> None:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise UsageError(f"Received batch_size={batch_size!r}. Expected a positive integer (the global batch).")
     if batch_size % num_replicas:
-        valid = " or ".join(str(size) for size in nearest_valid_batch_sizes(batch_size, num_replicas))
-        raise UsageError(
-            f"Received batch_size={batch_size}, which does not divide over {num_replicas} replicas "
-            f"(each replica takes an equal slice of the global batch). Use a multiple of {num_replicas}: "
-            f"the nearest are {valid}."
-        )
+        _raise_indivisible(f"Received batch_size={batch_size}, which does", batch_size, num_replicas,
+                           "Use a multiple")
+
+
+def _raise_indivisible(subject: str, batch: int, num_replicas: int, fix: str):
+    valid = " or ".join(str(size) for size in nearest_valid_batch_sizes(batch, num_replicas))
+    raise UsageError(
+        f"{subject} not divide over {num_replicas} replicas (each replica takes an equal slice of the global "
+        f"batch). {fix} of {num_replicas}: the nearest are {valid}."
+    )
 
 
 def check_arrays(x, y=None, *, name: str = "x") -> None:
@@ -132,8 +136,12 @@ def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
     if (n % batch_size) % num_replicas == 0:
         return x, y, 1
     k = num_replicas // math.gcd(n, num_replicas)
-    tile = lambda a: np.concatenate([a] * k)  # noqa: E731
-    return _map(tile, x), (None if y is None else _map(tile, y)), k
+    return repeat(x, k), repeat(y, k), k
+
+
+def repeat(x, times: int):
+    """The whole of an array (or a nest of them) `times` over, one copy after another."""
+    return None if x is None else _map(lambda a: np.concatenate([a] * times), x)
 
 
 def process_share(x, process_index: int, num_processes: int):
@@ -148,7 +156,7 @@ def process_share(x, process_index: int, num_processes: int):
 
 
 def take(x, indices):
-    """The samples at `indices`, in that order, from an array or a nest of them."""
+    """The samples at `indices` (an index array, in its order, or a slice), from an array or a nest of them."""
     return None if x is None else _map(lambda a: a[indices], x)
 
 
@@ -199,12 +207,7 @@ def check_dataset(dataset, batch_size, num_replicas: int, *, name: str = "x") ->
             f"own batch: leave batch_size out, or batch the dataset by {batch_size} (dataset.rebatch({batch_size}))."
         )
     if batch % num_replicas:
-        valid = " or ".join(str(size) for size in nearest_valid_batch_sizes(batch, num_replicas))
-        raise UsageError(
-            f"{name} is batched by {batch}, which does not divide over {num_replicas} replicas (each replica "
-            f"takes an equal slice of the global batch). Batch it by a multiple of {num_replicas}: the nearest "
-            f"are {valid}."
-        )
+        _raise_indivisible(f"{name} is batched by {batch}, which does", batch, num_replicas, "Batch it by a multiple")
     return batch
 
 

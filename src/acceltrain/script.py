@@ -199,8 +199,8 @@ class FitGuard:
         if split:
             # Split as Keras does (the last fraction, before shuffling), so both halves are prepared here.
             cut = int(data.num_samples(x) * (1 - split))
-            arguments["validation_data"] = (_take(x, slice(cut, None)), _take(y, slice(cut, None)))
-            x, y, weights = _take(x, slice(0, cut)), _take(y, slice(0, cut)), _take(weights, slice(0, cut))
+            arguments["validation_data"] = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
+            x, y, weights = data.take(x, slice(0, cut)), data.take(y, slice(0, cut)), data.take(weights, slice(0, cut))
         replicas, processes = self.runtime.num_replicas, self.runtime.num_processes
         # Every process must take the same number of steps, each batch splitting over its devices.
         n = data.num_samples(x)
@@ -208,7 +208,7 @@ class FitGuard:
         if keep < n and processes == 1 and "trimmed" not in self.warned:
             self.warned.add("trimmed")
             log.info(f"left out the last {n - keep} training sample(s) so every batch divides over {replicas} replicas")
-        x, y, weights = (self._own_slice(_take(a, slice(0, keep))) for a in (x, y, weights))
+        x, y, weights = (self._own_slice(data.take(a, slice(0, keep))) for a in (x, y, weights))
         arguments.update(x=x, y=y, sample_weight=weights)
         validation = arguments.get("validation_data")
         if isinstance(validation, tuple) and len(validation) in (2, 3) and data.is_arrays(validation[0]):
@@ -227,14 +227,11 @@ class FitGuard:
         k = self.runtime.num_replicas // math.gcd(n, self.runtime.num_replicas)
         if k == 1:
             return arrays
-        return tuple(None if a is None else data._map(lambda leaf: np.concatenate([leaf] * k), a) for a in arrays)
+        return tuple(data.repeat(a, k) for a in arrays)
 
     def _own_slice(self, array):
         """This process's share, every num_processes-th sample: Keras joins the shares into global batches."""
-        processes = self.runtime.num_processes
-        if array is None or processes == 1:
-            return array
-        return _take(array, slice(self.runtime.process_index, None, processes))
+        return data.process_share(array, self.runtime.process_index, self.runtime.num_processes)
 
     def _globalise_batch_size(self, arguments, *names) -> None:
         """Keras batches each process's slice: a global batch B is B / num_processes from each."""
@@ -245,12 +242,6 @@ class FitGuard:
         for name in names:  # validation_batch_size defaults to batch_size, as in Keras
             batch = arguments.get(name) or global_batch
             arguments[name] = batch // processes  # divisible: a multiple of the replicas, checked first
-
-
-def _take(array, index):
-    if array is None:
-        return None
-    return data._map(lambda leaf: leaf[index], array)
 
 
 def _loss_name(model) -> str | None:
