@@ -2,7 +2,7 @@
 
     python benchmarks/epoch_speed.py [--epochs 6] [--repeats 2]
 
-Runs `acceltrain bench` (src/acceltrain/bench.py: each variant in its own process, the variants
+Runs `acceltrain bench` (src/acceltrain/commands/bench.py: each variant in its own process, the variants
 interleaved, the best steady epoch of `--repeats` runs each) and writes BENCHMARKS.md's section
 "epoch-speed" with the table and the targets of issues #2 and #5, met or not.
 """
@@ -14,7 +14,7 @@ import sys
 
 from _report import machine, write_section
 
-from acceltrain import bench
+from acceltrain.commands import bench
 
 # (ratio name, its label, the bound, at least or at most); issue #2's targets, then #5's tighter ones.
 TARGETS = (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import acceltrain
 from _report import machine, write_section
-from acceltrain.job import TrainConfig, train_and_evaluate
+from acceltrain.commands.train import TrainConfig, train_and_evaluate
 from acceltrain.recipes import mnist_mlp
 
 # label → (constant learning rate or None for the recipe's schedule, the schedule's peak)
@@ -32,7 +32,7 @@ def accuracy(config: TrainConfig) -> float:
         return train_and_evaluate(config)["test_accuracy"]
     except acceltrain.TrainingDiverged:
         # What the seed would have reported: the same run with nobody watching the loss.
-        from acceltrain import callbacks
+        from acceltrain.training import callbacks
 
         callbacks.DivergenceCheck.PATIENCE = 10**9
         try:

@@ -124,7 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_connect_flags(doctor)
     doctor.set_defaults(run=_doctor)
 
-    # `run` and `launch`: a plain script, unchanged, on one or many processes (script.py, launch.py).
+    # `run` and `launch`: a plain script, unchanged, on one or many processes (commands/run.py, commands/launch.py).
     run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
     _add_connect_flags(run)
     run.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, for a multi-host job")
@@ -158,7 +158,7 @@ def _add_script_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args) -> int:
-    from acceltrain.script import run_script
+    from acceltrain.commands.run import run_script
 
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
@@ -166,7 +166,7 @@ def _run(args) -> int:
 
 
 def _launch(args) -> int:
-    from acceltrain.launch import launch
+    from acceltrain.commands.launch import launch
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
                   backend=args.backend, distribution=args.distribution)
@@ -206,8 +206,8 @@ def _devices(args) -> int:
 
 
 def _train(args) -> int:
-    from acceltrain import config as config_files
-    from acceltrain.job import train_and_evaluate
+    from acceltrain.commands import config as config_files
+    from acceltrain.commands.train import train_and_evaluate
 
     flags = {name: getattr(args, name) for name in config_files.fields() if getattr(args, name, None) is not None}
     config = config_files.resolve(args.config, flags)
@@ -219,7 +219,7 @@ def _train(args) -> int:
 
 
 def _report(args) -> int:
-    from acceltrain import report
+    from acceltrain.commands import report
 
     for path in report.redraw(args.dir):
         print(path)
@@ -227,7 +227,7 @@ def _report(args) -> int:
 
 
 def _doctor(args) -> int:
-    from acceltrain import doctor
+    from acceltrain.commands import doctor
 
     show = None if args.json else (lambda check: print(doctor.format_check(check), flush=True))
     checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
@@ -239,7 +239,7 @@ def _doctor(args) -> int:
 def _bench(args) -> int:
     from pathlib import Path
 
-    from acceltrain import bench, outputs
+    from acceltrain.commands import bench, outputs
     from acceltrain.errors import UsageError
 
     if args.json and not Path(args.json).resolve().parent.is_dir():

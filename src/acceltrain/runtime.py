@@ -239,7 +239,7 @@ class Runtime:
         good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
         """
-        from acceltrain.callbacks import DivergenceCheck, EpochTimer
+        from acceltrain.training.callbacks import DivergenceCheck, EpochTimer
 
         _check_compiled(model)
         # 1. The global batch splits evenly over the replicas (a dataset brings its own).
@@ -264,7 +264,7 @@ class Runtime:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
             validation_data = self._own_share(validation_data)
         if checkpoint_dir is not None:
-            from acceltrain.checkpoint import Checkpoints, Every
+            from acceltrain.training.checkpoint import Checkpoints, Every
 
             checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
             every = Every.parse(checkpoint_every)
@@ -298,7 +298,7 @@ class Runtime:
                                     callbacks=[*callbacks, timer, divergence], verbose=verbose, **fit_kwargs)
                 history.epoch_seconds = timer.epoch_seconds
             else:
-                from acceltrain import resumable
+                from acceltrain.training import resumable
 
                 history = resumable.fit(
                     model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,

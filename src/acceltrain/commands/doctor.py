@@ -298,7 +298,7 @@ def check_dry_run(*, backend: str | None = None, simulate_devices: int | None = 
     """
     request = {"backend": backend, "simulate_devices": simulate_devices, "distribution": distribution,
                "batch_size": batch_size}
-    code = f"from acceltrain.doctor import _dry_run; _dry_run({json.dumps(request)!r})"
+    code = f"from acceltrain.commands.doctor import _dry_run; _dry_run({json.dumps(request)!r})"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     try:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,

@@ -4,8 +4,8 @@ import sys
 import pytest
 from tests.support import run_cli
 
-from acceltrain import doctor
-from acceltrain.doctor import FAIL, OK, WARN
+from acceltrain.commands import doctor
+from acceltrain.commands.doctor import FAIL, OK, WARN
 
 # --- Each check on this machine, and on a broken one it is handed ---------------------------------
 

@@ -249,7 +249,7 @@ def _run_child(variant: str, config: BenchConfig, batch_size: int, cache_dir: st
         if config.backend:
             env["KERAS_BACKEND"] = config.backend
     payload = json.dumps({**asdict(config), "batch_size": batch_size, "started": time.time(), **extra})
-    child = subprocess.run([sys.executable, "-m", "acceltrain.bench", variant, payload], capture_output=True,
+    child = subprocess.run([sys.executable, "-m", "acceltrain.commands.bench", variant, payload], capture_output=True,
                            text=True, env=env)
     for line in reversed(child.stdout.splitlines()):
         if line.startswith(RESULT_TAG):

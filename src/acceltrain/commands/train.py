@@ -10,38 +10,19 @@ import importlib.util
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
-from acceltrain import config as config_files
-from acceltrain import data, datasets, decisions, log, outputs, recipes, report, tensorboard_logs
-from acceltrain.checkpoint import Checkpoints, Every
+from acceltrain.commands import config as config_files
+from acceltrain.commands.config import TrainConfig
+from acceltrain import data, datasets, decisions, log, recipes
+from acceltrain.commands import outputs, report
+from acceltrain.training import tensorboard_logs
+from acceltrain.training.checkpoint import Checkpoints, Every
 from acceltrain.errors import UsageError
 from acceltrain.runtime import connect
-
-
-@dataclass
-class TrainConfig:
-    recipe: str = recipes.DEFAULT
-    model: str | None = None  # "FILE.py:FUNCTION" returning a Keras model; replaces the recipe's
-    data: str | None = None  # an .npz in the keras.datasets layout; default: the bundled MNIST
-    epochs: int | None = None  # default: the recipe's
-    batch_size: int | None = None  # global batch; default: the recipe's
-    learning_rate: float | None = None  # default: the recipe's schedule; a number is constant
-    out: str | None = None  # default: runs/<timestamp>
-    backend: str | None = None
-    simulate_devices: int | None = None
-    distribution: str = "auto"
-    seed: int = 0
-    platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
-    tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
-    resume: bool = False  # continue from the newest good checkpoint in `out`
-    overwrite: bool = False  # replace what a previous run left in `out`
-    checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
-    keep_checkpoints: int = 2
-    tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
 
 
 def train_and_evaluate(config: TrainConfig) -> dict:
@@ -87,8 +68,8 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     # 3. Train (checkpointing into out_dir) and evaluate.
     if config.overwrite:
         checkpoints.clear()
-    from acceltrain.progress import FirstStepStatus
-    from acceltrain.resumable import Interrupted
+    from acceltrain.training.progress import FirstStepStatus
+    from acceltrain.training.resumable import Interrupted
 
     first_step = FirstStepStatus()
     callbacks = [first_step]

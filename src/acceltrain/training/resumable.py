@@ -15,7 +15,7 @@ import time
 import keras
 
 from acceltrain import data, log
-from acceltrain.checkpoint import Checkpoints, Every, State, epoch_order, restore
+from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order, restore
 from acceltrain.errors import AcceltrainError, UsageError
 
 

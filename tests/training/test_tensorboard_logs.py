@@ -4,7 +4,7 @@ import sys
 import pytest
 from tests.support import run_cli, write_small_mnist
 
-from acceltrain import tensorboard_logs
+from acceltrain.training import tensorboard_logs
 from acceltrain.errors import AcceltrainError
 
 

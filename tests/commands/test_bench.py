@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acceltrain import bench
+from acceltrain.commands import bench
 from acceltrain.hardware import cpu, gpu, tpu
 
 SRC = Path(__file__).resolve().parent.parent / "src"

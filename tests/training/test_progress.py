@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from acceltrain.progress import FirstStepStatus
+from acceltrain.training.progress import FirstStepStatus
 
 
 def test_the_first_step_line_ends_when_fit_raises_in_that_step(capsys):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from acceltrain.callbacks import DivergenceCheck
+from acceltrain.training.callbacks import DivergenceCheck
 
 
 class _Model:

@@ -4,7 +4,7 @@ import sys
 import pytest
 from tests.support import run_cli
 
-from acceltrain import report
+from acceltrain.commands import report
 from acceltrain.errors import UsageError
 
 METRICS = {

@@ -11,8 +11,8 @@ import h5py
 import numpy as np
 import pytest
 
-from acceltrain import checkpoint
-from acceltrain.checkpoint import Checkpoints, Every, State
+from acceltrain.training import checkpoint
+from acceltrain.training.checkpoint import Checkpoints, Every, State
 from acceltrain.errors import UsageError
 from tests import support
 
@@ -184,7 +184,7 @@ def test_resume_and_overwrite_together_are_refused(tmp_path, cli):
 def test_a_disk_too_small_fails_before_training(tmp_path, monkeypatch, capsys):
     import shutil
 
-    from acceltrain import outputs
+    from acceltrain.commands import outputs
     from acceltrain.cli import main
 
     monkeypatch.setattr(outputs.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 1000, 1000))

@@ -22,9 +22,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
 
-from acceltrain import outputs
+from acceltrain import recipes
+from acceltrain.commands import outputs
 from acceltrain.errors import UsageError
 
 PATH_KEYS = ("data", "model", "out")  # resolved against the config file's folder
@@ -33,17 +35,35 @@ PATH_KEYS = ("data", "model", "out")  # resolved against the config file's folde
 FOLDER_KEYS = ("out", "resume", "overwrite")
 
 
+@dataclass
+class TrainConfig:
+    recipe: str = recipes.DEFAULT
+    model: str | None = None  # "FILE.py:FUNCTION" returning a Keras model; replaces the recipe's
+    data: str | None = None  # an .npz in the keras.datasets layout; default: the bundled MNIST
+    epochs: int | None = None  # default: the recipe's
+    batch_size: int | None = None  # global batch; default: the recipe's
+    learning_rate: float | None = None  # default: the recipe's schedule; a number is constant
+    out: str | None = None  # default: runs/<timestamp>
+    backend: str | None = None
+    simulate_devices: int | None = None
+    distribution: str = "auto"
+    seed: int = 0
+    platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
+    tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
+    resume: bool = False  # continue from the newest good checkpoint in `out`
+    overwrite: bool = False  # replace what a previous run left in `out`
+    checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
+    keep_checkpoints: int = 2
+    tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
+
+
 def fields() -> dict[str, type]:
     """The options of `acceltrain train` and the type each takes (None allowed where the default is None)."""
-    from acceltrain.job import TrainConfig
-
     return dict(typing.get_type_hints(TrainConfig))
 
 
 def resolve(config_file: str | Path | None, flags: dict):
     """The TrainConfig of a run: TrainConfig's defaults, then the file's values, then the flags given."""
-    from acceltrain.job import TrainConfig
-
     values = load(config_file) if config_file else {}
     values.update(flags)
     return TrainConfig(**values)

@@ -10,7 +10,8 @@ import json
 import math
 from pathlib import Path
 
-from acceltrain import log, outputs
+from acceltrain import log
+from acceltrain.commands import outputs
 from acceltrain.errors import UsageError
 
 PNG = "report.png"

@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 from tests.support import run_cli, write_small_mnist
 
-from acceltrain import config
+from acceltrain.commands import config
 from acceltrain.errors import UsageError
-from acceltrain.job import TrainConfig
+from acceltrain.commands.train import TrainConfig
 
 
 def write(tmp_path, text, name="run.toml"):

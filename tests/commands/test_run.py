@@ -128,7 +128,7 @@ class _FakeModel:
 def _guard(num_replicas, num_processes=1, process_index=0):
     from types import SimpleNamespace
 
-    from acceltrain.script import FitGuard
+    from acceltrain.commands.run import FitGuard
 
     framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
     return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
