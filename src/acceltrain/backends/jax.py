@@ -161,7 +161,30 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     distribution = keras.distribution.DataParallel(devices=list(device_names))
     _distributions_by_mesh[distribution.device_mesh.backend_mesh] = distribution
     _follow_model_placement()
+    if _steps_must_not_overlap(distribution):
+        from acceltrain import log
+
+        log.info(f"{len(device_names)} CPU devices: Keras runs one step at a time (it waits for each step's metrics), "
+                 "as XLA's CPU collectives can deadlock when steps overlap")
     return distribution
+
+
+def _steps_must_not_overlap(distribution) -> bool:
+    """True for a distribution over several CPU devices (simulated, or CPUs of several processes).
+
+    Why: with no callback that needs each step's metrics (e.g. `fit(..., verbose=2)` or
+    `evaluate(..., verbose=0)` with no callbacks, or only `async_safe` ones), Keras 3.15 dispatches steps
+    without waiting and fetches their metrics in a thread pool, so several steps run at once. XLA's CPU
+    runtime runs each device's share of a step on a shared, small thread pool (sized by the cores, 2
+    here); the all-reduce of one step then waits for devices whose threads are taken by the next step,
+    and XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7 of them arrived on
+    time", exit 134), or, across processes (gloo), waits for ever. Measured here with a small convnet
+    over 4 simulated devices: aborted in 4 of 4 runs as Keras dispatches it, also with
+    JAX_CPU_ENABLE_ASYNC_DISPATCH=false and --xla_cpu_multi_thread_eigen=false; trained in every run with
+    one step at a time (4 and 8 devices). Accelerators run collectives on the device: no such limit.
+    """
+    devices = distribution.device_mesh.devices.flatten()
+    return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
 
 
 def distribution_name(distribution) -> str:
@@ -221,6 +244,9 @@ def _follow_model_placement() -> None:
                 distribution = None
                 if distribution_lib.distribution() is None:
                     distribution = distribution_of(model)
+                in_force = distribution or distribution_lib.distribution()
+                if in_force is not None and _steps_must_not_overlap(in_force):
+                    kwargs = _one_step_at_a_time(method, args, kwargs)
                 with scope(distribution):
                     return method(model, *args, **kwargs)
 
@@ -228,6 +254,27 @@ def _follow_model_placement() -> None:
             return wrapper
 
         setattr(JAXTrainer, name, follow(method))
+
+
+def _one_step_at_a_time(method, args, kwargs) -> dict:
+    """kwargs with a callback that makes Keras wait for each step's metrics before the next step
+    (see _steps_must_not_overlap). A CallbackList the caller built is left as it is."""
+    import inspect
+
+    import keras
+
+    from acceltrain.training.callbacks import OneStepAtATime
+
+    callbacks = kwargs.get("callbacks")
+    if callbacks is None and "callbacks" in inspect.signature(method).parameters:
+        position = list(inspect.signature(method).parameters).index("callbacks") - 1  # less the model
+        if len(args) > position:
+            return kwargs  # passed by position: rare, and Keras's own order is then kept
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return kwargs
+    if any(isinstance(c, OneStepAtATime) for c in callbacks or ()):
+        return kwargs
+    return {**kwargs, "callbacks": [*(callbacks or ()), OneStepAtATime()]}
 
 
 def placement(array) -> str:
