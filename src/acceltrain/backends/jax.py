@@ -246,7 +246,10 @@ def _follow_model_placement() -> None:
                     distribution = distribution_of(model)
                 in_force = distribution or distribution_lib.distribution()
                 if in_force is not None and _steps_must_not_overlap(in_force):
-                    kwargs = _one_step_at_a_time(method, args, kwargs)
+                    from acceltrain.backends import with_callback
+                    from acceltrain.training.callbacks import OneStepAtATime
+
+                    kwargs = with_callback(method, args, kwargs, OneStepAtATime())
                 with scope(distribution):
                     return method(model, *args, **kwargs)
 
@@ -254,27 +257,6 @@ def _follow_model_placement() -> None:
             return wrapper
 
         setattr(JAXTrainer, name, follow(method))
-
-
-def _one_step_at_a_time(method, args, kwargs) -> dict:
-    """kwargs with a callback that makes Keras wait for each step's metrics before the next step
-    (see _steps_must_not_overlap). A CallbackList the caller built is left as it is."""
-    import inspect
-
-    import keras
-
-    from acceltrain.training.callbacks import OneStepAtATime
-
-    callbacks = kwargs.get("callbacks")
-    if callbacks is None and "callbacks" in inspect.signature(method).parameters:
-        position = list(inspect.signature(method).parameters).index("callbacks") - 1  # less the model
-        if len(args) > position:
-            return kwargs  # passed by position: rare, and Keras's own order is then kept
-    if isinstance(callbacks, keras.callbacks.CallbackList):
-        return kwargs
-    if any(isinstance(c, OneStepAtATime) for c in callbacks or ()):
-        return kwargs
-    return {**kwargs, "callbacks": [*(callbacks or ()), OneStepAtATime()]}
 
 
 def placement(array) -> str:
