@@ -161,11 +161,6 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     distribution = keras.distribution.DataParallel(devices=list(device_names))
     _distributions_by_mesh[distribution.device_mesh.backend_mesh] = distribution
     _follow_model_placement()
-    if _steps_must_not_overlap(distribution):
-        from acceltrain import log
-
-        log.info(f"{len(device_names)} CPU devices: Keras runs one step at a time (it waits for each step's metrics), "
-                 "as XLA's CPU collectives can deadlock when steps overlap")
     return distribution
 
 
@@ -250,6 +245,7 @@ def _follow_model_placement() -> None:
                     from acceltrain.training.callbacks import OneStepAtATime
 
                     kwargs = with_callback(method, args, kwargs, OneStepAtATime())
+                    _tell_one_step_at_a_time(in_force)
                 with scope(distribution):
                     return method(model, *args, **kwargs)
 
@@ -257,6 +253,19 @@ def _follow_model_placement() -> None:
             return wrapper
 
         setattr(JAXTrainer, name, follow(method))
+
+
+_told = set()  # what this process has said once
+
+
+def _tell_one_step_at_a_time(distribution) -> None:
+    if "one step" not in _told:
+        _told.add("one step")
+        from acceltrain import log
+
+        devices = distribution.device_mesh.devices.size
+        log.info(f"{devices} CPU devices: Keras runs one step at a time here (it waits for each step's metrics), "
+                 "as XLA's CPU collectives can deadlock when steps overlap")
 
 
 def placement(array) -> str:
