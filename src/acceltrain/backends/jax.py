@@ -174,9 +174,12 @@ def _steps_must_not_overlap(distribution) -> bool:
     here); the all-reduce of one step then waits for devices whose threads are taken by the next step,
     and XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7 of them arrived on
     time", exit 134), or, across processes (gloo), waits for ever. Measured here with a small convnet
-    over 4 simulated devices: aborted in 4 of 4 runs as Keras dispatches it, also with
-    JAX_CPU_ENABLE_ASYNC_DISPATCH=false and --xla_cpu_multi_thread_eigen=false; trained in every run with
-    one step at a time (4 and 8 devices). Accelerators run collectives on the device: no such limit.
+    under plain Keras DataParallel over 4 simulated devices: stuck in the first all-reduce in 3 of 3 runs
+    as Keras dispatches it (gdb: three devices' threads in the rendezvous, the fourth device's launch
+    waiting for a thread), and 1 of 1 each with JAX_CPU_ENABLE_ASYNC_DISPATCH=false,
+    --xla_cpu_multi_thread_eigen=false, and both; trained with one step at a time on 4 and 8 devices
+    (benchmarks/stress_simulated.py counts it). Related, open upstream: jax-ml/jax#25861 (CPU hangs
+    with async dispatch). Accelerators run collectives on the device: Keras's async dispatch is kept.
     """
     devices = distribution.device_mesh.devices.flatten()
     return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
