@@ -174,7 +174,7 @@ def _steps_must_not_overlap(distribution) -> bool:
     here); the all-reduce of one step then waits for devices whose threads are taken by the next step,
     and XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7 of them arrived on
     time", exit 134), or, across processes (gloo), waits for ever. Measured here with a small convnet
-    under plain Keras DataParallel over 4 simulated devices: stuck in the first all-reduce in 3 of 3 runs
+    under plain Keras DataParallel over 4 simulated devices: stuck in the first all-reduce in 2 of 2 runs
     as Keras dispatches it (gdb: three devices' threads in the rendezvous, the fourth device's launch
     waiting for a thread), and 1 of 1 each with JAX_CPU_ENABLE_ASYNC_DISPATCH=false,
     --xla_cpu_multi_thread_eigen=false, and both; trained with one step at a time on 4 and 8 devices
