@@ -129,9 +129,10 @@ def _guard(num_replicas, num_processes=1, process_index=0):
     from types import SimpleNamespace
 
     from acceltrain.commands.run import FitGuard
+    from acceltrain.watchdog import Watchdog
 
     framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
-    return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
+    return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
                                     process_index=process_index, platform="cpu", _framework=framework))
 
 
@@ -173,3 +174,17 @@ def test_a_dataset_passes_untouched():
     args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
 
     assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}
+
+
+def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_on():
+    import numpy as np
+
+    from acceltrain.watchdog import Watchdog
+
+    x, y = np.zeros((64, 3), "float32"), np.zeros(64, "int64")
+    guard = _guard(8)
+    guard.runtime.watchdog = Watchdog(60)
+    _, kwargs = guard("evaluate", _FakeModel(), (x, y), {"callbacks": ["the script's"]})
+    assert [getattr(type(c), "__name__", c) for c in kwargs["callbacks"]] == ["the script's", "StallWatch"]
+    _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64})  # off (0): nothing added
+    assert kwargs.get("callbacks") is None

@@ -152,10 +152,11 @@ class FitGuard:
     def __call__(self, name: str, model, args, kwargs):
         if inputs_prepared():
             return args, kwargs  # Runtime.fit's own call: its inputs and callbacks are set
-        from acceltrain.backends import with_callback
-        from acceltrain.training.callbacks import StallWatch
+        if self.runtime.watchdog.enabled:
+            from acceltrain.backends import with_callback
+            from acceltrain.training.callbacks import StallWatch
 
-        kwargs = with_callback(getattr(type(model), name), args, kwargs, StallWatch(self.runtime.watchdog))
+            kwargs = with_callback(getattr(type(model), name), args, kwargs, StallWatch(self.runtime.watchdog))
         bound = inspect.signature(getattr(type(model), name)).bind(model, *args, **kwargs)
         arguments = dict(bound.arguments)
         del arguments[next(iter(arguments))]  # the model itself
