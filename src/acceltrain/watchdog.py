@@ -97,7 +97,7 @@ class Watchdog:
         with self._lock:
             phase, steps = self._phase, self._steps
         progress = f"after {steps} step(s)" if steps else "before its first step"
-        lines = [f"acceltrain: error: stalled: nothing moved for {waited:.0f} s in {phase}, {progress} "
+        lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress} "
                  f"(--stall-timeout {self.timeout:g}).",
                  f"acceltrain: where it stood, thread by thread ({prefix.strip()} below):"]
         lines += [prefix + line for line in python_stacks().splitlines()]
