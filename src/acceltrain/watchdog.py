@@ -100,12 +100,34 @@ class Watchdog:
         lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress} "
                  f"(--stall-timeout {self.timeout:g}).",
                  f"acceltrain: where it stood, thread by thread ({prefix.strip()} below):"]
-        lines += [prefix + line for line in python_stacks().splitlines()]
+        launcher = _launcher_pid()
+        if launcher is None:
+            lines += [prefix + line for line in python_stacks().splitlines()]
+        else:  # the launcher asks every process for its stacks, this one too, before any of them ends
+            lines[-1] = "acceltrain: the launcher now asks every process for its stacks (lines [i] below)."
         lines += [f"acceltrain: usual causes: {CAUSES}. Ending this process (exit {EXIT_STALLED}). A longer "
                   "first compile needs a larger --stall-timeout (0 turns the watchdog off)."]
         print("\n".join(lines), file=stream, flush=True)
         sys.stdout.flush()
+        if launcher is not None:
+            import signal
+
+            os.kill(launcher, signal.SIGUSR1)
+            time.sleep(LAUNCHER_STACKS_SECONDS)
         self._exit(EXIT_STALLED)
+
+
+# Launched: how long a stalled process waits, alive, while the launcher collects every process's stacks
+# (a process that ended first could take the others down with it: process 0 hosts jax.distributed).
+LAUNCHER_STACKS_SECONDS = 5.0
+
+
+def _launcher_pid() -> int | None:
+    """The pid of the `acceltrain launch` that started this process, if one did and SIGUSR1 exists."""
+    import signal
+
+    pid = os.environ.get("ACCELTRAIN_LAUNCHER_PID", "")  # set by commands/launch.py
+    return int(pid) if pid.isdigit() and hasattr(signal, "SIGUSR1") else None
 
 
 def python_stacks() -> str:

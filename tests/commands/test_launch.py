@@ -188,10 +188,10 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_the_st
     assert "[0] acceltrain: error: stalled: nothing moved for 15 s in fit (compiling and running the first step)" \
         in job.stderr
     assert "a process that never reached this collective" in job.stderr
-    # Process 1's stack, asked for by the launcher, shows the line it was stuck on.
+    # Process 1's stack, asked for by the launcher before anything ended, shows the line it was stuck on.
     assert re.search(r"\[1\] .*one_process_stuck\.py\", line 15 in <module>", job.stderr), job.stderr
-    # Process 0's own stack shows where it waited: its fit call.
-    assert re.search(r"\[0\] process 0: .*one_process_stuck\.py\", line 17 in <module>", job.stderr)
+    # Process 0's stack shows where it waited: its fit call.
+    assert re.search(r"\[0\] .*one_process_stuck\.py\", line 17 in <module>", job.stderr)
     assert time.monotonic() - started < 240  # start-up, then 15 s: not a job that hung until its test timeout
 
 

@@ -50,7 +50,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     command += [script, *argv]
     log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
     children = []
-    with _forwarded_signals(children) as received:
+    with _forwarded_signals(children) as received, _stall_reports() as stalled:
         for index in range(processes):
             children.append(subprocess.Popen(
                 command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
@@ -63,7 +63,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
 
         # 3. Watch: the first failure, or a signal to the launcher, stops them all.
         try:
-            code = _watch(children, received)
+            code = _watch(children, received, stalled)
         finally:
             _stop(children)  # nothing outlives the launcher, whatever ended it
             for pump in pumps:
@@ -71,8 +71,11 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     return code
 
 
-def _watch(children, received) -> int:
+def _watch(children, received, stalled) -> int:
     while True:
+        if stalled:  # a process's watchdog fired: every process's stacks, before any of them ends
+            stalled.clear()
+            _ask_for_stacks(children)
         if received:
             signum = received[0]
             log.warn(f"{signal.Signals(signum).name} received: passed on to the {len(children)} processes, which get "
@@ -87,7 +90,6 @@ def _watch(children, received) -> int:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
                 how = "stalled"
-                _ask_for_stacks([children[i] for i in running])
             log.warn(f"process {index} {how}; stopping the other {len(running)} running process(es) "
                      f"{running} so the job does not hang waiting for it")
             _stop(children)
@@ -127,6 +129,20 @@ def _signal_group(child, signum: int) -> None:
         os.killpg(child.pid, signum)  # each child leads its own group (process_group=0)
     except (ProcessLookupError, PermissionError):
         pass  # the group is gone already
+
+
+@contextlib.contextmanager
+def _stall_reports():
+    """SIGUSR1 from a launched process: its stall watchdog fired (watchdog.py)."""
+    reports: list = []
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+        yield reports
+        return
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: reports.append(signum))
+    try:
+        yield reports
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 @contextlib.contextmanager
