@@ -142,3 +142,20 @@ def test_runtime_fit_in_a_two_process_job_matches_one_process():
     # Same samples in each global batch, same seed: equal up to the order of float sums.
     assert float(got[5]) == pytest.approx(float(expected[5]), rel=1e-3)
     assert float(got[7]) == pytest.approx(float(expected[7]), abs=0.01)
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("mode", ["script", "library"])
+def test_predict_in_two_processes_returns_in_each_what_a_plain_run_returns(mode):
+    from tests.commands.test_run import _predictions, assert_same_predictions
+
+    script = support.SCRIPTS / "predicts.py"
+    plain = support.python(script, timeout=120, KERAS_BACKEND="jax")
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script,
+                          *(["--library"] if mode == "library" else []), timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert job.returncode == 0, job.stderr
+    expected = _predictions(plain.stdout)
+    for index in (0, 1):
+        lines = "\n".join(line.split("] ", 1)[1] for line in job.stdout.splitlines() if line.startswith(f"[{index}]"))
+        assert_same_predictions(_predictions(lines), expected)

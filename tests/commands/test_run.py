@@ -1,5 +1,6 @@
 """`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
 
+import numpy as np
 import pytest
 
 from tests import support
@@ -132,7 +133,7 @@ def _guard(num_replicas, num_processes=1, process_index=0):
 
     framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
     return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
-                                    process_index=process_index, platform="cpu", _framework=framework))
+                                    process_index=process_index, platform="cpu", backend_module=framework))
 
 
 def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
@@ -173,3 +174,33 @@ def test_a_dataset_passes_untouched():
     args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
 
     assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}
+
+
+# --- predict: what a plain run returns, on any device count --------------------------------------------
+
+def _predictions(stdout: str) -> dict:
+    """{name: (shape, values)} from the 'predict NAME: shape S values V ...' lines of scripts/predicts.py."""
+    found = {}
+    for line in stdout.splitlines():
+        if "predict " in line and " values " in line:
+            head, values = line.split("predict ", 1)[1].split(" values ")
+            name, shape = head.split(": shape ")
+            found[name] = (shape, np.array(values.split(), dtype=float))
+    return found
+
+
+def assert_same_predictions(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected) == {"3", "37 by 8", "37"}
+    for name, (shape, values) in expected.items():
+        assert got[name][0] == shape, name
+        np.testing.assert_allclose(got[name][1], values, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.multi_device
+def test_predict_on_4_simulated_devices_returns_what_a_plain_run_returns():
+    script = support.SCRIPTS / "predicts.py"
+    plain = support.python(script, timeout=120, KERAS_BACKEND="jax")
+    under_run = support.run_cli("run", "--simulate-devices", "4", script, timeout=200)
+    assert plain.returncode == 0, plain.stderr
+    assert under_run.returncode == 0, under_run.stderr
+    assert_same_predictions(_predictions(under_run.stdout), _predictions(plain.stdout))
