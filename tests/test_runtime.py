@@ -254,3 +254,25 @@ def test_closing_the_last_runtime_gives_keras_its_own_fit_back():
 
     done = support.python("-c", script, timeout=120, KERAS_BACKEND="jax")
     assert done.returncode == 0 and "restored" in done.stdout, done.stderr
+
+
+def test_fit_trims_sample_weights_with_the_samples(runtime):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)  # trimmed to 96: the weights must follow
+    history = runtime.fit(model, x, y, batch_size=32, sample_weight=np.ones(100), verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("arguments, named", [
+    ({"checkpoint_every": "x"}, "checkpoint_every='x'"),
+    ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
+    ({"batch_size": 0}, "batch_size=0"),
+])
+def test_library_errors_name_the_python_argument_not_the_flag(runtime, tmp_path, arguments, named):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(64)
+    with pytest.raises(UsageError) as raised:
+        runtime.fit(model, x, y, **{"batch_size": 32, "checkpoint_dir": tmp_path, **arguments})
+    assert named in str(raised.value) and "--" not in str(raised.value)

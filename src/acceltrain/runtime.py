@@ -244,7 +244,8 @@ class Runtime:
         _check_compiled(model)
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
         classes = inputs.classes_of(model)
-        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes,
+        weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too
+        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes, sample_weight=weights,
                                       validation_data=validation_data,
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None))
         _tell(prepared.notes)
@@ -303,7 +304,9 @@ class Runtime:
         from acceltrain.training.callbacks import EpochTimer
 
         timer = EpochTimer()
-        x, y, _ = prepared.local()
+        x, y, sample_weight = prepared.local()
+        if sample_weight is not None:
+            fit_kwargs = {**fit_kwargs, "sample_weight": sample_weight}
         if prepared.validation_batch_size is not None:
             fit_kwargs = {**fit_kwargs, "validation_batch_size": prepared.validation_batch_size}
         history = model.fit(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
