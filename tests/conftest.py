@@ -5,6 +5,7 @@ before anything imports them. TensorFlow tests run in subprocesses (one Keras ba
 """
 
 import os
+import sys
 from pathlib import Path
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -20,18 +21,41 @@ SIMULATED_DEVICES = 8
 
 
 @pytest.fixture(autouse=True)
-def restore_env_and_distribution():
-    """Fail no test for another's leftovers: env vars and Keras's global distribution are put back."""
+def leave_no_global_state_behind():
+    """Fail a test that leaves environment variables, Keras's global distribution or its dtype policy
+    changed (then put them back, so the next test is not blamed too). Restore what a test changes in the
+    test itself: monkeypatch, or try/finally (Runtime.scope and precision.scope restore their own)."""
     env_before = dict(os.environ)
+    policy_before = _dtype_policy()
     yield
-    os.environ.clear()
-    os.environ.update(env_before)
-    import sys as _sys
-
-    if "keras" in _sys.modules:
+    leaks = []
+    changed = sorted(name for name in set(env_before) | set(os.environ)
+                     if env_before.get(name) != os.environ.get(name) and name != "PYTEST_CURRENT_TEST")  # pytest's own
+    if changed:
+        leaks.append(f"environment variables {changed}")
+        for name in changed:
+            os.environ.pop(name, None)
+            if name in env_before:
+                os.environ[name] = env_before[name]
+    if "keras" in sys.modules:
         import keras
 
-        keras.distribution.set_distribution(None)
+        if keras.distribution.distribution() is not None:
+            leaks.append(f"Keras's global distribution ({keras.distribution.distribution()!r})")
+            keras.distribution.set_distribution(None)
+        if _dtype_policy() != policy_before:
+            leaks.append(f"Keras's dtype policy ({policy_before} → {_dtype_policy()})")
+            keras.config.set_dtype_policy(policy_before)
+    if leaks:
+        pytest.fail(f"the test left {' and '.join(leaks)} changed: restore them in the test", pytrace=False)
+
+
+def _dtype_policy() -> str:
+    if "keras" not in sys.modules:
+        return "float32"
+    import keras
+
+    return keras.config.dtype_policy().name
 
 
 @pytest.fixture(scope="session")

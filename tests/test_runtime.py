@@ -198,3 +198,81 @@ def test_fit_stops_a_diverged_run_with_the_likely_cause(runtime):
     x, y = _toy_data(256)
     with pytest.raises(acceltrain.TrainingDiverged, match=r"diverged at epoch \d+.*learning rate too high"):
         runtime.fit(model, x * 100, y, batch_size=64, epochs=20, verbose=0)
+
+
+# --- predict: exactly the samples given, whatever the replicas --------------------------------------
+
+@pytest.mark.parametrize("n, batch_size", [(3, None), (100, 32), (1, 8)])
+def test_predict_returns_what_one_device_returns(runtime, n, batch_size):
+    with runtime.scope():
+        model = _mlp()
+    x, _ = _toy_data(100)
+    x = x[:n].astype("float32")
+    one_device = _mlp()  # built outside any distribution
+    one_device.set_weights(model.get_weights())
+    expected = one_device.predict(x, batch_size=batch_size, verbose=0)
+    got = runtime.predict(model, x, batch_size=batch_size, verbose=0)
+    assert got.shape == expected.shape == (n, 4)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_predict_rejects_a_batch_that_does_not_divide(runtime):
+    with runtime.scope():
+        model = _mlp()
+    with pytest.raises(UsageError, match=r"batch_size=12.*8 replicas.*8 or 16"):
+        runtime.predict(model, np.zeros((3, 8), "float32"), batch_size=12)
+
+
+# --- close(): what connect() changed in Keras is undone ---------------------------------------------
+
+def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime):
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    from acceltrain.backends import jax as jax_backend
+
+    meshes = len(jax_backend._distributions_by_mesh)
+    patched_fit = JAXTrainer.fit
+    with acceltrain.connect(simulate_devices=8, verbose=False) as again:
+        assert len(jax_backend._distributions_by_mesh) == meshes  # the same devices: the same entry
+        with again.scope():
+            model = _mlp()
+    assert JAXTrainer.fit is patched_fit  # the session's runtime is still open: its models still follow
+    assert jax_backend.distribution_of(model) is not None
+
+
+def test_closing_the_last_runtime_gives_keras_its_own_fit_back():
+    script = (
+        "from keras.src.backend.jax.trainer import JAXTrainer\n"
+        "kerass_own = JAXTrainer.fit\n"
+        "import acceltrain\n"
+        "from acceltrain.backends import jax as backend\n"
+        "with acceltrain.connect(simulate_devices=2, verbose=False) as runtime:\n"
+        "    assert JAXTrainer.fit is not kerass_own and len(backend._distributions_by_mesh) == 1\n"
+        "assert JAXTrainer.fit is kerass_own and not backend._distributions_by_mesh\n"
+        "print('restored')\n")
+    from tests import support
+
+    done = support.python("-c", script, timeout=120, KERAS_BACKEND="jax")
+    assert done.returncode == 0 and "restored" in done.stdout, done.stderr
+
+
+def test_fit_trims_sample_weights_with_the_samples(runtime):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)  # trimmed to 96: the weights must follow
+    history = runtime.fit(model, x, y, batch_size=32, sample_weight=np.ones(100), verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+@pytest.mark.parametrize("arguments, named", [
+    ({"checkpoint_every": "x"}, "checkpoint_every='x'"),
+    ({"keep_checkpoints": 0}, "keep_checkpoints=0"),
+    ({"batch_size": 0}, "batch_size=0"),
+])
+def test_library_errors_name_the_python_argument_not_the_flag(runtime, tmp_path, arguments, named):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(64)
+    with pytest.raises(UsageError) as raised:
+        runtime.fit(model, x, y, **{"batch_size": 32, "checkpoint_dir": tmp_path, **arguments})
+    assert named in str(raised.value) and "--" not in str(raised.value)

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from acceltrain import hardware
+
 KERAS_DEFAULT_BATCH_SIZE = 32
 
-# Below this many samples per replica a step is too small to keep the device busy: a TPU core's matrix
-# unit is 128 wide; a GPU needs a few dozen rows to hide its launch overhead. Rules of thumb, not limits.
-MIN_BATCH_PER_REPLICA = {"tpu": 128, "gpu": 32, "cpu": 8}
+# Below this many samples per replica a step is too small to keep the device busy (each hardware kind
+# says why: hardware/tpu.py, gpu.py, cpu.py). Rules of thumb, not limits.
+MIN_BATCH_PER_REPLICA = {kind.NAME: kind.MIN_BATCH_PER_REPLICA for kind in hardware.KINDS}
 
 
 @dataclass(frozen=True)

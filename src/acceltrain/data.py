@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from acceltrain.errors import UsageError
+from acceltrain.errors import UsageError, positive_int
 
 
 def is_arrays(x) -> bool:
@@ -30,16 +30,17 @@ def _map(fn, x):
     return fn(x)
 
 
-def _leaves(x):
+def leaves(x) -> list:
+    """The arrays of a nest (dict, list, tuple) in order; a single array is its own one leaf."""
     if isinstance(x, dict):
-        return [leaf for v in x.values() for leaf in _leaves(v)]
+        return [leaf for v in x.values() for leaf in leaves(v)]
     if isinstance(x, (list, tuple)):
-        return [leaf for v in x for leaf in _leaves(v)]
+        return [leaf for v in x for leaf in leaves(v)]
     return [x]
 
 
 def num_samples(x) -> int:
-    return len(_leaves(x)[0])
+    return len(leaves(x)[0])
 
 
 # --- Checks -----------------------------------------------------------------------------------
@@ -53,8 +54,7 @@ def nearest_valid_batch_sizes(batch_size: int, num_replicas: int) -> list[int]:
 
 def check_batch_size(batch_size, num_replicas: int) -> None:
     """The global batch must be a positive integer that splits evenly over the replicas."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise UsageError(f"Received batch_size={batch_size!r}. Expected a positive integer (the global batch).")
+    positive_int(batch_size, "batch_size", ": the global batch")
     if batch_size % num_replicas:
         _raise_indivisible(f"Received batch_size={batch_size}, which does", batch_size, num_replicas,
                            "Use a multiple")
@@ -70,16 +70,16 @@ def _raise_indivisible(subject: str, batch: int, num_replicas: int, fix: str):
 
 def check_arrays(x, y=None, *, name: str = "x") -> None:
     """Same number of samples everywhere, and no NaN or inf in floating-point inputs."""
-    leaves = _leaves(x) + ([] if y is None else _leaves(y))
-    lengths = {len(leaf) for leaf in leaves}
+    arrays = leaves(x) + ([] if y is None else leaves(y))
+    lengths = {len(leaf) for leaf in arrays}
     if len(lengths) > 1:
-        x_len = [len(leaf) for leaf in _leaves(x)]
-        y_len = [] if y is None else [len(leaf) for leaf in _leaves(y)]
+        x_len = [len(leaf) for leaf in leaves(x)]
+        y_len = [] if y is None else [len(leaf) for leaf in leaves(y)]
         raise UsageError(
             f"{name} and its labels have different numbers of samples: {name} has {x_len}, labels have "
             f"{y_len}. Each input and label array needs one row per sample."
         )
-    for label, arrays in ((name, _leaves(x)), (f"labels of {name}", [] if y is None else _leaves(y))):
+    for label, arrays in ((name, leaves(x)), (f"labels of {name}", [] if y is None else leaves(y))):
         for array in arrays:
             if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
                 bad = int(np.size(array) - np.isfinite(array).sum())
@@ -89,9 +89,9 @@ def check_arrays(x, y=None, *, name: str = "x") -> None:
                 )
 
 
-def check_class_labels(y, num_classes: int, *, name: str = "y") -> None:
+def check_class_labels(y, num_classes: int | None, *, name: str = "y") -> None:
     """Integer class labels must lie in [0, num_classes): Keras on JAX would train on garbage silently."""
-    if not isinstance(y, np.ndarray) or not np.issubdtype(y.dtype, np.integer) or num_classes < 2:
+    if not isinstance(y, np.ndarray) or not np.issubdtype(y.dtype, np.integer) or (num_classes or 0) < 2:
         return
     if y.ndim > 1 and y.shape[-1] != 1:
         return  # not class indices (one-hot or multi-label)
@@ -172,7 +172,7 @@ def is_dataset(x) -> bool:
 def _batch_dims(dataset) -> list:
     """The leading dimension of each part of an element (None where it varies); [] if one is a scalar."""
     dims = []
-    for spec in _leaves(dataset.element_spec):
+    for spec in leaves(dataset.element_spec):
         if spec.shape.rank is not None and spec.shape.rank == 0:
             return []
         dims.append(spec.shape[0] if spec.shape.rank is not None else None)
@@ -194,7 +194,7 @@ def dataset_batch_size(dataset, *, name: str = "x") -> int:
     if known:
         return known.pop()
     for element in dataset.take(1):
-        return int(_leaves(element)[0].shape[0])
+        return int(leaves(element)[0].shape[0])
     raise UsageError(f"{name} is an empty tf.data.Dataset: there is nothing to train or evaluate on.")
 
 

@@ -83,8 +83,8 @@ def choose_precision(platform: str, compute_capability: str | None, current_poli
     """
     if current_policy != "float32":
         return current_policy, "set with keras.config.set_dtype_policy"
-    if platform == "tpu":
-        return "mixed_bfloat16", "TPUs compute in bfloat16 natively"
+    if hardware.kind(platform).NATIVE_BFLOAT16:
+        return "mixed_bfloat16", f"{platform.upper()}s compute in bfloat16 natively"
     if platform == "gpu":
         if compute_capability and _capability(compute_capability) >= hardware.gpu.BFLOAT16_FROM_COMPUTE_CAPABILITY:
             return "mixed_bfloat16", f"compute capability {compute_capability} runs bfloat16 on its tensor cores"

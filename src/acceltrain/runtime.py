@@ -10,13 +10,12 @@ This module never imports a framework: it calls the backend module connect() cho
 
 import contextlib
 import contextvars
-import math
 import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, data, decisions, hardware, log, watchdog
-from acceltrain.errors import UsageError
+from acceltrain import backends, cluster, data, decisions, hardware, inputs, log, watchdog
+from acceltrain.errors import UsageError, positive_int
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
@@ -93,13 +92,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
 
 def _check_simulate_devices(simulate_devices) -> None:
-    if simulate_devices is None:
-        return
-    if isinstance(simulate_devices, bool) or not isinstance(simulate_devices, int) or simulate_devices < 1:
-        raise UsageError(
-            f"Received simulate_devices={simulate_devices!r}. Expected a whole number of at least 1 "
-            "(e.g. 8 to try an 8-device run on this CPU)."
-        )
+    if simulate_devices is not None:
+        positive_int(simulate_devices, "simulate_devices", " (e.g. 8 to try an 8-device run on this CPU)")
 
 
 def _check_platform(platform, tpu, simulate_devices) -> str:
@@ -151,6 +145,12 @@ class Runtime:
     @property
     def backend(self) -> str:
         return self._framework.NAME
+
+    @property
+    def backend_module(self):
+        """The backend module connect() chose (acceltrain.backends.jax or .tensorflow): the functions of
+        backends.INTERFACE, for code that works through whichever backend runs."""
+        return self._framework
 
     @property
     def platform(self) -> str:
@@ -248,98 +248,99 @@ class Runtime:
 
         `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
         """
-        from acceltrain.training.callbacks import DivergenceCheck, EpochTimer, StallWatch
+        from acceltrain.training.callbacks import DivergenceCheck, StallWatch
 
         stall = StallWatch(self._watchdog_for(stall_timeout))
 
         _check_compiled(model)
-        # 1. The global batch splits evenly over the replicas (a dataset brings its own).
-        dataset = data.is_dataset(x)
-        self._check_multi_process_inputs(x, validation_data)
-        if dataset:
-            x, batch_size, steps_per_epoch = self._prepare_training_dataset(x, batch_size)
+        # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
+        classes = inputs.classes_of(model)
+        weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too
+        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes, sample_weight=weights,
+                                      validation_data=validation_data,
+                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None))
+        _tell(prepared.notes)
+        if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
-        else:
-            data.check_batch_size(batch_size, self.num_replicas)
-            steps_per_epoch = None
-        # 2. Inputs checked and cast once, not every step.
-        num_classes = _num_classes(model)
-        if data.is_arrays(x):
-            x, y = self._prepare_training_arrays(x, y, batch_size, num_classes)
-        if data.is_dataset(validation_data):  # its own batch, which may differ from training's
-            validation_data, validation_batch = self._prepare_eval_dataset(validation_data, None, num_classes,
-                                                                           "validation_data")
-            if not data.is_dataset(validation_data):
-                fit_kwargs.setdefault("validation_batch_size", validation_batch)
-        elif validation_data is not None:
-            validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
-            validation_data = self._own_share(validation_data)
-        if checkpoint_dir is not None:
-            from acceltrain.training.checkpoint import Checkpoints, Every
-
-            checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
-            every = Every.parse(checkpoint_every)
-            if not data.is_arrays(x):
-                raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
-                                 "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
+        # 2. Checkpoints, where asked for.
+        checkpointing = self._checkpointing(checkpoint_dir, checkpoint_every, keep_checkpoints, prepared)
         # 3. Steps per compiled call, and XLA where the backend gains from it.
-        if data.is_arrays(x):
-            steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
-        steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch or 1_000_000,
-                                                                   model.steps_per_execution)
-        _set_steps_per_execution(model, steps)
-        log.info(
-            f"global batch {batch_size} = {batch_size // self.num_replicas} × {self.num_replicas} replicas; "
-            f"steps_per_execution {steps} ({steps_reason})"
-        )
-        jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
-        if jit_reason:
-            log.info(jit_reason)
+        self._tune(model, prepared)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
-        if validation_data is not None and not data.is_dataset(validation_data):
-            fit_kwargs.setdefault("validation_batch_size", batch_size)
-        fit_kwargs = self._local_batches(fit_kwargs, "validation_batch_size")
-        divergence = DivergenceCheck(num_classes)
+        divergence = DivergenceCheck(classes.num_classes)
         with self.scope(), _preparing_inputs():
-            if checkpoint_dir is None:
-                timer = EpochTimer()
-                x, y = self._own_share((x, y))
-                history = model.fit(x, y, batch_size=None if dataset else batch_size // self.num_processes,
-                                    epochs=epochs, validation_data=validation_data,
-                                    callbacks=[*callbacks, timer, divergence, stall], verbose=verbose,
-                                    **fit_kwargs)
-                history.epoch_seconds = timer.epoch_seconds
+            if checkpointing is None:
+                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, stall], verbose, fit_kwargs)
             else:
                 from acceltrain.training import resumable
 
                 history = resumable.fit(
-                    model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,
-                    resume=resume, seed=self._seed, num_replicas=self.num_replicas, verbose=verbose,
-                    validation_data=validation_data, callbacks=[*callbacks, divergence, stall],
-                    process_share=self._own_share, num_processes=self.num_processes, **fit_kwargs)
+                    model, prepared.x, prepared.y, batch_size=prepared.batch_size, epochs=epochs,
+                    checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
+                    num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
+                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, stall],
+                    process_share=prepared.share, num_processes=self.num_processes, **fit_kwargs)
         divergence.raise_if_diverged()
+        return history
+
+    def _checkpointing(self, checkpoint_dir, checkpoint_every, keep_checkpoints, prepared):
+        """(Checkpoints, Every) for checkpoint_dir, or None without one."""
+        if checkpoint_dir is None:
+            return None
+        from acceltrain.training.checkpoint import Checkpoints, Every
+
+        checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
+        every = Every.parse(checkpoint_every, name="checkpoint_every")
+        if not data.is_arrays(prepared.x):
+            raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
+                             "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
+        return checkpoints, every
+
+    def _tune(self, model, prepared) -> None:
+        """Steps per compiled call (the platform's, within an epoch), and XLA where the backend gains from it."""
+        steps, steps_reason = decisions.choose_steps_per_execution(
+            self.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution)
+        _set_steps_per_execution(model, steps)
+        log.info(
+            f"global batch {prepared.batch_size} = {prepared.batch_size // self.num_replicas} × {self.num_replicas} "
+            f"replicas; steps_per_execution {steps} ({steps_reason})"
+        )
+        jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
+        if jit_reason:
+            log.info(jit_reason)
+
+    @staticmethod
+    def _fit_once(model, prepared, epochs, callbacks, verbose, fit_kwargs):
+        """One plain Keras fit over the prepared inputs, timing each epoch."""
+        from acceltrain.training.callbacks import EpochTimer
+
+        timer = EpochTimer()
+        x, y, sample_weight = prepared.local()
+        if sample_weight is not None:
+            fit_kwargs = {**fit_kwargs, "sample_weight": sample_weight}
+        if prepared.validation_batch_size is not None:
+            fit_kwargs = {**fit_kwargs, "validation_batch_size": prepared.validation_batch_size}
+        history = model.fit(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
+                            validation_data=prepared.validation_data, callbacks=[*callbacks, timer],
+                            verbose=verbose, **fit_kwargs)
+        history.epoch_seconds = timer.epoch_seconds
         return history
 
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
         _check_compiled(model)
-        if data.is_dataset(x):
-            x, batch_size = self._prepare_eval_dataset(x, batch_size, _num_classes(model), "x")
-            if isinstance(x, tuple):
-                x, y = x
-        else:
-            data.check_batch_size(batch_size, self.num_replicas)
-            if data.is_arrays(x):
-                self._check_multi_process_inputs(x)
-                x, y = self._own_share(self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x"))
-        # Keras takes a dataset's own batch; with arrays, each process batches its share.
-        batch_size = None if data.is_dataset(x) else batch_size // self.num_processes
+        prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
+                                           sample_weight=evaluate_kwargs.pop("sample_weight", None))
+        _tell(prepared.notes)
+        x, y, sample_weight = prepared.local()
+        if sample_weight is not None:
+            evaluate_kwargs["sample_weight"] = sample_weight
         from acceltrain.training.callbacks import StallWatch
 
         callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), StallWatch(self.watchdog)]
         with self.scope(), _preparing_inputs():
-            return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True,
+            return model.evaluate(x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True,
                                   callbacks=callbacks, **evaluate_kwargs)
 
     def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
@@ -347,75 +348,45 @@ class Runtime:
             return self.watchdog
         return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
 
-    # --- Many processes: each feeds its own share, Keras joins them into global batches ----------
+    def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
+        """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
+        the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
+        prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
+        with self.scope(), _preparing_inputs():
+            return predict_prepared(self, model, type(model).predict, prepared, verbose=verbose, **predict_kwargs)
 
-    def _check_multi_process_inputs(self, *inputs) -> None:
-        if self.num_processes > 1 and any(data.is_dataset(i) for i in inputs):
-            raise UsageError(
-                f"Received a tf.data.Dataset in a job of {self.num_processes} processes. Pass numpy arrays "
-                "(each process then feeds its own share of them), or shard the dataset per process yourself "
-                "and call keras's model.fit directly."
-            )
+    # --- Closing --------------------------------------------------------------------------------
 
-    def _own_share(self, arrays):
-        """This process's share of each array in a tuple (the whole tuple when there is one process)."""
-        if self.num_processes == 1 or not isinstance(arrays, tuple):
-            return arrays
-        return tuple(data.process_share(a, self.process_index, self.num_processes) for a in arrays)
+    def close(self) -> None:
+        """Undo what connect() changed in Keras for this runtime (plain fit following a model's placement).
+        The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
+        self._framework.release(self.distribution)
 
-    def _local_batches(self, kwargs: dict, *names) -> dict:
-        """Keras batches each process's share: a global batch B is B / num_processes from each."""
-        return {**kwargs, **{name: kwargs[name] // self.num_processes for name in names if kwargs.get(name)}}
+    def __enter__(self) -> "Runtime":
+        return self
 
-    def _prepare_training_arrays(self, x, y, batch_size, num_classes):
-        data.check_arrays(x, y)
-        data.check_class_labels(y, num_classes)
-        x, y, dropped = data.trim_to_replicas(data.as_float32(x), data.as_float32(y) if y is not None else None,
-                                              batch_size, self.num_replicas)
-        if dropped:
-            log.info(f"left out the last {dropped} training samples so the final batch divides over "
-                     f"{self.num_replicas} replicas")
-        return x, y
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
-    def _prepare_training_dataset(self, dataset, batch_size):
-        """Check the dataset's batch; make every batch full where shapes must be static or split evenly."""
-        batch_size = data.check_dataset(dataset, batch_size, self.num_replicas)
-        steps_per_epoch = data.num_batches(dataset)
-        if self.num_replicas > 1 or hardware.kind(self.platform).STATIC_SHAPES:
-            dataset, changed = data.drop_remainder(dataset, batch_size)
-            if changed:
-                log.info(f"training batches all full ({batch_size}): at most {batch_size - 1} samples at the end "
-                         f"of each pass are left out, so every batch divides over {self.num_replicas} replicas"
-                         f"{' and has the static shape XLA compiles for' if self.platform == 'tpu' else ''}")
-        return dataset, batch_size, steps_per_epoch
 
-    def _prepare_eval_dataset(self, dataset, batch_size, num_classes, name):
-        """Evaluation reads every sample. Returns (the dataset, or (x, y) arrays), and its batch."""
-        batch_size = data.check_dataset(dataset, batch_size, self.num_replicas, name=name)
-        if data.has_static_batch(dataset):
-            log.info(f"{name} has full batches only (drop_remainder=True?): samples it drops at its end are "
-                     "not evaluated. Batch evaluation data without drop_remainder to count every sample.")
-        if self.num_replicas == 1 or self._framework.SPLITS_UNEVEN_BATCHES:
-            return dataset, batch_size
-        # This backend cannot split the last, partial batch over the replicas: evaluate from memory,
-        # where every sample is counted equally (see _prepare_eval_arrays).
-        x, y = data.dataset_to_arrays(dataset, name=name)
-        log.info(f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial batch "
-                 f"divides over {self.num_replicas} replicas")
-        return self._prepare_eval_arrays((x, y), batch_size, num_classes, name), batch_size
+def predict_prepared(runtime, model, predict, prepared, **predict_kwargs):
+    """Call Keras's `predict(model, ...)` on prepared inputs and give back exactly the set's outputs.
 
-    def _prepare_eval_arrays(self, pair, batch_size, num_classes, name):
-        if not (isinstance(pair, tuple) and len(pair) == 2 and data.is_arrays(pair[0])):
-            return pair  # a dataset, or sample weights: Keras takes it as it is
-        x, y = pair
-        data.check_arrays(x, y, name=name)
-        data.check_class_labels(y, num_classes, name=f"labels of {name}")
-        x, y = data.as_float32(x), (data.as_float32(y) if y is not None else None)
-        x, y, repeats = data.repeat_to_replicas(x, y, batch_size, self.num_replicas)
-        if repeats > 1:
-            log.info(f"{name}: each sample counted {repeats} times so every batch divides over "
-                     f"{self.num_replicas} replicas (metrics unchanged, none dropped)")
-        return x, y
+    In a job of several processes each process's outputs are joined from all of them (every process holds
+    the whole result, as a plain predict does).
+    """
+    if prepared.num_samples is None:  # not arrays: Keras takes them as they are
+        return predict(model, prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
+    x, _, _ = prepared.local()
+    gathered = runtime.num_processes > 1
+    with runtime.backend_module.gathering_predictions(model) if gathered else contextlib.nullcontext():
+        outputs = predict(model, x, batch_size=prepared.local_batch_size, **predict_kwargs)
+    return prepared.finish(outputs, gathered=gathered)
+
+
+def _tell(notes) -> None:
+    for _, message in notes:
+        log.info(message)
 
 
 def _check_compiled(model) -> None:
@@ -426,26 +397,13 @@ def _check_compiled(model) -> None:
         )
 
 
-def _num_classes(model) -> int | None:
-    """The number of classes of a single-output model trained with a cross-entropy over classes."""
-    loss = getattr(model, "loss", None)
-    loss_name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or str(loss)
-    if "categorical_crossentropy" not in loss_name:
-        return None
-    try:
-        shape = model.output_shape
-    except (AttributeError, ValueError, RuntimeError):
-        return None
-    if isinstance(shape, tuple) and shape and isinstance(shape[-1], int) and shape[-1] > 1:
-        return shape[-1]
-    return None
-
-
 def _set_steps_per_execution(model, steps: int) -> None:
     """Change steps per call on a compiled model: its compiled functions are rebuilt on the next fit."""
     if model.steps_per_execution != steps:
+        from acceltrain.backends import keras_internals
+
         model.steps_per_execution = steps
-        model.train_function = model.test_function = model.predict_function = None
+        keras_internals.forget_compiled_functions(model)
 
 
 def _version() -> str:

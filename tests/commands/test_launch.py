@@ -213,10 +213,21 @@ def test_keras_entry_points_in_a_two_process_job_finish_with_the_same_global_num
                        else ["model.keras", "model.weights.h5"])  # process 0 wrote; process 1 threw its copy away
 
 
-@pytest.mark.skip(reason="predict in a job of several processes is prepared by the `inputs` work (issue 10); "
-                         "its shape joins entry_points.py there")
-def test_predict_in_a_two_process_job():
-    pass
+@pytest.mark.multi_device
+@pytest.mark.parametrize("mode", ["script", "library"])
+def test_predict_in_two_processes_returns_in_each_what_a_plain_run_returns(mode):
+    from tests.commands.test_run import _predictions, assert_same_predictions
+
+    script = support.SCRIPTS / "predicts.py"
+    plain = support.python(script, timeout=120, KERAS_BACKEND="jax")
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script,
+                          *(["--library"] if mode == "library" else []), timeout=300)
+    assert plain.returncode == 0, plain.stderr
+    assert job.returncode == 0, job.stderr
+    expected = _predictions(plain.stdout)
+    for index in (0, 1):
+        lines = "\n".join(line.split("] ", 1)[1] for line in job.stdout.splitlines() if line.startswith(f"[{index}]"))
+        assert_same_predictions(_predictions(lines), expected)
 
 
 def _pids_when_ready(stream, *, count: int, timeout: float) -> list[int]:

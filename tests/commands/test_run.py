@@ -1,5 +1,6 @@
 """`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
 
+import numpy as np
 import pytest
 
 from tests import support
@@ -133,7 +134,7 @@ def _guard(num_replicas, num_processes=1, process_index=0):
 
     framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
     return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
-                                    process_index=process_index, platform="cpu", _framework=framework))
+                                    process_index=process_index, platform="cpu", backend_module=framework))
 
 
 def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
@@ -188,3 +189,33 @@ def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_o
     assert [c if isinstance(c, str) else type(c).__name__ for c in kwargs["callbacks"]] == ["the script's", "StallWatch"]
     _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64})  # off (0): nothing added
     assert kwargs.get("callbacks") is None
+
+
+# --- predict: what a plain run returns, on any device count --------------------------------------------
+
+def _predictions(stdout: str) -> dict:
+    """{name: (shape, values)} from the 'predict NAME: shape S values V ...' lines of scripts/predicts.py."""
+    found = {}
+    for line in stdout.splitlines():
+        if "predict " in line and " values " in line:
+            head, values = line.split("predict ", 1)[1].split(" values ")
+            name, shape = head.split(": shape ")
+            found[name] = (shape, np.array(values.split(), dtype=float))
+    return found
+
+
+def assert_same_predictions(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected) == {"3", "37 by 8", "37"}
+    for name, (shape, values) in expected.items():
+        assert got[name][0] == shape, name
+        np.testing.assert_allclose(got[name][1], values, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.multi_device
+def test_predict_on_4_simulated_devices_returns_what_a_plain_run_returns():
+    script = support.SCRIPTS / "predicts.py"
+    plain = support.python(script, timeout=120, KERAS_BACKEND="jax")
+    under_run = support.run_cli("run", "--simulate-devices", "4", script, timeout=200)
+    assert plain.returncode == 0, plain.stderr
+    assert under_run.returncode == 0, under_run.stderr
+    assert_same_predictions(_predictions(under_run.stdout), _predictions(plain.stdout))

@@ -4,8 +4,6 @@ A backend module is imported only once connect() has chosen it, so importing acc
 framework and fixes no Keras backend.
 """
 
-import contextlib
-import functools
 import importlib
 import importlib.util
 import os
@@ -33,28 +31,39 @@ def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 
 
-@contextlib.contextmanager
-def hooked_fit(trainer_class, hook):
-    """Inside, each `fit` and `evaluate` of `trainer_class` (a backend's Keras trainer) first calls
-    `hook(name, model, args, kwargs)`, which returns the (args, kwargs) to call Keras with. The previous
-    methods are restored on exit. The same for both backends: only the trainer class differs."""
-    originals = {name: getattr(trainer_class, name) for name in ("fit", "evaluate")}
+# The functions every backend module defines, called by neutral code through `Runtime.backend_module`
+# (tests/backends/test_interface.py checks both modules against it). Each module lists what it has beyond
+# them in OWN: what only that framework needs (a TPU resolver, a compilation cache).
+INTERFACE = (
+    # start-up
+    "prepare", "start_processes", "shard_inputs_per_process", "set_seed", "versions",
+    # what is there
+    "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
+    # distribution
+    "make_distribution", "distribution_name", "num_replicas", "scope", "set_jit_compile", "release",
+    # unmodified scripts
+    "devices_spanned", "fit_hook", "gathering_predictions",
+)
 
-    def hooked(name, method):
-        @functools.wraps(method)
+
+def hooked_fit(backend: str, hook):
+    """Inside, each `fit` and `evaluate` of every model of `backend` first calls
+    `hook(name, model, args, kwargs)`, which returns the (args, kwargs) to call Keras with, and each
+    `predict` is `hook.predict(method, model, args, kwargs)`. The previous methods are restored on exit.
+    The same for both backends: only the trainer class differs (keras_internals.trainer_class)."""
+    from acceltrain.backends import keras_internals
+
+    def wrap(name, method):
+        if name == "predict":
+            return lambda model, *args, **kwargs: hook.predict(method, model, args, kwargs)
+
         def wrapper(model, *args, **kwargs):
             args, kwargs = hook(name, model, args, kwargs)
             return method(model, *args, **kwargs)
 
         return wrapper
 
-    for name, method in originals.items():
-        setattr(trainer_class, name, hooked(name, method))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(trainer_class, name, method)
+    return keras_internals.patched(keras_internals.trainer_class(backend), ("fit", "evaluate", "predict"), wrap)
 
 
 def with_callback(method, args, kwargs: dict, callback) -> dict:

@@ -4,15 +4,18 @@ Same function names as `backends/tensorflow.py`. Only this module imports jax.
 """
 
 import contextlib
-import functools
 
 import jax
 
 NAME = "jax"
 
 # A batch must divide over the devices of the mesh: JAX cannot shard the last, partial batch of a
-# dataset unevenly, so evaluation datasets are padded instead (see Runtime.evaluate).
+# dataset unevenly, so an evaluation dataset is read into memory and repeated whole instead
+# (inputs._eval_dataset).
 SPLITS_UNEVEN_BATCHES = False
+
+# What this module has beyond backends.INTERFACE: the compilation cache, and the model → distribution lookup.
+OWN = ("compilation_cache_dir", "enable_compilation_cache", "distribution_of")
 
 
 # --- Start-up ---------------------------------------------------------------------------------
@@ -128,12 +131,10 @@ def set_seed(seed: int) -> None:
     import random
 
     import numpy as np
-    from keras.src.backend.common import global_state
-    from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
-    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
 
-    global_state.set_global_attribute(GLOBAL_RANDOM_SEED, seed)
-    global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, None)
+    from acceltrain.backends import keras_internals
+
+    keras_internals.set_keras_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
 
@@ -147,9 +148,11 @@ def versions() -> dict[str, str]:
 
 # --- Distribution -----------------------------------------------------------------------------
 
-# The distributions connect() made, by the JAX mesh their variables live on: how a model built under
-# scope() finds its distribution again when plain `model.fit` is called outside the scope.
-_distributions_by_mesh = {}
+# The distributions of the open runtimes, by the JAX mesh their variables live on, each with how many
+# open runtimes use it: how a model built under scope() finds its distribution again when plain
+# `model.fit` is called outside the scope. Meshes over the same devices are equal, so connect() again
+# over the same devices adds nothing; Runtime.close() (release) takes its count back.
+_distributions_by_mesh: dict = {}
 
 
 def make_distribution(kind: str, device_names: tuple[str, ...]):
@@ -159,7 +162,9 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     import keras
 
     distribution = keras.distribution.DataParallel(devices=list(device_names))
-    _distributions_by_mesh[distribution.device_mesh.backend_mesh] = distribution
+    mesh = distribution.device_mesh.backend_mesh
+    _, opened = _distributions_by_mesh.get(mesh, (None, 0))
+    _distributions_by_mesh[mesh] = (distribution, opened + 1)
     _follow_model_placement()
     return distribution
 
@@ -183,6 +188,23 @@ def _steps_must_not_overlap(distribution) -> bool:
     """
     devices = distribution.device_mesh.devices.flatten()
     return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
+
+
+def release(distribution) -> None:
+    """The runtime of `distribution` is closed: forget it, and when no runtime is open, let plain fit be
+    Keras's own again."""
+    if distribution is None:
+        return
+    mesh = distribution.device_mesh.backend_mesh
+    current, opened = _distributions_by_mesh.get(mesh, (None, 0))
+    if opened > 1:
+        _distributions_by_mesh[mesh] = (current, opened - 1)
+    else:
+        _distributions_by_mesh.pop(mesh, None)
+    global _placement_following
+    if not _distributions_by_mesh and _placement_following is not None:
+        _placement_following.__exit__(None, None, None)
+        _placement_following = None
 
 
 def distribution_name(distribution) -> str:
@@ -213,11 +235,15 @@ def set_jit_compile(model, platform: str, distribution) -> str | None:
 
 
 def distribution_of(model):
-    """The distribution connect() made that `model`'s variables are placed by, if any."""
+    """The distribution of an open runtime that `model`'s variables are placed by, if any."""
     for variable in model.variables:
         mesh = getattr(getattr(variable.value, "sharding", None), "mesh", None)
-        return _distributions_by_mesh.get(mesh)
+        return _distributions_by_mesh.get(mesh, (None, 0))[0]
     return None
+
+
+# The patch of Keras's fit/evaluate/predict, entered while any runtime is open (exited by release()).
+_placement_following = None
 
 
 def _follow_model_placement() -> None:
@@ -225,37 +251,37 @@ def _follow_model_placement() -> None:
 
     Keras on JAX reads the distribution from global state at fit time, not from the model, so a model
     built under `Runtime.scope()` but fit outside it would get unsharded batches. TensorFlow keeps the
-    strategy on the model; this gives JAX the same behaviour. Installed once; a no-op for models built
-    outside any acceltrain distribution.
+    strategy on the model; this gives JAX the same behaviour. Installed with the first runtime, undone
+    when the last is closed; a no-op for models built outside any acceltrain distribution.
     """
-    from keras.src.backend.jax.trainer import JAXTrainer
-    from keras.src.distribution import distribution_lib
+    import keras
 
-    for name in ("fit", "evaluate", "predict"):
-        method = getattr(JAXTrainer, name)
-        if getattr(method, "_acceltrain_follows_placement", False):
-            continue
+    from acceltrain.backends import keras_internals
 
-        def follow(method):
-            @functools.wraps(method)
-            def wrapper(model, *args, **kwargs):
-                distribution = None
-                if distribution_lib.distribution() is None:
-                    distribution = distribution_of(model)
-                in_force = distribution or distribution_lib.distribution()
-                if in_force is not None and _steps_must_not_overlap(in_force):
-                    from acceltrain.backends import with_callback
-                    from acceltrain.training.callbacks import OneStepAtATime
+    global _placement_following
+    if _placement_following is not None:
+        return  # installed already
 
-                    kwargs = with_callback(method, args, kwargs, OneStepAtATime())
-                    _tell_one_step_at_a_time(in_force)
-                with scope(distribution):
-                    return method(model, *args, **kwargs)
+    def follow(name, method):
+        def wrapper(model, *args, **kwargs):
+            distribution = None
+            if keras.distribution.distribution() is None:
+                distribution = distribution_of(model)
+            in_force = distribution or keras.distribution.distribution()
+            if in_force is not None and _steps_must_not_overlap(in_force):
+                from acceltrain.backends import with_callback
+                from acceltrain.training.callbacks import OneStepAtATime
 
-            wrapper._acceltrain_follows_placement = True
-            return wrapper
+                kwargs = with_callback(method, args, kwargs, OneStepAtATime())
+                _tell_one_step_at_a_time(in_force)
+            with scope(distribution):
+                return method(model, *args, **kwargs)
 
-        setattr(JAXTrainer, name, follow(method))
+        return wrapper
+
+    patch = keras_internals.patched(keras_internals.trainer_class(NAME), ("fit", "evaluate", "predict"), follow)
+    patch.__enter__()
+    _placement_following = patch
 
 
 _told = set()  # what this process has said once
@@ -269,11 +295,6 @@ def _tell_one_step_at_a_time(distribution) -> None:
         devices = distribution.device_mesh.devices.size
         log.info(f"{devices} CPU devices: Keras runs one step at a time here (it waits for each step's metrics), "
                  "as XLA's CPU collectives can deadlock when steps overlap")
-
-
-def placement(array) -> str:
-    """How an array or variable is laid out over devices, for tests and `doctor`."""
-    return str(getattr(array, "value", array).sharding)
 
 
 # --- Many processes, and unmodified scripts (`acceltrain run`, `acceltrain launch`) --------------
@@ -316,12 +337,23 @@ def devices_spanned(variable) -> int:
 
 
 def fit_hook(hook):
-    """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
-    returns the (args, kwargs) to call Keras with: how `acceltrain run` checks and shards the inputs of a
-    script it does not change. The previous methods are restored on exit.
+    """Inside, each `fit`, `evaluate` and `predict` of any model goes through `hook` (backends.hooked_fit):
+    how `acceltrain run` checks and shards the inputs of a script it does not change. The previous methods
+    are restored on exit.
     """
-    from keras.src.backend.jax.trainer import JAXTrainer
-
     from acceltrain.backends import hooked_fit
 
-    return hooked_fit(JAXTrainer, hook)
+    return hooked_fit(NAME, hook)
+
+
+def gathering_predictions(model):
+    """Inside, `model.predict` returns host arrays of the whole global batch, joined from every process
+    (Keras's own predict would fail fetching an array that spans other processes' devices)."""
+    from jax.experimental import multihost_utils
+
+    from acceltrain.backends import keras_internals
+
+    def gather(outputs):
+        return jax.tree.map(lambda array: multihost_utils.process_allgather(array, tiled=True), outputs)
+
+    return keras_internals.gathering_predictions(model, gather)

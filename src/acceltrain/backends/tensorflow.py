@@ -22,6 +22,9 @@ NAME = "tensorflow"
 # batch of a dataset), so evaluation datasets need no padding here. JAX cannot (see backends/jax.py).
 SPLITS_UNEVEN_BATCHES = True
 
+# What this module has beyond backends.INTERFACE: reaching a TPU by name, through a seam tests fake.
+OWN = ("tpu_ways", "find_tpu")
+
 # How long connect() keeps retrying a TPU that answers but is not ready (a legacy TPU node booting,
 # a TPU VM's runtime starting), and the longest pause between tries.
 TPU_TIMEOUT_S = 300.0
@@ -267,8 +270,9 @@ def set_jit_compile(model, platform: str, distribution) -> str | None:
     """Make sure one-device CPU training compiles its steps with XLA.
 
     Keras's jit_compile="auto" turns XLA on by itself for a model whose layers all support it, unless
-    TensorFlow's op determinism is enabled; a model compiled with it off gets it here (FACTS.md: an epoch
-    of the seed's MLP took 1.27 s with XLA against 1.5-2.5 s without). A TPUStrategy compiles with XLA
+    TensorFlow's op determinism is enabled; a model compiled with it off gets it here (measured on the
+    project's 2-core CPU machine with Keras 3.15.1 and TF 2.21, and cited in README.md: an epoch of the
+    seed's MLP took 1.27 s with XLA against 1.5-2.5 s without). A TPUStrategy compiles with XLA
     anyway, and under MirroredStrategy it stays as Keras set it (cross-replica sums inside an XLA
     function). Returns the reason when it changed the model.
     """
@@ -277,22 +281,34 @@ def set_jit_compile(model, platform: str, distribution) -> str | None:
     model.jit_compile = True  # Keras's setter falls back to False, with a warning, for a model XLA cannot take
     if not model.jit_compile:
         return None
-    model.train_function = model.test_function = model.predict_function = None
+    from acceltrain.backends import keras_internals
+
+    keras_internals.forget_compiled_functions(model)
     return "jit_compile on (XLA on one CPU: 1.27 s an epoch of the seed's MLP against 1.5-2.5 s without)"
 
 
-def placement(array) -> str:
-    """Where a variable's copies live (one per replica under MirroredStrategy), for tests and `doctor`."""
-    value = getattr(array, "value", array)
-    copies = getattr(value, "values", None)
-    if copies is not None:
-        return f"{type(value).__name__}({', '.join(copy.device for copy in copies)})"
-    return str(value.device)
+def release(distribution) -> None:
+    """Nothing to undo: TensorFlow keeps the strategy on the model, and connect() changed nothing in Keras."""
 
 
-# --- Unmodified scripts (`acceltrain run`) ------------------------------------------------------
-# Multi-process jobs are refused on TensorFlow (prepare, _refuse_multi_worker), so the JAX module's
-# start_processes and shard_inputs_per_process have no twin here.
+# --- Many processes, and unmodified scripts (`acceltrain run`) ------------------------------------
+
+def start_processes(processes) -> None:
+    """Refused: Keras 3 does not train under TensorFlow's multi-worker strategy (see _refuse_multi_worker)."""
+    raise UsageError(_ONE_PROCESS)
+
+
+def shard_inputs_per_process(distribution) -> None:
+    raise UsageError(_ONE_PROCESS)
+
+
+def gathering_predictions(model):
+    raise UsageError(_ONE_PROCESS)
+
+
+_ONE_PROCESS = ("A job of several processes on the TensorFlow backend: Keras 3's fit does not train under "
+                "TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass backend='jax' "
+                "(--backend jax) to train with several processes.")
 
 
 def devices_spanned(variable) -> int:
@@ -303,12 +319,10 @@ def devices_spanned(variable) -> int:
 
 
 def fit_hook(hook):
-    """Inside, each `fit` and `evaluate` of any model first calls `hook(name, model, args, kwargs)`, which
-    returns the (args, kwargs) to call Keras with: how `acceltrain run` checks and shards the inputs of a
-    script it does not change. The previous methods are restored on exit.
+    """Inside, each `fit`, `evaluate` and `predict` of any model goes through `hook` (backends.hooked_fit):
+    how `acceltrain run` checks the inputs of a script it does not change. The previous methods are
+    restored on exit.
     """
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-
     from acceltrain.backends import hooked_fit
 
-    return hooked_fit(TensorFlowTrainer, hook)
+    return hooked_fit(NAME, hook)

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from acceltrain import log
-from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.errors import AcceltrainError, UsageError, positive_int
 
 RESULT_TAG = "ACCELTRAIN_BENCH_RESULT "
 LABELS = {
@@ -59,11 +59,9 @@ def run(config: BenchConfig) -> dict:
 
     recipe = recipes.get(config.recipe)
     for name in ("epochs", "repeats"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"Received --{name} {value!r}. Expected a whole number of at least 1.")
-    if config.samples is not None and config.samples < 1:
-        raise UsageError(f"Received --samples {config.samples!r}. Expected a whole number of at least 1.")
+        positive_int(getattr(config, name), f"--{name}")
+    if config.samples is not None:
+        positive_int(config.samples, "--samples")
     batch_size = config.batch_size or recipe.BATCH_SIZE
 
     runs = {"plain": [], "acceltrain": [], "hand": [], "ceiling": []}

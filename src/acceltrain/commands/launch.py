@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, log, watchdog
-from acceltrain.errors import UsageError
+from acceltrain.errors import UsageError, positive_int
 
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
@@ -31,8 +31,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
     watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N)."""
     # 1. Everything that can be wrong is refused before a process starts.
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise UsageError(f"Received --processes {processes!r}. Expected a whole number of at least 1, e.g. 2.")
+    positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable())

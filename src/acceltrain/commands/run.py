@@ -10,8 +10,6 @@
 """
 
 import contextlib
-import inspect
-import math
 import runpy
 import sys
 import traceback
@@ -19,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, log
+from acceltrain import checks, data, inputs, log
 from acceltrain.errors import UsageError
-from acceltrain.runtime import connect, inputs_prepared
+from acceltrain.runtime import connect, inputs_prepared, predict_prepared
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
@@ -37,15 +35,15 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                       stall_timeout=stall_timeout)
     _never_outlive_the_job()
-    framework = runtime._framework
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
     with contextlib.ExitStack() as stack:
+        stack.callback(runtime.close)  # last out: the script's models stop following their placement
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
-        stack.enter_context(framework.fit_hook(FitGuard(runtime)))
+        stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime)))
         if runtime.process_index > 0:
             stack.enter_context(_saving_elsewhere(runtime.process_index))
         try:
@@ -112,9 +110,8 @@ def _saving_elsewhere(process_index: int):
     """
     import tempfile
 
-    import keras
+    from acceltrain.backends import keras_internals
 
-    saved = {name: getattr(keras.Model, name) for name in ("save", "save_weights")}
     told = []
 
     def elsewhere(name, method):
@@ -127,21 +124,17 @@ def _saving_elsewhere(process_index: int):
 
         return save
 
-    for name, method in saved.items():
-        setattr(keras.Model, name, elsewhere(name, method))
-    try:
+    with keras_internals.saving_replaced(elsewhere):
         yield
-    finally:
-        for name, method in saved.items():
-            setattr(keras.Model, name, method)
 
 
 class FitGuard:
-    """Called before each fit and evaluate of the script (through the backend's fit_hook).
+    """Called before each fit, evaluate and predict of the script (through the backend's fit_hook).
 
-    Checks the call (each warning printed once), then prepares numpy inputs: the last few samples
-    trimmed (fit) or the set repeated (evaluate) so every batch divides over the replicas, and in a
-    multi-process job each process given its own slice, so `batch_size` stays the global batch.
+    Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
+    samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
+    divides over the replicas, and in a multi-process job each process given its own share, so
+    `batch_size` stays the global batch.
     """
 
     def __init__(self, runtime):
@@ -150,48 +143,68 @@ class FitGuard:
         self.placement_told = False
 
     def __call__(self, name: str, model, args, kwargs):
+        """fit and evaluate: the (args, kwargs) to call Keras with."""
+        from acceltrain.backends import keras_internals
+
         if inputs_prepared():
             return args, kwargs  # Runtime.fit's own call: its inputs and callbacks are set
-        if self.runtime.watchdog.enabled:
-            from acceltrain.backends import with_callback
-            from acceltrain.training.callbacks import StallWatch
-
-            kwargs = with_callback(getattr(type(model), name), args, kwargs, StallWatch(self.runtime.watchdog))
-        bound = inspect.signature(getattr(type(model), name)).bind(model, *args, **kwargs)
-        arguments = dict(bound.arguments)
-        del arguments[next(iter(arguments))]  # the model itself
-        arguments.update(arguments.pop("kwargs", {}))  # evaluate's **kwargs
+        kwargs = self._watched(getattr(type(model), name), args, kwargs)
+        arguments = keras_internals.bound_arguments(getattr(type(model), name), model, args, kwargs)
         if not data.is_arrays(arguments.get("x")) or inputs_prepared():
             return args, kwargs  # datasets and generators, or Runtime.fit's own call: Keras takes them as they are
         if name == "fit":
-            self._check(model, arguments)
+            classes = inputs.classes_of(model)
+            self._check(arguments, classes)
             self._tell_placement(model, arguments.get("batch_size"))
-            self._prepare_fit(arguments)
+            self._prepare_fit(arguments, classes)
         else:
             self._check_batch(arguments.get("batch_size"))
             self._prepare_evaluate(arguments)
         return (), arguments
 
+    def _watched(self, method, args, kwargs) -> dict:
+        """kwargs with the watchdog's StallWatch among the callbacks, where the watchdog is on."""
+        if not self.runtime.watchdog.enabled:
+            return kwargs
+        from acceltrain.backends import with_callback
+        from acceltrain.training.callbacks import StallWatch
+
+        return with_callback(method, args, kwargs, StallWatch(self.runtime.watchdog))
+
+    def predict(self, method, model, args, kwargs):
+        """predict: Keras's outputs of exactly the script's samples, joined from every process."""
+        from acceltrain.backends import keras_internals
+
+        if inputs_prepared():
+            return method(model, *args, **kwargs)
+        kwargs = self._watched(method, args, kwargs)
+        arguments = keras_internals.bound_arguments(method, model, args, kwargs)
+        if not data.is_arrays(arguments.get("x")):
+            return method(model, *args, **kwargs)
+        self._check_batch(arguments.get("batch_size"))
+        prepared = inputs.prepare_predict(self.runtime, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
+        return predict_prepared(self.runtime, model, method, prepared, **arguments)
+
     # --- Checks ---------------------------------------------------------------------------------
 
-    def _check(self, model, arguments) -> None:
+    def _check(self, arguments, classes) -> None:
         x, y = arguments.get("x"), arguments.get("y")
         split = arguments.get("validation_split") or 0.0
         num_samples = int(data.num_samples(x) * (1 - split))
-        dtypes = {"x": a.dtype for a in data._leaves(x)[:1]}
+        dtypes = {"x": a.dtype for a in data.leaves(x)[:1]}
         if isinstance(y, np.ndarray):
             dtypes["y"] = y.dtype
         findings = checks.check_fit(
             num_samples=num_samples, batch_size=arguments.get("batch_size"),
             steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=self.runtime.num_replicas,
-            platform=self.runtime.platform, splits_unevenly=self.runtime._framework.SPLITS_UNEVEN_BATCHES,
-            input_dtypes=dtypes, y=y, loss_name=_loss_name(model), output_units=_output_units(model),
+            platform=self.runtime.platform, splits_unevenly=self.runtime.backend_module.SPLITS_UNEVEN_BATCHES,
+            input_dtypes=dtypes, y=y, loss_name=classes.loss_name, output_units=classes.output_units,
         )
         self._report(findings)
 
     def _check_batch(self, batch_size) -> None:
         self._report(checks.uneven_batch(batch_size, self.runtime.num_replicas,
-                                         self.runtime._framework.SPLITS_UNEVEN_BATCHES))
+                                         self.runtime.backend_module.SPLITS_UNEVEN_BATCHES))
 
     def _report(self, findings) -> None:
         for finding in findings:
@@ -200,6 +213,12 @@ class FitGuard:
             if finding.key not in self.warned:
                 self.warned.add(finding.key)
                 log.warn(finding.message)
+
+    def _tell(self, notes) -> None:
+        for key, message in notes:
+            if key not in self.warned:
+                self.warned.add(key)
+                log.info(message)
 
     def _tell_placement(self, model, batch_size) -> None:
         """Once: the split of the batch and where the model's variables are, so the user sees it worked."""
@@ -210,75 +229,29 @@ class FitGuard:
         batch = batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
         where = ""
         if model.variables:
-            spanned = self.runtime._framework.devices_spanned(model.variables[0])
+            spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
         log.info(f"fit: global batch {batch} = {batch // replicas} × {replicas} replica(s){where}")
 
-    # --- Preparation ----------------------------------------------------------------------------
+    # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 
-    def _prepare_fit(self, arguments) -> None:
-        split = arguments.pop("validation_split", 0.0) or 0.0
-        x, y, weights = arguments.get("x"), arguments.get("y"), arguments.get("sample_weight")
-        if split:
-            # Split as Keras does (the last fraction, before shuffling), so both halves are prepared here.
-            cut = int(data.num_samples(x) * (1 - split))
-            arguments["validation_data"] = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
-            x, y, weights = data.take(x, slice(0, cut)), data.take(y, slice(0, cut)), data.take(weights, slice(0, cut))
-        replicas, processes = self.runtime.num_replicas, self.runtime.num_processes
-        # Every process must take the same number of steps, each batch splitting over its devices.
-        n = data.num_samples(x)
-        keep = n - n % replicas
-        if keep < n and processes == 1 and "trimmed" not in self.warned:
-            self.warned.add("trimmed")
-            log.info(f"left out the last {n - keep} training sample(s) so every batch divides over {replicas} replicas")
-        x, y, weights = (self._own_slice(data.take(a, slice(0, keep))) for a in (x, y, weights))
-        arguments.update(x=x, y=y, sample_weight=weights)
-        validation = arguments.get("validation_data")
-        if isinstance(validation, tuple) and len(validation) in (2, 3) and data.is_arrays(validation[0]):
-            arguments["validation_data"] = tuple(self._own_slice(a) for a in self._repeated(validation))
-        self._globalise_batch_size(arguments, "batch_size", "validation_batch_size")
+    def _prepare_fit(self, arguments, classes) -> None:
+        fit = inputs.prepare_fit(
+            self.runtime, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"),
+            classes=classes, sample_weight=arguments.get("sample_weight"),
+            validation_data=arguments.get("validation_data"),
+            validation_split=arguments.pop("validation_split", 0.0) or 0.0,
+            validation_batch_size=arguments.get("validation_batch_size"), checked=False)
+        if self.runtime.num_processes == 1:
+            self._tell(fit.notes)  # with several processes, every process cuts alike: nothing to tell
+        arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
+        arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)
+        if fit.validation_batch_size is not None:
+            arguments["validation_batch_size"] = fit.validation_batch_size
 
     def _prepare_evaluate(self, arguments) -> None:
-        parts = self._repeated((arguments.get("x"), arguments.get("y"), arguments.get("sample_weight")))
-        arguments["x"], arguments["y"], arguments["sample_weight"] = (self._own_slice(a) for a in parts)
-        self._globalise_batch_size(arguments, "batch_size")
-
-    def _repeated(self, arrays):
-        """The whole set k times over so its size divides over the replicas: every sample counts k times,
-        so every mean or ratio metric is that of the set itself (nothing dropped)."""
-        n = data.num_samples(arrays[0])
-        k = self.runtime.num_replicas // math.gcd(n, self.runtime.num_replicas)
-        if k == 1:
-            return arrays
-        return tuple(data.repeat(a, k) for a in arrays)
-
-    def _own_slice(self, array):
-        """This process's share, every num_processes-th sample: Keras joins the shares into global batches."""
-        return data.process_share(array, self.runtime.process_index, self.runtime.num_processes)
-
-    def _globalise_batch_size(self, arguments, *names) -> None:
-        """Keras batches each process's slice: a global batch B is B / num_processes from each."""
-        processes = self.runtime.num_processes
-        if processes == 1:
-            return
-        global_batch = arguments.get("batch_size") or checks.KERAS_DEFAULT_BATCH_SIZE
-        for name in names:  # validation_batch_size defaults to batch_size, as in Keras
-            batch = arguments.get(name) or global_batch
-            arguments[name] = batch // processes  # divisible: a multiple of the replicas, checked first
-
-
-def _loss_name(model) -> str | None:
-    loss = getattr(model, "loss", None)
-    if isinstance(loss, str):
-        return loss
-    return getattr(loss, "name", None) or getattr(loss, "__name__", None)
-
-
-def _output_units(model) -> int | None:
-    try:
-        shape = model.output_shape
-    except (AttributeError, ValueError, RuntimeError):
-        return None
-    if isinstance(shape, tuple) and shape and isinstance(shape[-1], int):
-        return shape[-1]
-    return None
+        prepared = inputs.prepare_evaluate(self.runtime, arguments.get("x"), arguments.get("y"),
+                                           batch_size=arguments.get("batch_size"),
+                                           sample_weight=arguments.get("sample_weight"), checked=False)
+        arguments["x"], arguments["y"], arguments["sample_weight"] = prepared.local()
+        arguments["batch_size"] = prepared.local_batch_size

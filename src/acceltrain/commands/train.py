@@ -21,7 +21,7 @@ from acceltrain import data, datasets, decisions, log, recipes
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every
-from acceltrain.errors import UsageError
+from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import connect
 
 
@@ -30,15 +30,15 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     started = time.perf_counter()
     # 1. Check everything that needs no framework.
     recipe = recipes.get(config.recipe)
-    epochs = _positive("epochs", config.epochs if config.epochs is not None else recipe.EPOCHS)
-    batch_size = _positive("batch_size", config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE)
+    epochs = positive_int(config.epochs if config.epochs is not None else recipe.EPOCHS, "--epochs")
+    batch_size = positive_int(config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE, "--batch-size")
     if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
         raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
     model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)
     _check_out_dir_is_free(out_dir, config)
-    checkpoints = Checkpoints(out_dir / "checkpoints", config.keep_checkpoints)
+    checkpoints = Checkpoints(out_dir / "checkpoints", positive_int(config.keep_checkpoints, "--keep-checkpoints"))
     Every.parse(config.checkpoint_every)
     if config.tensorboard:
         tensorboard_logs.check_available()
@@ -146,12 +146,6 @@ def _bytes_needed(model, keep_checkpoints: int) -> int:
     """Checkpoints (weights and up to two optimizer slots each) plus model.keras and model.weights.h5."""
     weight_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
     return weight_bytes * (3 * (keep_checkpoints + 1) + 6)
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"Received --{name.replace('_', '-')} {value!r}. Expected a whole number of at least 1.")
-    return value
 
 
 def _progress_verbosity():

@@ -6,6 +6,12 @@ NAME = "gpu"
 # a few steps per compiled call hides it without delaying progress reports much.
 STEPS_PER_EXECUTION = 8
 
+# A GPU needs a few dozen rows a step to hide its kernel launch overhead (a rule of thumb, not a limit).
+MIN_BATCH_PER_REPLICA = 32
+
+# Native bfloat16 depends on the GPU: from compute capability BFLOAT16_FROM_COMPUTE_CAPABILITY on.
+NATIVE_BFLOAT16 = None
+
 # A last, smaller batch costs one more compilation here, not a failure.
 STATIC_SHAPES = False
 

@@ -6,6 +6,12 @@ NAME = "tpu"
 # a millisecond or more: run many steps per compiled call (the seed's `steps_per_run=128` did the same).
 STEPS_PER_EXECUTION = 32
 
+# Below this many samples per replica a step leaves the chip idle: a TPU core's matrix unit is 128 wide.
+MIN_BATCH_PER_REPLICA = 128
+
+# TPUs compute in bfloat16 natively: Keras's mixed_bfloat16 policy is their default (decisions.choose_precision).
+NATIVE_BFLOAT16 = True
+
 # XLA on a TPU compiles one program per input shape: training batches must all be full (drop_remainder).
 STATIC_SHAPES = True
 

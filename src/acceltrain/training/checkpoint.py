@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from acceltrain import log
-from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.errors import AcceltrainError, UsageError, positive_int
 
 WEIGHTS = "checkpoint.weights.h5"
 STATE = "state.json"
@@ -56,11 +56,13 @@ class Every:
     unit: str = "epochs"  # "epochs" | "steps"
 
     @classmethod
-    def parse(cls, text: str) -> "Every":
-        """'2' or '2 epochs' → every 2 epochs; '100 steps' → every 100 steps."""
+    def parse(cls, text: str, name: str = "--checkpoint-every") -> "Every":
+        """'2' or '2 epochs' → every 2 epochs; '100 steps' → every 100 steps. `name`: what the user set,
+        the CLI flag or the Python argument (checkpoint_every), named in the error."""
         match = re.fullmatch(r"\s*(\d+)\s*(steps?|epochs?)?\s*", str(text))
         if not match or int(match.group(1)) < 1:
-            raise UsageError(f"Received --checkpoint-every {text!r}. Expected a count and a unit, e.g. "
+            shown = f"{name} {text!r}" if name.startswith("--") else f"{name}={text!r}"
+            raise UsageError(f"Received {shown}. Expected a count and a unit, e.g. "
                              "'1 epoch' (the default), '3 epochs' or '200 steps'.")
         unit = "steps" if (match.group(2) or "epochs").startswith("step") else "epochs"
         return cls(int(match.group(1)), unit)
@@ -70,8 +72,7 @@ class Checkpoints:
     """The checkpoints folder of one run: save, list, and find the newest good one."""
 
     def __init__(self, folder: Path, keep: int = 2, writer: bool = True):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise UsageError(f"Received keep_checkpoints={keep!r}. Expected a whole number of at least 1.")
+        positive_int(keep, "keep_checkpoints")
         self.folder = Path(folder)
         self.keep = keep
         self.writer = writer  # in a multi-process job, process 0 alone writes

@@ -3,17 +3,17 @@
 import keras
 
 from acceltrain import log
+from acceltrain.backends import keras_internals
 
 
+# Only marks the first step's end: Keras may call it from its callback thread, so the training loop
+# need not wait on the host for every step's metrics (it does for any callback not async-safe).
+@keras_internals.async_safe
 class FirstStepStatus(keras.callbacks.Callback):
     """Shows the first training step, which compiles the model (seconds on CPU, can be minutes on TPU).
 
     Keras prints nothing until that step ends, so without this a first compile looks like a hang.
     """
-
-    # Only marks the first step's end: Keras may call it from its callback thread, so the training loop
-    # need not wait on the host for every step's metrics (it does for any callback not async-safe).
-    async_safe = True
 
     def __init__(self):
         super().__init__()

@@ -15,6 +15,7 @@ import time
 import keras
 
 from acceltrain import data, log
+from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order, restore
 from acceltrain.errors import AcceltrainError, UsageError
 
@@ -136,12 +137,11 @@ class _StepSaver(keras.callbacks.Callback):
                 self.model.stop_training = True
 
 
+# As safe as Keras's own progress bar, which Keras runs from its callback thread: passed in
+# `callbacks` without this, it would make Keras wait for every step's metrics on the host.
+@keras_internals.async_safe
 class _WholeRunProgress(keras.callbacks.ProgbarLogger):
     """Keras's progress, numbered over the whole run ("Epoch 3/20"), though each epoch is its own fit."""
-
-    # As safe as Keras's own progress bar, which Keras runs from its callback thread: passed in
-    # `callbacks` without this, it would make Keras wait for every step's metrics on the host.
-    async_safe = True
 
     def __init__(self, total_epochs: int):
         super().__init__()

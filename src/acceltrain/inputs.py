@@ -1,0 +1,303 @@
+"""One input path: what Keras is called with, for Runtime.fit/evaluate/predict and `acceltrain run` alike.
+
+    prepared = inputs.prepare_fit(runtime, x, y, batch_size=1024, classes=inputs.classes_of(model))
+    model.fit(*prepared.local(), batch_size=prepared.local_batch_size, ...)
+
+Each prepare_* takes the runtime (its replicas and processes), checks and reshapes the inputs, and returns a
+small dataclass; printing is the caller's (`notes`), so a script's guard can say each thing once. The rules:
+- fit: the last few samples left out so the final batch divides over the replicas;
+- evaluate: the whole set repeated k times instead (every sample counts k times: metrics unchanged);
+- predict: the set padded with its own first samples, and the outputs cut back to it;
+- in a job of several processes, each feeds its own share (every num_processes-th sample) and batches
+  `global batch / num_processes` of it: Keras joins the shares into the global batch.
+numpy only: no framework is imported here.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from acceltrain import checks, data, hardware
+from acceltrain.errors import UsageError
+
+
+# --- What the model says about its classes ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Classes:
+    """The facts of a compiled model the checks need: its loss's name and its number of outputs."""
+
+    loss_name: str | None = None
+    output_units: int | None = None
+
+    @property
+    def num_classes(self) -> int | None:
+        """The number of classes of a single-output model trained with a cross-entropy over classes."""
+        if "categorical_crossentropy" not in (self.loss_name or "") or not self.output_units:
+            return None
+        return self.output_units if self.output_units > 1 else None
+
+
+def classes_of(model) -> Classes:
+    """The loss name (a string given to compile, or the loss object's name) and the last output size."""
+    loss = getattr(model, "loss", None)
+    loss_name = loss if isinstance(loss, str) else getattr(loss, "name", None) or getattr(loss, "__name__", None)
+    try:
+        shape = model.output_shape
+    except (AttributeError, ValueError, RuntimeError):
+        shape = None
+    units = shape[-1] if isinstance(shape, tuple) and shape and isinstance(shape[-1], int) else None
+    return Classes(loss_name, units)
+
+
+# --- The prepared calls -------------------------------------------------------------------------
+
+@dataclass
+class Prepared:
+    """Inputs ready for Keras: `x, y, sample_weight` are the whole (global) prepared set; `local()` is this
+    process's share of them, `local_batch_size` the batch Keras is given here (None: Keras's default)."""
+
+    x: object
+    y: object = None
+    sample_weight: object = None
+    batch_size: int | None = None  # the global batch; None for a dataset (it brings its own) or Keras's default
+    local_batch_size: int | None = None
+    process_index: int = 0
+    num_processes: int = 1
+    notes: list = field(default_factory=list)  # (key, message): what the caller tells the user, once per key
+
+    def share(self, arrays):
+        """This process's share of each array of a tuple (of a single array), whole with one process."""
+        if isinstance(arrays, tuple):
+            return tuple(data.process_share(a, self.process_index, self.num_processes) for a in arrays)
+        return data.process_share(arrays, self.process_index, self.num_processes)
+
+    def local(self):
+        """(x, y, sample_weight): this process's share, to hand Keras."""
+        return self.share((self.x, self.y, self.sample_weight))
+
+
+@dataclass
+class Fit(Prepared):
+    steps_per_epoch: int | None = None  # of the global data, where known
+    validation_data: object = None  # already this process's share
+    validation_batch_size: int | None = None  # per process; None: Keras's default
+    is_dataset: bool = False
+
+
+@dataclass
+class Predict(Prepared):
+    num_samples: int | None = None  # before padding (None: not arrays): the outputs are cut back to it
+
+    def finish(self, outputs, gathered: bool = False):
+        """The outputs of the whole set, in its order, without the padding.
+
+        `gathered`: outputs joined from all processes (global rows of each batch: process 0's local rows,
+        then process 1's ...), put back into the order of the samples.
+        """
+        if gathered and self.num_processes > 1:
+            outputs = _map_outputs(lambda a: _interleave(a, self.batch_size, self.num_processes), outputs)
+        return _map_outputs(lambda a: a[: self.num_samples], outputs)
+
+
+def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
+                validation_data=None, validation_split=0.0, validation_batch_size=None,
+                checked: bool = True) -> Fit:
+    """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
+    checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
+    checked by `checks`) they are only cut and shared."""
+    _refuse_datasets_across_processes(runtime, x, validation_data)
+    fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size, **_processes(runtime))
+    if data.is_dataset(x):
+        _batch_training_dataset(runtime, fit, checked)
+    elif checked:
+        data.check_batch_size(batch_size, runtime.num_replicas)
+    if validation_split and data.is_arrays(x):
+        # Split as Keras does (the last fraction, before shuffling), so both halves are prepared here.
+        cut = int(data.num_samples(x) * (1 - validation_split))
+        validation_data = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
+        fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, cut)) for a in (x, y, sample_weight))
+    if data.is_arrays(fit.x):
+        _trim_training_arrays(runtime, fit, classes, checked)
+        fit.steps_per_epoch = math.ceil(data.num_samples(fit.x) / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))
+    fit.validation_data = _prepare_validation(runtime, fit, validation_data, classes, checked)
+    fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, runtime.num_processes)
+    if _is_array_set(fit.validation_data) or runtime.num_processes > 1:
+        # validation_batch_size defaults to batch_size, as in Keras
+        fit.validation_batch_size = _local_batch(
+            fit.validation_batch_size or fit.batch_size or checks.KERAS_DEFAULT_BATCH_SIZE, runtime.num_processes,
+            always=True)
+    return fit
+
+
+def prepare_evaluate(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
+                     checked: bool = True, name: str = "x") -> Prepared:
+    """Evaluation inputs for `runtime`: every sample counted, none dropped (see module docstring)."""
+    _refuse_datasets_across_processes(runtime, x)
+    if data.is_dataset(x):
+        prepared = Prepared(x, y, sample_weight, **_processes(runtime))
+        if checked:
+            prepared.x, prepared.batch_size = _eval_dataset(runtime, x, batch_size, classes, name, prepared.notes)
+            if isinstance(prepared.x, tuple):
+                prepared.x, prepared.y = prepared.x
+                prepared.local_batch_size = _local_batch(prepared.batch_size, runtime.num_processes)
+        return prepared
+    if checked:
+        data.check_batch_size(batch_size, runtime.num_replicas)
+    prepared = Prepared(x, y, sample_weight, batch_size, **_processes(runtime))
+    if data.is_arrays(x):
+        prepared.x, prepared.y, prepared.sample_weight = _repeat_eval_arrays(
+            runtime, (x, y, sample_weight), classes, checked, name, prepared.notes)
+    prepared.local_batch_size = _local_batch(batch_size, runtime.num_processes)
+    return prepared
+
+
+def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
+    """Prediction inputs for `runtime`: padded with the set's own first samples so every batch divides over
+    the replicas (in a job of several processes: so every batch is full), cut back by `Predict.finish`."""
+    _refuse_datasets_across_processes(runtime, x)
+    if batch_size is not None:
+        data.check_batch_size(batch_size, runtime.num_replicas)
+    predict = Predict(x, batch_size=batch_size, **_processes(runtime))
+    if not data.is_arrays(x):
+        return predict  # a dataset or generator: Keras takes it as it is
+    n = predict.num_samples = data.num_samples(x)
+    if runtime.num_processes > 1:
+        # Every process takes the same number of full batches, so the joined outputs interleave regularly.
+        predict.batch_size = batch = batch_size or _smallest_multiple(checks.KERAS_DEFAULT_BATCH_SIZE,
+                                                                       runtime.num_replicas)
+        padded = math.ceil(n / batch) * batch
+    else:
+        padded = math.ceil(n / runtime.num_replicas) * runtime.num_replicas
+    if padded != n:
+        predict.x = data.take(x, np.arange(padded) % n)
+    predict.local_batch_size = _local_batch(predict.batch_size, runtime.num_processes)
+    return predict
+
+
+# --- The steps ----------------------------------------------------------------------------------
+
+def _processes(runtime) -> dict:
+    return {"process_index": runtime.process_index, "num_processes": runtime.num_processes}
+
+
+def _refuse_datasets_across_processes(runtime, *inputs) -> None:
+    if runtime.num_processes > 1 and any(data.is_dataset(i) for i in inputs):
+        raise UsageError(
+            f"Received a tf.data.Dataset in a job of {runtime.num_processes} processes. Pass numpy arrays "
+            "(each process then feeds its own share of them), or shard the dataset per process yourself "
+            "and call keras's model.fit directly."
+        )
+
+
+def _local_batch(batch_size, num_processes: int, always: bool = False):
+    """Keras batches each process's share: a global batch B is B / num_processes from each (divisible: a
+    multiple of the replicas, checked first). None stays Keras's default with one process."""
+    if num_processes == 1 and not always:
+        return batch_size
+    return (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE) // num_processes
+
+
+def _smallest_multiple(at_least: int, of: int) -> int:
+    return math.ceil(at_least / of) * of
+
+
+def _is_array_set(pair) -> bool:
+    return isinstance(pair, tuple) and len(pair) in (2, 3) and data.is_arrays(pair[0])
+
+
+def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool) -> None:
+    """Leave out the few last samples that would make the final batch indivisible over the replicas."""
+    if checked:
+        data.check_arrays(fit.x, fit.y)
+        data.check_class_labels(fit.y, classes.num_classes)
+        fit.x, fit.y = data.as_float32(fit.x), data.as_float32(fit.y) if fit.y is not None else None
+    n = data.num_samples(fit.x)
+    keep = n - n % runtime.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
+    if keep < n:
+        fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, keep)) for a in (fit.x, fit.y, fit.sample_weight))
+        fit.notes.append(("trimmed", f"left out the last {n - keep} training samples so the final batch divides "
+                                     f"over {runtime.num_replicas} replicas"))
+
+
+def _batch_training_dataset(runtime, fit: Fit, checked: bool) -> None:
+    """Check the dataset's batch; make every batch full where shapes must be static or split evenly."""
+    fit.is_dataset = True
+    if not checked:
+        return
+    fit.batch_size = data.check_dataset(fit.x, fit.batch_size, runtime.num_replicas)
+    fit.steps_per_epoch = data.num_batches(fit.x)
+    if runtime.num_replicas > 1 or hardware.kind(runtime.platform).STATIC_SHAPES:
+        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size)
+        if changed:
+            fit.notes.append(("dropped", f"training batches all full ({fit.batch_size}): at most "
+                              f"{fit.batch_size - 1} samples at the end of each pass are left out, so every batch "
+                              f"divides over {runtime.num_replicas} replicas"
+                              f"{' and has the static shape XLA compiles for' if runtime.platform == 'tpu' else ''}"))
+
+
+def _prepare_validation(runtime, fit: Fit, validation_data, classes, checked):
+    """Validation data as evaluation sees it (every sample counted), this process's share."""
+    if data.is_dataset(validation_data) and checked:  # its own batch, which may differ from training's
+        validation_data, validation_batch = _eval_dataset(runtime, validation_data, None, classes,
+                                                          "validation_data", fit.notes)
+        if not data.is_dataset(validation_data):
+            fit.validation_batch_size = fit.validation_batch_size or validation_batch
+        return validation_data
+    if not _is_array_set(validation_data):
+        return validation_data  # None, a dataset or a generator: Keras takes it as it is
+    repeated = _repeat_eval_arrays(runtime, validation_data, classes, checked, "validation_data", fit.notes)
+    return fit.share(tuple(repeated[: len(validation_data)]))
+
+
+def _repeat_eval_arrays(runtime, arrays, classes: Classes, checked: bool, name: str, notes: list):
+    """The whole set k times over so its size divides over the replicas: every sample counts k times, so
+    every mean or ratio metric is that of the set itself (nothing dropped). Returns (x, y, sample_weight)."""
+    x, y, weights = (*arrays, None, None)[:3]
+    if checked:
+        data.check_arrays(x, y, name=name)
+        data.check_class_labels(y, classes.num_classes, name=f"labels of {name}")
+        x, y = data.as_float32(x), (data.as_float32(y) if y is not None else None)
+    n, replicas = data.num_samples(x), runtime.num_replicas
+    k = replicas // math.gcd(n, replicas)
+    if k == 1:
+        return x, y, weights
+    notes.append(("repeated", f"{name}: each sample counted {k} times so every batch divides over {replicas} "
+                              "replicas (metrics unchanged, none dropped)"))
+    return data.repeat(x, k), data.repeat(y, k), data.repeat(weights, k)
+
+
+def _eval_dataset(runtime, dataset, batch_size, classes, name, notes):
+    """Evaluation reads every sample. Returns (the dataset, or (x, y) arrays), and its batch."""
+    batch_size = data.check_dataset(dataset, batch_size, runtime.num_replicas, name=name)
+    if data.has_static_batch(dataset):
+        notes.append(("static", f"{name} has full batches only (drop_remainder=True?): samples it drops at its end "
+                                "are not evaluated. Batch evaluation data without drop_remainder to count every sample."))
+    if runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES:
+        return dataset, batch_size
+    # This backend cannot split the last, partial batch over the replicas: evaluate from memory,
+    # where every sample is counted equally (see _repeat_eval_arrays).
+    x, y = data.dataset_to_arrays(dataset, name=name)
+    notes.append(("in_memory", f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial "
+                               f"batch divides over {runtime.num_replicas} replicas"))
+    x, y, _ = _repeat_eval_arrays(runtime, (x, y), classes, True, name, notes)
+    return (x, y), batch_size
+
+
+# --- Outputs of a multi-process predict -------------------------------------------------------------
+
+def _interleave(rows: np.ndarray, batch_size: int, num_processes: int) -> np.ndarray:
+    """Joined outputs back in sample order. Global batch k holds, from each process p in turn, its local
+    batch k: samples k·B + p + P·j (j < B/P) of the set (data.process_share). Undo that per batch."""
+    per_process = batch_size // num_processes
+    shaped = rows.reshape(-1, num_processes, per_process, *rows.shape[1:])
+    return np.swapaxes(shaped, 1, 2).reshape(rows.shape)
+
+
+def _map_outputs(fn, outputs):
+    if isinstance(outputs, dict):
+        return {key: _map_outputs(fn, value) for key, value in outputs.items()}
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(_map_outputs(fn, value) for value in outputs)
+    return fn(np.asarray(outputs))

@@ -1,0 +1,122 @@
+"""Each of Keras's private names acceltrain relies on (backends/keras_internals.py) still exists and still
+behaves as assumed: a Keras upgrade that changes one fails the test named after it."""
+
+import numpy as np
+import pytest
+
+from acceltrain.backends import keras_internals
+
+
+def _model():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def test_set_keras_seed_global_state_names_seed_keras_draws():
+    """global_state's GLOBAL_RANDOM_SEED (read by keras.utils.get_random_seed) and GLOBAL_SEED_GENERATOR
+    (dropped: the next unseeded draw makes a new generator from Python's random, which set_seed seeds)."""
+    import random
+
+    import keras
+    from keras.src.backend.common import global_state
+    from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+    from keras.src.utils import rng_utils
+
+    kernels = []
+    for _ in range(2):
+        keras_internals.set_keras_seed(7)
+        assert rng_utils.get_random_seed() == 7
+        assert global_state.get_global_attribute(GLOBAL_SEED_GENERATOR) is None
+        random.seed(7)
+        layer = keras.layers.Dense(3)
+        layer.build((None, 4))
+        kernels.append(np.asarray(layer.kernel.value))
+    np.testing.assert_array_equal(kernels[0], kernels[1])
+
+
+def test_trainer_class_is_where_every_models_fit_comes_from():
+    import keras
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    assert keras_internals.trainer_class("jax") is JAXTrainer and issubclass(keras.Model, JAXTrainer)
+    for name in ("fit", "evaluate", "predict"):
+        assert getattr(keras.Model, name) is getattr(JAXTrainer, name)
+
+
+def test_patched_restores_the_originals():
+    class Owner:
+        def method(self):
+            return "original"
+
+    with keras_internals.patched(Owner, ("method",), lambda name, method: lambda self: "patched " + method(self)):
+        assert Owner().method() == "patched original"
+    assert Owner().method() == "original"
+
+
+def test_bound_arguments_names_fit_evaluate_and_predict_arguments():
+    import keras
+
+    model = _model()
+    x = np.zeros((4, 3), "float32")
+    fit = keras_internals.bound_arguments(keras.Model.fit, model, (x, x[:, :2], 2), {"epochs": 3})
+    assert fit == {"x": x, "y": fit["y"], "batch_size": 2, "epochs": 3}
+    evaluate = keras_internals.bound_arguments(keras.Model.evaluate, model, (x,), {"return_dict": True})
+    assert set(evaluate) == {"x", "return_dict"}
+    predict = keras_internals.bound_arguments(keras.Model.predict, model, (x, 4), {})
+    assert set(predict) == {"x", "batch_size"}
+
+
+def test_forget_compiled_functions_makes_keras_rebuild_them():
+    model = _model()
+    x = np.zeros((8, 3), "float32")
+    model.predict(x, verbose=0)
+    built = model.predict_function
+    assert built is not None
+    keras_internals.forget_compiled_functions(model)
+    assert model.train_function is model.test_function is model.predict_function is None
+    model.predict(x, verbose=0)
+    assert model.predict_function is not None and model.predict_function is not built
+
+
+def test_gathering_predictions_sees_each_steps_outputs_and_is_undone():
+    model = _model()
+    seen = []
+
+    def gather(outputs):
+        seen.append(np.asarray(outputs).shape)
+        return np.asarray(outputs) * 0 + 5
+
+    with keras_internals.gathering_predictions(model, gather):
+        outputs = model.predict(np.zeros((6, 3), "float32"), batch_size=4, verbose=0)
+    assert seen == [(4, 2), (2, 2)]  # predict_function(state, iterator) → (outputs, state), once a step
+    np.testing.assert_array_equal(outputs, np.full((6, 2), 5))
+    assert np.all(model.predict(np.zeros((2, 3), "float32"), verbose=0) != 5)
+
+
+def test_async_safe_is_what_keras_reads_to_dispatch_callbacks_on_its_thread():
+    import keras
+    from keras.src.callbacks.callback_list import CallbackList
+
+    class PerStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    safe = keras_internals.async_safe(type("SafePerStep", (PerStep,), {}))
+    assert safe.async_safe is True
+    # CallbackList._configure_async_dispatch: a per-step callback makes Keras wait, unless async_safe.
+    assert CallbackList([PerStep()], model=_model())._async_train is False
+    assert CallbackList([safe()], model=_model())._async_train is True
+
+
+def test_saving_replaced_covers_save_and_save_weights(tmp_path):
+    import keras
+
+    calls = []
+    with keras_internals.saving_replaced(lambda name, method: lambda model, *a, **k: calls.append(name)):
+        _model().save(tmp_path / "m.keras")
+        _model().save_weights(tmp_path / "m.weights.h5")
+    assert calls == ["save", "save_weights"] and not list(tmp_path.iterdir())
+    assert keras.Model.save.__name__ == "save"

@@ -1,0 +1,96 @@
+"""inputs.py on its own: what each process hands Keras for fit, evaluate and predict (numpy, no framework)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from acceltrain import inputs
+from acceltrain.errors import UsageError
+
+
+def _runtime(num_replicas, num_processes=1, process_index=0):
+    return SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, process_index=process_index,
+                           platform="cpu", backend_module=SimpleNamespace(SPLITS_UNEVEN_BATCHES=False))
+
+
+@pytest.mark.parametrize("loss, output_shape, expected", [
+    ("sparse_categorical_crossentropy", (None, 10), inputs.Classes("sparse_categorical_crossentropy", 10)),
+    (SimpleNamespace(name="categorical_crossentropy"), (None, 4), inputs.Classes("categorical_crossentropy", 4)),
+    ("mse", (None, 1), inputs.Classes("mse", 1)),
+    (None, None, inputs.Classes(None, None)),
+])
+def test_classes_of_reads_the_loss_name_and_the_output_units(loss, output_shape, expected):
+    model = SimpleNamespace(loss=loss, output_shape=output_shape)
+    assert inputs.classes_of(model) == expected
+
+
+@pytest.mark.parametrize("classes, expected", [
+    (inputs.Classes("sparse_categorical_crossentropy", 10), 10),
+    (inputs.Classes("categorical_crossentropy", 1), None),  # one unit: not classes
+    (inputs.Classes("mse", 10), None),
+    (inputs.Classes(None, 10), None),
+])
+def test_num_classes_only_for_a_cross_entropy_over_several_outputs(classes, expected):
+    assert classes.num_classes == expected
+
+
+def test_fit_trims_casts_and_checks_when_checked():
+    x, y = np.zeros((100, 3)), np.arange(100) % 4  # float64: cast once
+    fit = inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 4))
+    assert len(fit.x) == 96 and fit.x.dtype == np.float32 and fit.steps_per_epoch == 3
+    assert fit.notes == [("trimmed", "left out the last 4 training samples so the final batch divides over 8 replicas")]
+    with pytest.raises(UsageError, match="labels from 0 to 3.*2 classes"):
+        inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
+
+
+def test_fit_unchecked_leaves_dtypes_and_keras_default_batch():
+    x, y = np.zeros((100, 3)), np.zeros(100)
+    fit = inputs.prepare_fit(_runtime(8), x, y, checked=False)
+    assert fit.x.dtype == np.float64 and fit.local_batch_size is None and fit.validation_batch_size is None
+
+
+def test_evaluate_repeats_the_set_and_its_sample_weights():
+    x, y, w = np.zeros((1001, 3), "float32"), np.zeros(1001, "int64"), np.ones(1001)
+    prepared = inputs.prepare_evaluate(_runtime(8), x, y, batch_size=128, sample_weight=w)
+    assert len(prepared.x) == len(prepared.y) == len(prepared.sample_weight) == 8008
+
+
+@pytest.mark.parametrize("n, replicas, padded", [(3, 4, 4), (3, 8, 8), (100, 8, 104), (96, 8, 96), (1, 1, 1)])
+def test_predict_pads_to_the_replicas_and_cuts_back(n, replicas, padded):
+    x = np.arange(n, dtype="float32")[:, None]
+    prepared = inputs.prepare_predict(_runtime(replicas), x)
+    assert len(prepared.x) == padded and prepared.local_batch_size is None
+    np.testing.assert_array_equal(prepared.x[:n], x)  # the set itself first; padding after
+    np.testing.assert_array_equal(prepared.finish(prepared.x * 2), x * 2)
+
+
+def test_predict_rejects_a_batch_that_does_not_divide():
+    with pytest.raises(UsageError, match="batch_size=10.*4 replicas"):
+        inputs.prepare_predict(_runtime(4), np.zeros((3, 1)), batch_size=10)
+
+
+@pytest.mark.parametrize("n, batch_size", [(3, None), (37, 8), (64, 16), (1000, None)])
+def test_predict_across_processes_joins_the_outputs_in_sample_order(n, batch_size):
+    """Two processes of two devices: global batch k holds process 0's local batch k, then process 1's, as
+    Keras joins them. Undone by finish(gathered=True), whatever the set's size."""
+    x = np.arange(n, dtype="float32")[:, None] * np.ones((1, 2), "float32")
+    shares = [inputs.prepare_predict(_runtime(4, 2, p), x, batch_size=batch_size) for p in (0, 1)]
+    locals_ = [share.local()[0] for share in shares]
+    local_batch = shares[0].local_batch_size
+    assert len(locals_[0]) == len(locals_[1]) and len(locals_[0]) % local_batch == 0  # same steps, full batches
+    joined = np.concatenate([np.concatenate([local[k:k + local_batch] for local in locals_])
+                             for k in range(0, len(locals_[0]), local_batch)])
+    np.testing.assert_array_equal(shares[0].finish(joined * 3, gathered=True), x * 3)
+
+
+def test_predict_keeps_the_structure_of_several_outputs():
+    prepared = inputs.prepare_predict(_runtime(4), np.zeros((3, 1)))
+    outputs = prepared.finish({"a": np.zeros((4, 2)), "b": [np.ones((4,))]})
+    assert outputs["a"].shape == (3, 2) and outputs["b"][0].shape == (3,)
+
+
+def test_a_dataset_in_a_job_of_several_processes_is_refused():
+    dataset = SimpleNamespace(element_spec=None, rebatch=None)
+    with pytest.raises(UsageError, match="tf.data.Dataset in a job of 2 processes"):
+        inputs.prepare_predict(_runtime(4, 2), dataset)
