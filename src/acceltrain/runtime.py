@@ -271,7 +271,7 @@ class Runtime:
             if not data.is_arrays(x):
                 raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
                                  "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
-        # 3. Steps per compiled call, and XLA where the backend gains from it.
+        # 3. Steps per compiled call. XLA (jit_compile) stays as the model was compiled: Keras's own choice or yours.
         if data.is_arrays(x):
             steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
         steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch or 1_000_000,
@@ -281,9 +281,6 @@ class Runtime:
             f"global batch {batch_size} = {batch_size // self.num_replicas} × {self.num_replicas} replicas; "
             f"steps_per_execution {steps} ({steps_reason})"
         )
-        jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
-        if jit_reason:
-            log.info(jit_reason)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         if validation_data is not None and not data.is_dataset(validation_data):
             fit_kwargs.setdefault("validation_batch_size", batch_size)

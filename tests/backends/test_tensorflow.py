@@ -265,5 +265,4 @@ def test_train_names_the_strategy_and_its_replicas(tmp_path, tiny_mnist, simulat
     assert (runtime["backend"], runtime["distribution"], runtime["num_replicas"]) == ("tensorflow", strategy, replicas)
     assert metrics["history"]["loss"][1] < metrics["history"]["loss"][0]
     assert (tmp_path / "out" / "model.weights.h5").is_file()
-    if replicas == 1:
-        assert "jit_compile on" in result.stderr
+    assert "jit_compile" not in result.stderr  # XLA stays as Keras (or the user) compiled it: nothing to claim

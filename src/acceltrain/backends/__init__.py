@@ -29,6 +29,19 @@ def loaded_keras_backend() -> str | None:
     return keras.backend.backend()
 
 
+def jax_compilation_cache_dir(env=None) -> str | None:
+    """The folder where connect() keeps JAX's compiled programs between runs, or None when it is off
+    (ACCELTRAIN_COMPILATION_CACHE=0): JAX_COMPILATION_CACHE_DIR if set, else XDG_CACHE_HOME or ~/.cache,
+    under acceltrain/jax. Here, without JAX, so `doctor` reports the folder connect() will use."""
+    env = os.environ if env is None else env
+    if env.get("ACCELTRAIN_COMPILATION_CACHE", "1") == "0":
+        return None
+    if env.get("JAX_COMPILATION_CACHE_DIR"):
+        return env["JAX_COMPILATION_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "acceltrain", "jax")
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 
