@@ -100,6 +100,15 @@ def test_the_script_error_is_shown_as_its_own():
     assert "exits.py" in traceback.splitlines()[1] and "acceltrain" not in traceback  # no runpy or acceltrain frames
 
 
+def test_an_error_inside_fit_shows_no_acceltrain_frames():
+    run = support.run_cli("run", support.SCRIPTS / "exits.py", "fit", timeout=180)
+
+    assert run.returncode == 1, run.stderr
+    traceback = run.stderr[run.stderr.index("Traceback"):]
+    assert "ValueError: the script's own error" in traceback and "in on_train_begin" in traceback
+    assert "/acceltrain/" not in traceback  # the hooks around Keras's fit (backends/) are not the script's
+
+
 def test_a_missing_script_is_a_usage_error():
     run = support.run_cli("run", "no_such_script.py", timeout=60)
 

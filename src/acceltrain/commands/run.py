@@ -79,12 +79,33 @@ def _exit_code(code) -> int:
 
 
 def _print_script_traceback(error: BaseException, script: Path) -> None:
-    """The traceback from the script's first frame on: acceltrain's and runpy's frames are not the user's."""
+    """The traceback as a plain run prints it: from the script's first frame on, without runpy's frames
+    before it or acceltrain's between (the hooks it puts around Keras's fit in backends/)."""
     tb = error.__traceback__
     target = str(script.resolve())
     while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
         tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb or error.__traceback__, file=sys.stderr)
+    shown = traceback.TracebackException(type(error), error, tb or error.__traceback__)
+    for exception in _chain(shown):
+        exception.stack = traceback.StackSummary.from_list(
+            [frame for frame in exception.stack if not _is_acceltrains(frame.filename)])
+    print("".join(shown.format()), end="", file=sys.stderr)
+
+
+def _chain(exception: traceback.TracebackException):
+    """The exception and those it was raised from or while handling."""
+    seen = []
+    while exception is not None and exception not in seen:
+        seen.append(exception)
+        exception = exception.__cause__ or exception.__context__
+    return seen
+
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _is_acceltrains(filename: str) -> bool:
+    return Path(filename).resolve().is_relative_to(_PACKAGE)
 
 
 @contextlib.contextmanager
