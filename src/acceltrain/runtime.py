@@ -254,7 +254,8 @@ class Runtime:
         # 2. Inputs checked and cast once, not every step.
         num_classes = _num_classes(model)
         if data.is_arrays(x):
-            x, y = self._prepare_training_arrays(x, y, batch_size, num_classes)
+            # With checkpoints, each epoch leaves out its own few samples (after its shuffle): resumable.fit.
+            x, y = self._prepare_training_arrays(x, y, batch_size, num_classes, trim=checkpoint_dir is None)
         if data.is_dataset(validation_data):  # its own batch, which may differ from training's
             validation_data, validation_batch = self._prepare_eval_dataset(validation_data, None, num_classes,
                                                                            "validation_data")
@@ -343,14 +344,17 @@ class Runtime:
         """Keras batches each process's share: a global batch B is B / num_processes from each."""
         return {**kwargs, **{name: kwargs[name] // self.num_processes for name in names if kwargs.get(name)}}
 
-    def _prepare_training_arrays(self, x, y, batch_size, num_classes):
+    def _prepare_training_arrays(self, x, y, batch_size, num_classes, trim=True):
         data.check_arrays(x, y)
         data.check_class_labels(y, num_classes)
-        x, y, dropped = data.trim_to_replicas(data.as_float32(x), data.as_float32(y) if y is not None else None,
-                                              batch_size, self.num_replicas)
+        x, y = data.as_float32(x), data.as_float32(y) if y is not None else None
+        if not trim:
+            return x, y
+        x, y, dropped = data.trim_to_replicas(x, y, batch_size, self.num_replicas)
         if dropped:
             log.info(f"left out the last {dropped} training samples so the final batch divides over "
-                     f"{self.num_replicas} replicas")
+                     f"{self.num_replicas} replicas (the same ones every epoch: Keras shuffles the rest; with "
+                     "checkpoint_dir, each epoch leaves out its own)")
         return x, y
 
     def _prepare_training_dataset(self, dataset, batch_size):

@@ -222,13 +222,14 @@ class FitGuard:
             cut = int(data.num_samples(x) * (1 - split))
             arguments["validation_data"] = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
             x, y, weights = data.take(x, slice(0, cut)), data.take(y, slice(0, cut)), data.take(weights, slice(0, cut))
-        replicas, processes = self.runtime.num_replicas, self.runtime.num_processes
+        replicas = self.runtime.num_replicas
         # Every process must take the same number of steps, each batch splitting over its devices.
         n = data.num_samples(x)
         keep = n - n % replicas
-        if keep < n and processes == 1 and "trimmed" not in self.warned:
+        if keep < n and "trimmed" not in self.warned:  # said in every process, as in a one-process run
             self.warned.add("trimmed")
-            log.info(f"left out the last {n - keep} training sample(s) so every batch divides over {replicas} replicas")
+            log.info(f"left out the last {n - keep} training sample(s) so every batch divides over {replicas} replicas "
+                     "(the same ones every epoch: Keras shuffles the rest)")
         x, y, weights = (self._own_slice(data.take(a, slice(0, keep))) for a in (x, y, weights))
         arguments.update(x=x, y=y, sample_weight=weights)
         validation = arguments.get("validation_data")
