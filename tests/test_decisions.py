@@ -60,6 +60,18 @@ def test_choose_steps_per_execution(platform, steps_per_epoch, compiled_with, ex
     assert decisions.choose_steps_per_execution(platform, steps_per_epoch, compiled_with)[0] == expected
 
 
+def test_steps_per_execution_asked_for_in_fit_wins_and_is_checked():
+    assert decisions.choose_steps_per_execution("tpu", 50, 1, requested=1) == (1, "asked for in fit")
+    with pytest.raises(UsageError, match=r"steps_per_execution=0.*at least 1"):
+        decisions.choose_steps_per_execution("tpu", 50, 1, requested=0)
+
+
+def test_steps_per_execution_override_is_said_with_the_way_to_keep_the_models():
+    assert decisions.steps_per_execution_override(4, 4, "gpu") is None
+    said = decisions.steps_per_execution_override(1, 32, "tpu")
+    assert "steps_per_execution 32 on tpu, not the model's 1" in said and "steps_per_execution=1 to runtime.fit" in said
+
+
 @pytest.mark.parametrize(
     "y, units, expected",
     [

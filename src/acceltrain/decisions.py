@@ -51,14 +51,30 @@ def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
     return "none", "one device"
 
 
-def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1) -> tuple[int, str]:
-    """Training steps per compiled call: the model's own setting, else the platform's, within an epoch."""
+def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1,
+                               requested: int | None = None) -> tuple[int, str]:
+    """Training steps per compiled call: fit's argument, else the model's own setting, else the platform's,
+    within an epoch. Keras's default of 1 cannot be told from a 1 set in compile(): see
+    steps_per_execution_override for the warning when the platform's replaces it."""
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise UsageError(f"Received steps_per_execution={requested!r}. Expected a whole number of at least 1.")
+        return requested, "asked for in fit"
     if compiled_with != 1:
         return compiled_with, "set by the model's compile()"
     per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
     if steps_per_epoch < per_platform:
         return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
     return per_platform, f"{platform}'s setting"
+
+
+def steps_per_execution_override(compiled_with: int, chosen: int, platform: str) -> str | None:
+    """The warning when acceltrain runs more steps per call than the model was compiled with, or None."""
+    if chosen == compiled_with:
+        return None
+    return (f"steps_per_execution {chosen} on {platform}, not the model's {compiled_with} (Keras's default, or "
+            f"set in compile()): {chosen} steps run per compiled call, so callbacks see every {chosen}th step. "
+            f"To keep {compiled_with}, pass steps_per_execution={compiled_with} to runtime.fit.")
 
 
 def choose_loss(y, output_units: int | None) -> tuple[str, str]:

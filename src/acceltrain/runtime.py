@@ -276,7 +276,10 @@ class Runtime:
         if data.is_arrays(x):
             steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
         steps, steps_reason = decisions.choose_steps_per_execution(self.platform, steps_per_epoch or 1_000_000,
-                                                                   model.steps_per_execution)
+                                                                   model.steps_per_execution,
+                                                                   fit_kwargs.pop("steps_per_execution", None))
+        if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, self.platform)):
+            log.warn(overridden)
         _set_steps_per_execution(model, steps)
         log.info(
             f"global batch {batch_size} = {batch_size // self.num_replicas} × {self.num_replicas} replicas; "
