@@ -191,6 +191,13 @@ def test_fit_warns_when_the_platforms_steps_per_execution_replaces_the_models_an
     assert kept.steps_per_execution == 1 and "warning" not in capsys.readouterr().err
 
 
+def test_the_banner_says_where_the_backend_came_from(runtime, capsys):
+    import acceltrain
+
+    acceltrain.connect(verbose=True)
+    assert "(backend: Keras was already loaded with it; " in capsys.readouterr().err
+
+
 def test_evaluate_counts_every_sample(runtime):
     """100 samples in batches of 32 over 8 replicas: the result equals plain Keras on one device."""
     with runtime.scope():

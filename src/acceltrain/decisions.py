@@ -9,15 +9,20 @@ from acceltrain.errors import UsageError
 DISTRIBUTIONS = ("auto", "data", "none")
 
 
-def choose_backend(
-    requested: str | None, loaded: str | None, env: str | None, jax_importable: bool
-) -> tuple[str, str]:
-    """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else jax."""
-    for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras")):
+def choose_backend(requested: str | None, loaded: str | None, env: str | None, jax_importable: bool,
+                   config_file: tuple[str | None, str] = (None, "")) -> tuple[str, str]:
+    """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else the one in
+    Keras's config file (`config_file`: (backend, path), from backends.keras_config_backend), else jax.
+
+    After the loaded Keras and the argument, the order is Keras's own: KERAS_BACKEND over keras.json.
+    """
+    in_file, path = config_file
+    for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras"),
+                          (in_file, path)):
         if value is not None and value not in BACKENDS:
             raise UsageError(
                 f"Unsupported backend from {source}: {value!r}. Valid: {', '.join(BACKENDS)}. "
-                "Pass backend='jax' (the default) or backend='tensorflow'."
+                "Pass backend='jax' (the default) or backend='tensorflow' (CLI: --backend)."
             )
     if loaded is not None:
         if requested is not None and requested != loaded:
@@ -31,6 +36,8 @@ def choose_backend(
         return requested, "asked for"
     if env is not None:
         return env, "KERAS_BACKEND is set"
+    if in_file is not None:
+        return in_file, f"set in {path}"
     if jax_importable:
         return "jax", "the default"
     return "tensorflow", "JAX is not installed"

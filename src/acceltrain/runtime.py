@@ -26,7 +26,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     Args:
         backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
-            else jax if installed, else tensorflow.
+            else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow.
         simulate_devices: split the CPU into this many devices, to try multi-device code with no
             accelerator. Must be set before JAX starts.
         distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
@@ -43,7 +43,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 2. Choose the backend and start it.
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable()
+        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
+        backends.keras_config_backend(),
     )
     processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
     framework = backends.load(backend_name)
@@ -83,7 +84,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
-        log.info(f"{runtime} ({distribution_reason}{origin})")
+        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
     return runtime
 
 

@@ -31,7 +31,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
         raise UsageError(f"Received --processes {processes!r}. Expected a whole number of at least 1, e.g. 2.")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
-    backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable())
+    backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
+                                               backends.keras_config_backend())
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
