@@ -52,7 +52,8 @@ def test_each_fit_warning_fires_once_on_its_own_pitfall():
         if case in segments and not line.startswith("== "):
             segments[case] += line + "\n"
     assert "warning: each epoch trains on 256 of the 1,024" in segments["partial_epoch"]
-    assert "float64: Keras casts every batch" in segments["float64"]
+    assert "float64: Keras converts the whole array to float32 at the start of every epoch (a " in segments["float64"]
+    assert "MB copy each time; one took" in segments["float64"]
     assert "each of the 8 replica(s) gets 2 sample(s)" in segments["small_batch"]
     for case in segments:  # each warning on its own pitfall only, and once however often the pitfall repeats
         assert segments[case].count("warning:") == 1, (case, segments[case])

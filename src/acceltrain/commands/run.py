@@ -176,9 +176,9 @@ class FitGuard:
         x, y = arguments.get("x"), arguments.get("y")
         split = arguments.get("validation_split") or 0.0
         num_samples = int(data.num_samples(x) * (1 - split))
-        dtypes = {"x": a.dtype for a in data._leaves(x)[:1]}
+        dtypes = {"x": a for a in data._leaves(x)[:1]}  # the arrays: the float64 check times a conversion
         if isinstance(y, np.ndarray):
-            dtypes["y"] = y.dtype
+            dtypes["y"] = y
         findings = checks.check_fit(
             num_samples=num_samples, batch_size=arguments.get("batch_size"),
             steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=self.runtime.num_replicas,
