@@ -115,7 +115,8 @@ def choose_precision(platform: str, compute_capability: str | None, current_poli
                            "(float16 would need loss scaling)")
     # Measured here (AMD EPYC, AVX-512 BF16 flags present): XLA's 2048³ matmul ran no faster in bfloat16
     # than in float32 (0.79× to 1.05× across runs; BENCHMARKS.md, matmul-dtypes): accuracy lost for nothing.
-    return "float32", f"{platform}: bfloat16 matmuls ran no faster than float32 on CPUs measured"
+    return "float32", (f"{platform}: bfloat16 matmuls ran no faster than float32 on the CPU of BENCHMARKS.md's "
+                       "matmul-dtypes section (a cited result, not measured in this run)")
 
 
 def _capability(text: str) -> tuple[int, ...]:
