@@ -56,8 +56,7 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
             f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
             "reaches only this host's chips from a TPU VM, and Keras 3's fit fails under its multi-worker "
             "strategy (keras-team/keras#20585), so acceltrain trains TPU slices over several hosts on JAX only. "
-            "Use --backend jax (connect(backend='jax')) and run the same command on every worker; or "
-            "--num-processes 1 to train on this host's chips alone."
+            "Use --backend jax (connect(backend='jax')) and run the same command on every worker."
         )
     if processes.distributed and backend != "jax":
         raise UsageError(
