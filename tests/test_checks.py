@@ -63,6 +63,13 @@ def test_small_replica_batch(batch_size, replicas, platform, fires):
         assert f"batch_size={checks.MIN_BATCH_PER_REPLICA[platform] * replicas}" in findings[0].message
 
 
+def test_float64_cost_is_measured_on_the_array():
+    [finding] = checks.float64_inputs({"x": np.zeros((1000, 500)), "y": np.zeros(1000, np.int64)})
+    assert "x is float64" in finding.message and "(a 2 MB copy each time; one took " in finding.message
+    [finding] = checks.float64_inputs({"x": np.float64})  # a dtype alone: nothing measured, nothing claimed
+    assert "copy" not in finding.message and "every epoch" in finding.message
+
+
 @pytest.mark.parametrize(
     "dtypes, fires",
     [({"x": np.float64}, True), ({"x": np.float32, "y": np.float64}, True), ({"x": np.float32, "y": np.int64}, False),

@@ -82,6 +82,28 @@ def test_train_a_user_model_compiles_it_for_the_labels(tmp_path, small_mnist, ca
     assert "compiled the model: SparseCategoricalCrossentropy (from logits) (integer labels, 10 outputs)" in stderr
     assert "Adam 0.001" in stderr
     assert float(stdout.split("test accuracy: ")[1]) > 0.6  # chance is 0.1
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["optimizer"] == "Adam, lr 0.001"
+
+
+def test_a_compiled_user_model_keeps_its_optimizer_and_says_the_learning_rate_is_not_used(tmp_path, small_mnist,
+                                                                                          capsys, monkeypatch):
+    from acceltrain import log
+
+    monkeypatch.setattr(log, "_quiet", False)  # -q below sets it for this process: put back after
+    models = _model_file(tmp_path, "def build():\n    model = keras.Sequential([keras.Input((28, 28)), "
+                                   "keras.layers.Flatten(), keras.layers.Dense(10)])\n"
+                                   "    model.compile(keras.optimizers.SGD(0.05), 'sparse_categorical_crossentropy', "
+                                   "metrics=['accuracy'])\n    return model\n")
+    code, _, stderr = _train(capsys, "-q", "--model", f"{models}:build", "--data", small_mnist, "--epochs", 1,
+                             "--batch-size", 240, "--learning-rate", "0.01", "--out", tmp_path / "run")
+    assert code == 0, stderr
+    assert "warning: --learning-rate 0.01 is not used" in stderr and "(SGD, lr 0.05)" in stderr  # shown under -q
+    assert "return the model uncompiled" in stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["optimizer"] == "SGD, lr 0.05"
+    from acceltrain.commands import report
+
+    assert "SGD, lr 0.05" in report.title(metrics) and "lr 0.01" not in report.title(metrics)
 
 
 def test_devices_json_describes_the_runtime(capsys):

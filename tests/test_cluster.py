@@ -20,9 +20,13 @@ OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte
         (FLAGS, {**LAUNCH, **SLURM}, True, "flags", 4, 3, "10.0.0.1:1234", "--coordinator"),  # flags win
         (NO_FLAGS, {**LAUNCH, **SLURM}, False, "env", 2, 1, "127.0.0.1:5000", cluster.ENV_COORDINATOR),
         (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0,t1,t2,t3", "TPU_WORKER_ID": "2", **SLURM}, True, "tpu", 4, 2, None,
-         "Cloud TPU"),
-        (NO_FLAGS, {}, True, "tpu", None, None, None, "Cloud TPU"),  # GCE: JAX asks the metadata server
-        (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0"}, True, "single", 1, 0, None, "single-host Cloud TPU"),
+         "TPU slice of 4 hosts"),
+        (NO_FLAGS, {}, True, "single", 1, 0, None, "slice size nothing names"),  # no metadata answered
+        (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0"}, True, "single", 1, 0, None, "single-host TPU VM"),
+        (NO_FLAGS, {"TPU_ACCELERATOR_TYPE": "v5litepod-8", "TPU_WORKER_ID": "0"}, True, "single", 1, 0, None,
+         "single-host TPU VM (v5litepod-8, from TPU_ACCELERATOR_TYPE)"),
+        (NO_FLAGS, {"TPU_ACCELERATOR_TYPE": "v4-16", "TPU_WORKER_ID": "1"}, True, "tpu", None, 1, None,
+         "multi-host TPU slice (v4-16"),
         (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0,t1"}, False, "single", 1, 0, None, "no cluster"),  # no chips here
         (NO_FLAGS, {**SLURM, **OMPI}, False, "slurm", 8, 5, None, "SLURM: 8 tasks"),
         (NO_FLAGS, {**SLURM, "SLURM_NTASKS": "1", "SLURM_PROCID": "0"}, False, "single", 1, 0, None, "one task"),
@@ -64,6 +68,33 @@ def test_tensorflow_multi_process_is_refused_with_the_way_out(flags, env):
     with pytest.raises(UsageError) as refused:
         cluster.choose_processes("tensorflow", flags, env, False)
     assert "--backend jax" in str(refused.value) and "keras-team/keras#20585" in str(refused.value)
+
+
+@pytest.mark.parametrize("accelerator, hosts", [
+    ("v2-8", "one"), ("v3-8", "one"), ("v4-8", "one"), ("v5p-8", "one"), ("v5litepod-1", "one"), ("v5e-1", "one"),
+    ("v5litepod-8", "one"), ("v6e-8", "one"), ("tpu7x-8", "one"), ("v2-32", "several"), ("v4-16", "several"),
+    ("v5litepod-16", "several"), ("v5p-16", "several"), ("v6e-256", "several"), ("", None), ("v5e", None),
+    ("gpu-8", None), (None, None),
+])
+def test_slice_hosts(accelerator, hosts):
+    assert cluster.slice_hosts(accelerator) == hosts
+
+
+def test_metadata_names_the_slice_when_the_environment_does_not():
+    processes, why = cluster.choose_processes("jax", NO_FLAGS, {}, True, {"accelerator-type": "v5litepod-32"})
+    assert processes.source == "tpu" and "v5litepod-32, from the TPU metadata server" in why
+    assert cluster.choose_processes("jax", NO_FLAGS, {}, True, {"accelerator-type": "v4-8"})[0] == cluster.SINGLE
+
+
+def test_metadata_is_not_asked_where_the_environment_answers_or_forbids_it():
+    for env in ({"TPU_ACCELERATOR_TYPE": "v4-8"}, {"TPU_WORKER_HOSTNAMES": "t0"}, {"TPU_SKIP_MDS_QUERY": "1"}):
+        assert cluster.tpu_metadata(env) == {}
+
+
+def test_tensorflow_on_a_multi_host_slice_is_refused_naming_the_slice():
+    with pytest.raises(UsageError) as refused:
+        cluster.choose_processes("tensorflow", NO_FLAGS, {"TPU_ACCELERATOR_TYPE": "v5litepod-16"}, True)
+    assert "multi-host TPU slice (v5litepod-16" in str(refused.value) and "--backend jax" in str(refused.value)
 
 
 def test_tensorflow_single_process_is_fine():

@@ -22,6 +22,46 @@ def test_choose_backend(requested, loaded, env, jax_importable, expected):
     assert reason
 
 
+FILE = "/home/me/.keras/keras.json"
+
+
+@pytest.mark.parametrize(
+    "requested, loaded, env, in_file, expected, reason",
+    [
+        (None, None, None, "tensorflow", "tensorflow", f"set in {FILE}"),  # Keras's own config file, over jax
+        (None, None, "jax", "tensorflow", "jax", "KERAS_BACKEND"),  # as Keras reads them: the env var wins
+        ("jax", None, None, "tensorflow", "jax", "asked for"),
+        (None, "jax", None, "tensorflow", "jax", "already loaded"),
+        (None, None, None, None, "jax", "the default"),
+    ],
+)
+def test_choose_backend_reads_keras_config_file_after_the_env(requested, loaded, env, in_file, expected, reason):
+    choice, why = decisions.choose_backend(requested, loaded, env, True, (in_file, FILE))
+    assert choice == expected and reason in why
+
+
+def test_choose_backend_names_the_config_file_of_an_unsupported_backend():
+    with pytest.raises(UsageError, match=r"from /home/me/.keras/keras.json: 'torch'.*Valid: jax, tensorflow"):
+        decisions.choose_backend(None, None, None, True, ("torch", FILE))
+
+
+def test_keras_config_backend_reads_the_users_file_not_the_one_keras_writes_itself(tmp_path):
+    import json
+
+    from acceltrain import backends
+
+    env = {"KERAS_HOME": str(tmp_path)}
+    assert backends.keras_config_backend(env) == (None, str(tmp_path / "keras.json"))  # no file
+    (tmp_path / "keras.json").write_text(json.dumps(backends.KERAS_WRITTEN_CONFIG))
+    assert backends.keras_config_backend(env)[0] is None  # Keras's own defaults, written on its first import
+    (tmp_path / "keras.json").write_text(json.dumps({**backends.KERAS_WRITTEN_CONFIG, "backend": "jax"}))
+    assert backends.keras_config_backend(env)[0] == "jax"
+    (tmp_path / "keras.json").write_text(json.dumps({"backend": "tensorflow", "floatx": "float32"}))
+    assert backends.keras_config_backend(env)[0] == "tensorflow"  # written by someone: a choice
+    (tmp_path / "keras.json").write_text("{not json")
+    assert backends.keras_config_backend(env)[0] is None
+
+
 def test_choose_backend_refuses_a_switch_after_keras_loaded():
     with pytest.raises(UsageError, match=r"backend='tensorflow'.*already loaded with the 'jax'.*backend='jax'"):
         decisions.choose_backend("tensorflow", "jax", None, True)
@@ -58,6 +98,18 @@ def test_choose_distribution_rejects_unknown():
 )
 def test_choose_steps_per_execution(platform, steps_per_epoch, compiled_with, expected):
     assert decisions.choose_steps_per_execution(platform, steps_per_epoch, compiled_with)[0] == expected
+
+
+def test_steps_per_execution_asked_for_in_fit_wins_and_is_checked():
+    assert decisions.choose_steps_per_execution("tpu", 50, 1, requested=1) == (1, "asked for in fit")
+    with pytest.raises(UsageError, match=r"steps_per_execution=0.*at least 1"):
+        decisions.choose_steps_per_execution("tpu", 50, 1, requested=0)
+
+
+def test_steps_per_execution_override_is_said_with_the_way_to_keep_the_models():
+    assert decisions.steps_per_execution_override(4, 4, "gpu") is None
+    said = decisions.steps_per_execution_override(1, 32, "tpu")
+    assert "steps_per_execution 32 on tpu, not the model's 1" in said and "steps_per_execution=1 to runtime.fit" in said
 
 
 @pytest.mark.parametrize(

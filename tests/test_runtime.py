@@ -45,7 +45,8 @@ def test_connect_prints_its_decision_with_the_reason(capsys):
     acceltrain.connect(simulate_devices=8)
     line = capsys.readouterr().err.strip()
     assert line.count("\n") == 0
-    assert "DataParallel over 8 replicas (8 devices: each takes a slice of every batch)" in line
+    assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it; 8 devices: each takes a slice "
+            "of every batch)") in line  # where the backend came from, too
 
 
 def test_connect_distribution_none_uses_one_replica():
@@ -174,6 +175,21 @@ def test_fit_casts_float64_once_and_trims_an_indivisible_tail(runtime, capsys):
     history = runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0)
     assert "left out the last 4 training samples" in capsys.readouterr().err
     assert np.isfinite(history.history["loss"][0])
+
+
+def test_fit_warns_when_the_platforms_steps_per_execution_replaces_the_models_and_keeps_one_asked_for(
+        runtime, capsys, monkeypatch):
+    from acceltrain.hardware import cpu
+
+    monkeypatch.setattr(cpu, "STEPS_PER_EXECUTION", 2)  # as on a GPU or TPU, where the platform's is not 1
+    x, y = _toy_data(128)
+    with runtime.scope():
+        replaced, kept = _mlp(), _mlp()
+    runtime.fit(replaced, x, y, batch_size=32, epochs=1, verbose=0)
+    assert replaced.steps_per_execution == 2
+    assert "warning: steps_per_execution 2 on cpu, not the model's 1" in capsys.readouterr().err
+    runtime.fit(kept, x, y, batch_size=32, epochs=1, verbose=0, steps_per_execution=1)
+    assert kept.steps_per_execution == 1 and "warning" not in capsys.readouterr().err
 
 
 def test_evaluate_counts_every_sample(runtime):

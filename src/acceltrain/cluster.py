@@ -39,7 +39,7 @@ SINGLE = Processes("single")
 
 
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
-                     cloud_tpu_vm: bool) -> tuple[Processes, str]:
+                     cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None) -> tuple[Processes, str]:
     """The first source that names a job wins: flags, then acceltrain's env, Cloud TPU, SLURM, Open MPI.
 
     Args:
@@ -47,8 +47,17 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
         flags: coordinator, num_processes, process_id as given to connect() or `acceltrain run` (None: not given).
         env: the process environment.
         cloud_tpu_vm: whether this host has TPU chips and libtpu (`on_cloud_tpu_vm()`).
+        tpu_metadata: what the Cloud TPU metadata server said of this VM where the environment says
+            nothing (`accelerator-type`), as `tpu_metadata()` reads it; empty elsewhere.
     """
-    processes, reason = _detect(flags, env, cloud_tpu_vm)
+    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata)
+    if processes.distributed and backend != "jax" and processes.source == "tpu":
+        raise UsageError(
+            f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
+            "reaches only this host's chips from a TPU VM, and Keras 3's fit fails under its multi-worker "
+            "strategy (keras-team/keras#20585), so acceltrain trains TPU slices over several hosts on JAX only. "
+            "Use --backend jax (connect(backend='jax')) and run the same command on every worker."
+        )
     if processes.distributed and backend != "jax":
         raise UsageError(
             f"Received backend={backend!r} for a multi-process job ({reason}). Keras 3's fit fails under "
@@ -59,7 +68,7 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     return processes, reason
 
 
-def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
+def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
     given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags")
     if given == SINGLE:
@@ -70,14 +79,9 @@ def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
     given = _explicit(env.get(ENV_COORDINATOR), env.get(ENV_NUM_PROCESSES), env.get(ENV_PROCESS_ID), "env")
     if given is not None:
         return given, f"set by {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}"
-    # 3. A Cloud TPU VM: JAX reads the slice's hosts from the TPU metadata (TPU_WORKER_HOSTNAMES on GKE).
+    # 3. A Cloud TPU VM: one host is one process on either backend; a slice over several hosts is a JAX job.
     if cloud_tpu_vm:
-        hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
-        if len(hosts) == 1:
-            return SINGLE, "a single-host Cloud TPU VM (TPU_WORKER_HOSTNAMES names one host)"
-        count = len(hosts) or None
-        return (Processes("tpu", count, _int_or_none(env.get("TPU_WORKER_ID"))),
-                "a Cloud TPU VM: JAX reads the slice's hosts from the TPU environment")
+        return _tpu_vm(env, tpu_metadata or {})
     # 4. A SLURM job step (srun): JAX's own SLURM support finds the coordinator.
     if "SLURM_JOB_ID" in env and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
         count = _int_env(env, "SLURM_NTASKS")
@@ -102,6 +106,51 @@ def _detect(flags, env, cloud_tpu_vm) -> tuple[Processes, str]:
             )
         return Processes("openmpi", count, _int_env(env, "OMPI_COMM_WORLD_RANK")), f"Open MPI: {count} processes"
     return SINGLE, "no cluster environment found"
+
+
+# The largest slice one TPU VM holds, in the unit its accelerator type counts: TensorCores for v2, v3,
+# v4, v5p and tpu7x (8 = 4 chips of 2 cores), chips for v5e (v5litepod) and v6e (8 chips). Cloud TPU's
+# "TPU versions" pages (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e; read 2026-12-03): v4-8, v5p-8,
+# v5litepod-8 and v6e-8 are one host; v4-16, v5litepod-16 and up span several.
+LARGEST_SINGLE_HOST_SLICE = 8
+
+
+def slice_hosts(accelerator_type: str | None) -> str | None:
+    """"one" or "several" hosts for an accelerator type ("v5litepod-16", "v4-8", "v5e-1"); None if unreadable."""
+    generation, _, size = (accelerator_type or "").strip().rpartition("-")
+    if not size.isdigit() or not generation.startswith(("v", "tpu")):
+        return None
+    return "one" if int(size) <= LARGEST_SINGLE_HOST_SLICE else "several"
+
+
+def _tpu_vm(env: Mapping[str, str], metadata: Mapping[str, str]) -> tuple[Processes, str]:
+    """One process on a single-host TPU VM; a jax.distributed job over a multi-host slice.
+
+    The slice's hosts: TPU_WORKER_HOSTNAMES where set (GKE, Ray), else the accelerator type from
+    TPU_ACCELERATOR_TYPE or the metadata server. JAX itself reads the hosts' addresses when it starts.
+    """
+    worker = _int_or_none(env.get("TPU_WORKER_ID"))
+    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    if len(hosts) == 1:
+        return SINGLE, "a single-host TPU VM (TPU_WORKER_HOSTNAMES names one host)"
+    if hosts:
+        return (Processes("tpu", len(hosts), worker),
+                f"a TPU slice of {len(hosts)} hosts (TPU_WORKER_HOSTNAMES), this is worker {worker}")
+    accelerator, origin = env.get("TPU_ACCELERATOR_TYPE"), "TPU_ACCELERATOR_TYPE"
+    if not accelerator and metadata.get("accelerator-type"):
+        accelerator, origin = metadata["accelerator-type"], "the TPU metadata server"
+    spans = slice_hosts(accelerator)
+    if spans == "one":
+        return SINGLE, f"a single-host TPU VM ({accelerator}, from {origin})"
+    if spans == "several":
+        return (Processes("tpu", None, worker),
+                f"a multi-host TPU slice ({accelerator}, from {origin}; over {LARGEST_SINGLE_HOST_SLICE} "
+                "per host): JAX reads its hosts from the TPU environment")
+    # Neither the environment nor the metadata server says how big the slice is (Colab and Kaggle set
+    # little; the metadata server is off with TPU_SKIP_MDS_QUERY): one process, the common case.
+    return SINGLE, ("a TPU VM whose slice size nothing names (no TPU_WORKER_HOSTNAMES, TPU_ACCELERATOR_TYPE or "
+                    "metadata): one process; on a multi-host slice pass --num-processes, --process-id and "
+                    "--coordinator")
 
 
 def _explicit(coordinator, num_processes, process_id, source: str) -> Processes | None:
@@ -148,13 +197,39 @@ def _int_or_none(value) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-def on_cloud_tpu_vm() -> bool:
+# Where TPU chips appear as device files: /dev/accel* (v2-v4, v6e) or /dev/vfio/N (v5e, v5p). A seam:
+# tests point it at a folder of fake device files.
+DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+# The GCE metadata server, which a Cloud TPU VM answers about itself (JAX reads its TPU settings there).
+METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
+METADATA_TIMEOUT_S = 2.0
+
+
+def on_cloud_tpu_vm(device_files=DEVICE_FILES) -> bool:
     """TPU chips on this host and libtpu to drive them: what JAX itself checks before reading TPU metadata."""
-    has_chips = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    has_chips = any(glob.glob(pattern) for pattern in device_files)
     return has_chips and importlib.util.find_spec("libtpu") is not None
+
+
+def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
+    """This TPU VM's accelerator type from the metadata server, when the environment does not name the
+    slice and TPU_SKIP_MDS_QUERY is unset (as JAX decides). Empty when it does not answer in time."""
+    if env.get("TPU_WORKER_HOSTNAMES") or env.get("TPU_ACCELERATOR_TYPE") or env.get("TPU_SKIP_MDS_QUERY") is not None:
+        return {}
+    import urllib.request
+
+    request = urllib.request.Request(METADATA_URL + "accelerator-type", headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=METADATA_TIMEOUT_S) as answer:
+            return {"accelerator-type": answer.read().decode().strip()}
+    except (OSError, ValueError):
+        return {}
 
 
 def detect(backend: str, coordinator=None, num_processes=None, process_id=None) -> tuple[Processes, str]:
     """choose_processes() on this host's environment."""
     flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
-    return choose_processes(backend, flags, os.environ, on_cloud_tpu_vm())
+    tpu_vm = on_cloud_tpu_vm(DEVICE_FILES)
+    metadata = tpu_metadata(os.environ) if tpu_vm else {}
+    return choose_processes(backend, flags, os.environ, tpu_vm, metadata)

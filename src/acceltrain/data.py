@@ -111,6 +111,11 @@ def as_float32(x):
     return _map(lambda a: a.astype(np.float32) if a.dtype == np.float64 else a, x)
 
 
+def left_out(num_samples: int, batch_size: int, num_replicas: int) -> int:
+    """How many samples at the end of an epoch's order make its final batch indivisible over the replicas."""
+    return (num_samples % batch_size) % num_replicas
+
+
 def trim_to_replicas(x, y, batch_size: int, num_replicas: int):
     """Drop the few last samples that would make the final batch indivisible over the replicas.
 
@@ -118,7 +123,7 @@ def trim_to_replicas(x, y, batch_size: int, num_replicas: int):
     epoch only among the rest, which is the usual `drop_remainder` trade on accelerators.
     """
     n = num_samples(x)
-    dropped = (n % batch_size) % num_replicas
+    dropped = left_out(n, batch_size, num_replicas)
     if not dropped:
         return x, y, 0
     keep = n - dropped

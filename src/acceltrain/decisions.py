@@ -9,15 +9,20 @@ from acceltrain.errors import UsageError
 DISTRIBUTIONS = ("auto", "data", "none")
 
 
-def choose_backend(
-    requested: str | None, loaded: str | None, env: str | None, jax_importable: bool
-) -> tuple[str, str]:
-    """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else jax."""
-    for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras")):
+def choose_backend(requested: str | None, loaded: str | None, env: str | None, jax_importable: bool,
+                   config_file: tuple[str | None, str] = (None, "")) -> tuple[str, str]:
+    """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else the one in
+    Keras's config file (`config_file`: (backend, path), from backends.keras_config_backend), else jax.
+
+    After the loaded Keras and the argument, the order is Keras's own: KERAS_BACKEND over keras.json.
+    """
+    in_file, path = config_file
+    for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras"),
+                          (in_file, path)):
         if value is not None and value not in BACKENDS:
             raise UsageError(
                 f"Unsupported backend from {source}: {value!r}. Valid: {', '.join(BACKENDS)}. "
-                "Pass backend='jax' (the default) or backend='tensorflow'."
+                "Pass backend='jax' (the default) or backend='tensorflow' (CLI: --backend)."
             )
     if loaded is not None:
         if requested is not None and requested != loaded:
@@ -31,6 +36,8 @@ def choose_backend(
         return requested, "asked for"
     if env is not None:
         return env, "KERAS_BACKEND is set"
+    if in_file is not None:
+        return in_file, f"set in {path}"
     if jax_importable:
         return "jax", "the default"
     return "tensorflow", "JAX is not installed"
@@ -51,14 +58,30 @@ def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
     return "none", "one device"
 
 
-def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1) -> tuple[int, str]:
-    """Training steps per compiled call: the model's own setting, else the platform's, within an epoch."""
+def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1,
+                               requested: int | None = None) -> tuple[int, str]:
+    """Training steps per compiled call: fit's argument, else the model's own setting, else the platform's,
+    within an epoch. Keras's default of 1 cannot be told from a 1 set in compile(): see
+    steps_per_execution_override for the warning when the platform's replaces it."""
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise UsageError(f"Received steps_per_execution={requested!r}. Expected a whole number of at least 1.")
+        return requested, "asked for in fit"
     if compiled_with != 1:
         return compiled_with, "set by the model's compile()"
     per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
     if steps_per_epoch < per_platform:
         return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
     return per_platform, f"{platform}'s setting"
+
+
+def steps_per_execution_override(compiled_with: int, chosen: int, platform: str) -> str | None:
+    """The warning when acceltrain runs more steps per call than the model was compiled with, or None."""
+    if chosen == compiled_with:
+        return None
+    return (f"steps_per_execution {chosen} on {platform}, not the model's {compiled_with} (Keras's default, or "
+            f"set in compile()): {chosen} steps run per compiled call, so callbacks see every {chosen}th step. "
+            f"To keep {compiled_with}, pass steps_per_execution={compiled_with} to runtime.fit.")
 
 
 def choose_loss(y, output_units: int | None) -> tuple[str, str]:
@@ -92,7 +115,8 @@ def choose_precision(platform: str, compute_capability: str | None, current_poli
                            "(float16 would need loss scaling)")
     # Measured here (AMD EPYC, AVX-512 BF16 flags present): XLA's 2048³ matmul ran no faster in bfloat16
     # than in float32 (0.79× to 1.05× across runs; BENCHMARKS.md, matmul-dtypes): accuracy lost for nothing.
-    return "float32", f"{platform}: bfloat16 matmuls ran no faster than float32 on CPUs measured"
+    return "float32", (f"{platform}: bfloat16 matmuls ran no faster than float32 on the CPU of BENCHMARKS.md's "
+                       "matmul-dtypes section (a cited result, not measured in this run)")
 
 
 def _capability(text: str) -> tuple[int, ...]:

@@ -103,10 +103,11 @@ class Predict(Prepared):
 
 def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                 validation_data=None, validation_split=0.0, validation_batch_size=None,
-                checked: bool = True) -> Fit:
+                checked: bool = True, trim: bool = True) -> Fit:
     """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
-    checked by `checks`) they are only cut and shared."""
+    checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
+    training sample: resumable.fit leaves out each epoch's own few, after its shuffle."""
     _refuse_datasets_across_processes(runtime, x, validation_data)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size, **_processes(runtime))
     if data.is_dataset(x):
@@ -119,7 +120,7 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
         validation_data = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
         fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, cut)) for a in (x, y, sample_weight))
     if data.is_arrays(fit.x):
-        _trim_training_arrays(runtime, fit, classes, checked)
+        _trim_training_arrays(runtime, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil(data.num_samples(fit.x) / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))
     fit.validation_data = _prepare_validation(runtime, fit, validation_data, classes, checked)
     fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, runtime.num_processes)
@@ -207,18 +208,21 @@ def _is_array_set(pair) -> bool:
     return isinstance(pair, tuple) and len(pair) in (2, 3) and data.is_arrays(pair[0])
 
 
-def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool) -> None:
+def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool, trim: bool) -> None:
     """Leave out the few last samples that would make the final batch indivisible over the replicas."""
     if checked:
         data.check_arrays(fit.x, fit.y)
         data.check_class_labels(fit.y, classes.num_classes)
         fit.x, fit.y = data.as_float32(fit.x), data.as_float32(fit.y) if fit.y is not None else None
+    if not trim:
+        return
     n = data.num_samples(fit.x)
     keep = n - n % runtime.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
     if keep < n:
         fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, keep)) for a in (fit.x, fit.y, fit.sample_weight))
         fit.notes.append(("trimmed", f"left out the last {n - keep} training samples so the final batch divides "
-                                     f"over {runtime.num_replicas} replicas"))
+                                     f"over {runtime.num_replicas} replicas (the same ones every epoch: Keras "
+                                     "shuffles the rest)"))
 
 
 def _batch_training_dataset(runtime, fit: Fit, checked: bool) -> None:

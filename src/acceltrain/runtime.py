@@ -26,7 +26,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     Args:
         backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
-            else jax if installed, else tensorflow.
+            else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow.
         simulate_devices: split the CPU into this many devices, to try multi-device code with no
             accelerator. Must be set before JAX starts.
         distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
@@ -46,7 +46,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 2. Choose the backend and start it.
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable()
+        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
+        backends.keras_config_backend(),
     )
     processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
     framework = backends.load(backend_name)
@@ -87,7 +88,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
-        log.info(f"{runtime} ({distribution_reason}{origin})")
+        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
     return runtime
 
 
@@ -256,16 +257,17 @@ class Runtime:
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
         classes = inputs.classes_of(model)
         weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too
+        # With checkpoints, each epoch leaves out its own few samples (after its shuffle): resumable.fit.
         prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes, sample_weight=weights,
-                                      validation_data=validation_data,
+                                      validation_data=validation_data, trim=checkpoint_dir is None,
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None))
         _tell(prepared.notes)
         if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.
         checkpointing = self._checkpointing(checkpoint_dir, checkpoint_every, keep_checkpoints, prepared)
-        # 3. Steps per compiled call, and XLA where the backend gains from it.
-        self._tune(model, prepared)
+        # 3. Steps per compiled call.
+        self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
         with self.scope(), _preparing_inputs():
@@ -296,18 +298,18 @@ class Runtime:
                              "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
         return checkpoints, every
 
-    def _tune(self, model, prepared) -> None:
-        """Steps per compiled call (the platform's, within an epoch), and XLA where the backend gains from it."""
+    def _tune(self, model, prepared, steps_per_execution=None) -> None:
+        """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when
+        it replaces the model's). XLA (jit_compile) stays as the model was compiled: Keras's own choice or yours."""
         steps, steps_reason = decisions.choose_steps_per_execution(
-            self.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution)
+            self.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, steps_per_execution)
+        if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, self.platform)):
+            log.warn(overridden)
         _set_steps_per_execution(model, steps)
         log.info(
             f"global batch {prepared.batch_size} = {prepared.batch_size // self.num_replicas} × {self.num_replicas} "
             f"replicas; steps_per_execution {steps} ({steps_reason})"
         )
-        jit_reason = self._framework.set_jit_compile(model, self.platform, self.distribution)
-        if jit_reason:
-            log.info(jit_reason)
 
     @staticmethod
     def _fit_once(model, prepared, epochs, callbacks, verbose, fit_kwargs):

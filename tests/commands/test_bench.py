@@ -12,7 +12,7 @@ from acceltrain.commands import bench
 from acceltrain.hardware import cpu, gpu, tpu
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-VARIANT_FIELDS = {"label", "backend", "steady_epoch_seconds", "median_steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
+VARIANT_FIELDS = {"label", "backend", "jit_compile", "steady_epoch_seconds", "median_steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
                   "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
 
 
@@ -36,6 +36,8 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
         assert 0 < variant["fraction_of_ceiling"]
         assert variant["fraction_of_peak"] is None  # no published peak for a CPU
         assert len(variant["runs"]) == 2 and all(len(run["epoch_seconds"]) == 2 for run in variant["runs"])
+    assert report["variants"]["hand"]["jit_compile"] is None  # not a Keras fit
+    assert all(isinstance(report["variants"][name]["jit_compile"], bool) for name in ("plain", "acceltrain"))
     assert report["samples_per_epoch"] == 2400
     assert report["flops_per_sample"] == 2 * (784 * 512 * 2 + 3 * (512 * 256 + 256 * 128 + 128 * 64 + 64 * 10))
     assert report["ceiling"]["flops_per_second"] > 0 and report["ceiling"]["dtype"] == "float32"

@@ -20,8 +20,23 @@ def test_python_and_versions_pass_here_and_fail_on_old_or_mismatched_ones():
     assert status == FAIL and "jax 0.10.2 and jaxlib 0.9.0 are from different releases" in message
     assert "pip install -U jax jaxlib" in fix
     status, message, fix = doctor.check_versions({**good, "keras": None, "tensorflow": "2.15.0"})
-    assert status == FAIL and "keras is not installed" in message and "tensorflow 2.15.0 is older than 2.16" in message
-    assert "pip install keras" in fix and "pip install -U 'tensorflow-cpu>=2.16'" in fix
+    assert status == FAIL and "keras is not installed" in message and "tensorflow 2.15.0 is older than 2.18" in message
+    assert "pip install keras" in fix and "pip install -U 'tensorflow-cpu>=2.18'" in fix
+
+
+def test_version_floors_are_pyprojects():
+    import tomllib
+
+    from tests.support import REPO
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    python, floors = doctor.version_floors()
+    assert project["requires-python"] == ">=" + ".".join(map(str, python))
+    for requirement in project["dependencies"]:
+        name, _, floor = requirement.partition(">=")
+        if name in ("keras", "jax", "numpy"):
+            assert floors[name] == floor
+    assert f"tensorflow>={floors['tensorflow']}" in project["optional-dependencies"]["tensorflow"]
 
 
 def test_a_backend_that_imports_is_ok():
@@ -55,14 +70,28 @@ def test_the_output_folder_fails_under_a_file_and_in_proc(tmp_path):
         assert status == FAIL and "--out" in fix, message
 
 
-def test_the_compile_cache_is_ok_off_or_writable_and_fails_unwritable(tmp_path, monkeypatch):
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    assert doctor.check_compile_cache(str(tmp_path))[0] == OK
+def test_the_compile_cache_is_the_one_connect_uses_with_its_entries(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)  # as before jax is imported: the folder comes from the env
+    status, message, _ = doctor.check_compile_cache(env={"XDG_CACHE_HOME": str(tmp_path)})
+    assert status == OK and f"in {tmp_path / 'acceltrain' / 'jax'} (empty" in message
+    (tmp_path / "mine").mkdir()
+    for key in ("jit_a", "jit_b"):
+        (tmp_path / "mine" / f"{key}-cache").write_bytes(b"x" * 2**19)
+        (tmp_path / "mine" / f"{key}-atime").write_bytes(b"1")
+    status, message, _ = doctor.check_compile_cache(env={"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "mine")})
+    assert status == OK and "(2 compiled programs, 1.0 MiB)" in message
+    status, message, fix = doctor.check_compile_cache(env={"ACCELTRAIN_COMPILATION_CACHE": "0"})
+    assert status == OK and "off (ACCELTRAIN_COMPILATION_CACHE=0)" in message and "unset" in fix
     (tmp_path / "a_file").write_text("")
     assert doctor.check_compile_cache(str(tmp_path / "a_file"))[0] == FAIL
-    monkeypatch.setitem(sys.modules, "jax", None)  # as before jax is imported
-    status, message, tip = doctor.check_compile_cache()
-    assert status == OK and "off" in message and "JAX_COMPILATION_CACHE_DIR" in tip
+
+
+def test_connect_keeps_a_minimum_compile_time_the_user_set():
+    from acceltrain.backends import jax as jax_backend
+
+    assert jax_backend._user_min_compile_time({}, 1.0) is None  # JAX's default: acceltrain caches every program
+    assert jax_backend._user_min_compile_time({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1"}, 1.0) == 1.0
+    assert jax_backend._user_min_compile_time({}, 5.0) == 5.0
 
 
 def test_tpu_here_none_and_on_simulated_tpu_machines():

@@ -53,7 +53,8 @@ def test_each_fit_warning_fires_once_on_its_own_pitfall():
         if case in segments and not line.startswith("== "):
             segments[case] += line + "\n"
     assert "warning: each epoch trains on 256 of the 1,024" in segments["partial_epoch"]
-    assert "float64: Keras casts every batch" in segments["float64"]
+    assert "float64: Keras converts the whole array to float32 at the start of every epoch (a " in segments["float64"]
+    assert "MB copy each time; one took" in segments["float64"]
     assert "each of the 8 replica(s) gets 2 sample(s)" in segments["small_batch"]
     for case in segments:  # each warning on its own pitfall only, and once however often the pitfall repeats
         assert segments[case].count("warning:") == 1, (case, segments[case])
@@ -99,6 +100,15 @@ def test_the_script_error_is_shown_as_its_own():
     traceback = run.stderr[run.stderr.index("Traceback"):]
     assert "ValueError: the script's own error" in traceback
     assert "exits.py" in traceback.splitlines()[1] and "acceltrain" not in traceback  # no runpy or acceltrain frames
+
+
+def test_an_error_inside_fit_shows_no_acceltrain_frames():
+    run = support.run_cli("run", support.SCRIPTS / "exits.py", "fit", timeout=180)
+
+    assert run.returncode == 1, run.stderr
+    traceback = run.stderr[run.stderr.index("Traceback"):]
+    assert "ValueError: the script's own error" in traceback and "in on_train_begin" in traceback
+    assert "/acceltrain/" not in traceback  # the hooks around Keras's fit (backends/) are not the script's
 
 
 def test_a_missing_script_is_a_usage_error():

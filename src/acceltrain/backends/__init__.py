@@ -27,6 +27,48 @@ def loaded_keras_backend() -> str | None:
     return keras.backend.backend()
 
 
+# What Keras writes into keras.json the first time it is imported, if the file is missing: its own
+# defaults (keras/src/backend/config.py, Keras 3.15.1), not anyone's choice.
+KERAS_WRITTEN_CONFIG = {"floatx": "float32", "epsilon": 1e-07, "backend": "tensorflow",
+                        "image_data_format": "channels_last"}
+
+
+def keras_config_backend(env=None) -> tuple[str | None, str]:
+    """The backend set in Keras's own config file, and the file's path, as Keras finds it: KERAS_HOME,
+    else ~/.keras (/tmp/.keras where home is not writable). None when the file is absent, unreadable,
+    names no backend, or holds exactly what Keras writes there itself on its first import."""
+    import json
+
+    env = os.environ if env is None else env
+    if "KERAS_HOME" in env:
+        folder = env["KERAS_HOME"]
+    else:
+        home = os.path.expanduser("~")
+        folder = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    path = os.path.expanduser(os.path.join(folder, "keras.json"))
+    try:
+        with open(path) as file:
+            config = json.load(file)
+    except (OSError, ValueError):
+        return None, path
+    if not isinstance(config, dict) or config == KERAS_WRITTEN_CONFIG:
+        return None, path
+    return config.get("backend"), path
+
+
+def jax_compilation_cache_dir(env=None) -> str | None:
+    """The folder where connect() keeps JAX's compiled programs between runs, or None when it is off
+    (ACCELTRAIN_COMPILATION_CACHE=0): JAX_COMPILATION_CACHE_DIR if set, else XDG_CACHE_HOME or ~/.cache,
+    under acceltrain/jax. Here, without JAX, so `doctor` reports the folder connect() will use."""
+    env = os.environ if env is None else env
+    if env.get("ACCELTRAIN_COMPILATION_CACHE", "1") == "0":
+        return None
+    if env.get("JAX_COMPILATION_CACHE_DIR"):
+        return env["JAX_COMPILATION_CACHE_DIR"]
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "acceltrain", "jax")
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 
@@ -40,7 +82,7 @@ INTERFACE = (
     # what is there
     "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
     # distribution
-    "make_distribution", "distribution_name", "num_replicas", "scope", "set_jit_compile", "release",
+    "make_distribution", "distribution_name", "num_replicas", "scope", "release",
     # unmodified scripts
     "devices_spanned", "fit_hook", "gathering_predictions",
 )

@@ -56,33 +56,38 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
             ) from None
 
 
-def compilation_cache_dir() -> str:
-    """Where compiled programs are kept between runs: JAX_COMPILATION_CACHE_DIR if set, else the user's
-    cache folder (XDG_CACHE_HOME or ~/.cache) under acceltrain/jax."""
-    import os
-
-    if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        return os.environ["JAX_COMPILATION_CACHE_DIR"]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "acceltrain", "jax")
-
-
 def enable_compilation_cache() -> None:
     """Keep compiled programs on disk, so the second run of the same job skips compilation.
 
     Must run before JAX's first compile: JAX decides once, at its first compile, whether it caches.
-    A folder the user set (jax.config or JAX_COMPILATION_CACHE_DIR) is kept. Every program is cached,
-    not only those over JAX's default 1 s: on a CPU most of a run's compiles are shorter, and together
-    they are seconds of start-up (measured here: time to the end of the first epoch 14.1 s cold, 8.7 s
-    warm). ACCELTRAIN_COMPILATION_CACHE=0 turns it off.
+    The folder is `backends.jax_compilation_cache_dir()`, unless the user set one in jax.config.
+    Every program is cached, not only those over JAX's default 1 s (on a CPU most of a run's compiles
+    are shorter; BENCHMARKS.md, epoch-speed, measures the cut), unless the user set their own minimum
+    (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS or jax.config), which is kept.
+    ACCELTRAIN_COMPILATION_CACHE=0 turns it off.
     """
     import os
 
-    if os.environ.get("ACCELTRAIN_COMPILATION_CACHE", "1") == "0":
+    from acceltrain.backends import jax_compilation_cache_dir
+
+    folder = jax_compilation_cache_dir()
+    if folder is None:
         return
     if jax.config.jax_compilation_cache_dir is None:
-        jax.config.update("jax_compilation_cache_dir", compilation_cache_dir())
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_compilation_cache_dir", folder)
+    if _user_min_compile_time(os.environ, jax.config.jax_persistent_cache_min_compile_time_secs) is None:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+# JAX's own default for jax_persistent_cache_min_compile_time_secs: a different value was set by someone.
+JAX_DEFAULT_MIN_COMPILE_TIME_SECS = 1.0
+
+
+def _user_min_compile_time(env, configured: float) -> float | None:
+    """The user's own minimum compile time for caching, if they set one (env or jax.config); else None."""
+    if env.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS") is not None or configured != JAX_DEFAULT_MIN_COMPILE_TIME_SECS:
+        return configured
+    return None
 
 
 # --- What is there ----------------------------------------------------------------------------
@@ -227,11 +232,6 @@ def scope(distribution):
         return
     with distribution.scope():  # Keras restores the previous distribution in a finally
         yield
-
-
-def set_jit_compile(model, platform: str, distribution) -> str | None:
-    """Nothing to change: Keras on JAX compiles every step with XLA already."""
-    return None
 
 
 def distribution_of(model):

@@ -266,27 +266,6 @@ def scope(distribution):
         yield
 
 
-def set_jit_compile(model, platform: str, distribution) -> str | None:
-    """Make sure one-device CPU training compiles its steps with XLA.
-
-    Keras's jit_compile="auto" turns XLA on by itself for a model whose layers all support it, unless
-    TensorFlow's op determinism is enabled; a model compiled with it off gets it here (measured on the
-    project's 2-core CPU machine with Keras 3.15.1 and TF 2.21, and cited in README.md: an epoch of the
-    seed's MLP took 1.27 s with XLA against 1.5-2.5 s without). A TPUStrategy compiles with XLA
-    anyway, and under MirroredStrategy it stays as Keras set it (cross-replica sums inside an XLA
-    function). Returns the reason when it changed the model.
-    """
-    if platform != "cpu" or distribution is not None or model.jit_compile or model.run_eagerly:
-        return None
-    model.jit_compile = True  # Keras's setter falls back to False, with a warning, for a model XLA cannot take
-    if not model.jit_compile:
-        return None
-    from acceltrain.backends import keras_internals
-
-    keras_internals.forget_compiled_functions(model)
-    return "jit_compile on (XLA on one CPU: 1.27 s an epoch of the seed's MLP against 1.5-2.5 s without)"
-
-
 def release(distribution) -> None:
     """Nothing to undo: TensorFlow keeps the strategy on the model, and connect() changed nothing in Keras."""
 

@@ -116,6 +116,8 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
         variants[name] = {
             "label": LABELS[name],
             "backend": child_runs[0]["backend"],
+            # Whether Keras compiled the steps with XLA, as the model said after fit (None: not a Keras fit).
+            "jit_compile": child_runs[0].get("jit_compile"),
             "steady_epoch_seconds": steady,
             "median_steady_epoch_seconds": statistics.median(_steady(child_runs)),
             "samples_per_second": samples / steady,
@@ -323,7 +325,7 @@ def _plain(config) -> dict:
     model = recipe.build_model()
     clock, callback = _keras_clock(config["started"])
     model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[callback])
-    return clock.result(backend=keras.backend.backend(), samples_per_epoch=len(x))
+    return clock.result(backend=keras.backend.backend(), samples_per_epoch=len(x), jit_compile=bool(model.jit_compile))
 
 
 def _acceltrain(config) -> dict:
@@ -346,6 +348,7 @@ def _acceltrain(config) -> dict:
     return clock.result(
         backend=runtime.backend,
         samples_per_epoch=len(x),
+        jit_compile=bool(model.jit_compile),
         runtime=runtime.describe(),
         precision=model.dtype_policy.name,
         compute_dtype=compute_dtype,

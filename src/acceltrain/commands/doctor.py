@@ -26,9 +26,8 @@ from acceltrain import log
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
-# What pyproject.toml asks for, and what Keras 3 needs of TensorFlow.
-MINIMUM_PYTHON = (3, 10)
-MINIMUM_VERSIONS = {"keras": "3.8", "jax": "0.4.35", "numpy": "1.26", "tensorflow": "2.16"}
+# The floors come from one place: pyproject.toml, as the installed package's metadata states it (a
+# test checks the two agree). Python's floor is its requires-python.
 PIP_NAMES = {"keras": "keras", "jax": "jax", "jaxlib": "jax", "numpy": "numpy", "tensorflow": "tensorflow-cpu"}
 
 DRY_RUN_TIMEOUT = 600  # seconds: a first compile on a TPU can take minutes
@@ -95,11 +94,40 @@ def summary(checks: list[Check]) -> str:
 
 # --- Software ---------------------------------------------------------------------------------
 
+def version_floors() -> tuple[tuple[int, ...], dict[str, str]]:
+    """(Python's floor, {library: floor}) as pyproject.toml states them: the source tree's own file in a
+    checkout, else the installed package's metadata (built from the same file)."""
+    import re
+
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            import tomli as tomllib
+        project = tomllib.loads(pyproject.read_text())["project"]
+        python = project["requires-python"]
+        requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    else:
+        from importlib import metadata
+
+        python = metadata.metadata("acceltrain")["Requires-Python"]
+        requirements = metadata.requires("acceltrain") or []
+    floors = {}
+    for requirement in requirements:
+        found = re.match(r"\s*([A-Za-z0-9_.-]+)(\[[^]]*\])?\s*>=\s*([0-9.]+)", requirement)
+        if found:
+            name = {"tensorflow-cpu": "tensorflow"}.get(found[1].lower(), found[1].lower())
+            floors.setdefault(name, found[3])
+    return tuple(int(part) for part in python.strip().removeprefix(">=").split(".")), floors
+
+
 def check_python(version_info=sys.version_info) -> tuple[str, str, str]:
     version = ".".join(map(str, version_info[:3]))
-    if tuple(version_info[:2]) < MINIMUM_PYTHON:
-        return FAIL, f"Python {version}: acceltrain needs {'.'.join(map(str, MINIMUM_PYTHON))} or newer", \
-            "install Python 3.11 or newer and reinstall acceltrain in it"
+    minimum_python = version_floors()[0]
+    if tuple(version_info[:2]) < minimum_python:
+        return FAIL, f"Python {version}: acceltrain needs {'.'.join(map(str, minimum_python))} or newer", \
+            f"install Python {'.'.join(map(str, minimum_python))} or newer and reinstall acceltrain in it"
     return OK, f"Python {version} ({platform.machine()}, {platform.system()})", ""
 
 
@@ -113,7 +141,8 @@ def check_versions(versions: dict[str, str | None] | None = None) -> tuple[str, 
         if not versions.get(name):
             problems.append(f"{name} is not installed")
             fixes.append(f"pip install {PIP_NAMES[name]}")
-    for name, minimum in MINIMUM_VERSIONS.items():
+    floors = version_floors()[1]
+    for name, minimum in ((name, floors[name]) for name in ("keras", "jax", "numpy", "tensorflow") if name in floors):
         version = versions.get(name)
         if version and _version_tuple(version) < _version_tuple(minimum):
             problems.append(f"{name} {version} is older than {minimum}")
@@ -153,24 +182,28 @@ def check_backend(name: str) -> tuple[str, str, str]:
     return OK, f"{name} {version} imports ({seconds:.1f} s)", ""
 
 
-def check_compile_cache(cache_dir: str | None = None) -> tuple[str, str, str]:
-    """JAX's persistent compile cache: off, or a folder that must be writable."""
+def check_compile_cache(cache_dir: str | None = None, env=None) -> tuple[str, str, str]:
+    """The compile cache connect() will use on JAX: its folder, size and entries; or off, and why."""
+    from acceltrain.backends import jax_compilation_cache_dir
+
+    env = os.environ if env is None else env
     if cache_dir is None:
-        cache_dir = os.environ.get("JAX_COMPILATION_CACHE_DIR")
         jax = sys.modules.get("jax")
-        if cache_dir is None and jax is not None:  # set in code, not by the environment
-            cache_dir = getattr(jax.config, "jax_compilation_cache_dir", None)
-    tip = ("to reuse compiled steps across runs (the first compile takes seconds here, minutes on a TPU): "
-           "export JAX_COMPILATION_CACHE_DIR=~/.cache/jax")
+        configured = getattr(getattr(jax, "config", None), "jax_compilation_cache_dir", None)
+        cache_dir = configured or jax_compilation_cache_dir(env)  # a folder set in code wins, as in connect()
     if not cache_dir:
-        return OK, "JAX's persistent compile cache is off: every run compiles from scratch", tip
-    problem = _not_writable(Path(cache_dir).expanduser())
+        return OK, "JAX's compile cache is off (ACCELTRAIN_COMPILATION_CACHE=0): every run compiles from scratch", \
+            "unset ACCELTRAIN_COMPILATION_CACHE to reuse compiled steps across runs"
+    folder = Path(cache_dir).expanduser()
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # JAX creates the folder it lacks
+    problem = _not_writable(existing)
     if problem:
         return FAIL, f"the compile cache {cache_dir!r} {problem}", \
-            "point JAX_COMPILATION_CACHE_DIR at a folder you can write to, or unset it"
-    files = [path for path in Path(cache_dir).expanduser().rglob("*") if path.is_file()]
-    size = sum(path.stat().st_size for path in files) / 2**20
-    return OK, f"compile cache in {cache_dir} ({len(files)} files, {size:.0f} MiB)", ""
+            "point JAX_COMPILATION_CACHE_DIR at a folder you can write to, or set ACCELTRAIN_COMPILATION_CACHE=0"
+    entries = list(folder.glob("*-cache")) if folder.is_dir() else []  # JAX writes one KEY-cache file a program
+    size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.is_dir() else 0
+    state = f"{len(entries)} compiled programs, {size / 2**20:.1f} MiB" if entries else "empty: the first run fills it"
+    return OK, f"compile cache (used by connect() on JAX) in {folder} ({state})", ""
 
 
 def check_output_folder(out: str | Path) -> tuple[str, str, str]:

@@ -34,7 +34,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
-    backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable())
+    backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
+                                               backends.keras_config_backend())
     stall_timeout = watchdog.check_timeout(stall_timeout, "--stall-timeout")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}

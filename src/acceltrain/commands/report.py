@@ -122,7 +122,7 @@ def title(metrics: dict) -> str:
         config.get("model") or config.get("recipe") or "?",
         f"{config.get('epochs', '?')} epochs",
         f"batch {config.get('batch_size', '?')}",
-        f"lr {rate:g}" if isinstance(rate, (int, float)) else "lr: the recipe's schedule",
+        metrics.get("optimizer") or (f"lr {rate:g}" if isinstance(rate, (int, float)) else "lr: as compiled"),
         f"seed {config.get('seed', '?')}",
     ]
     hardware = f"{runtime.get('backend', '?')} on {runtime.get('platform', '?')}: {devices}, " \

@@ -93,12 +93,33 @@ def _exit_code(code) -> int:
 
 
 def _print_script_traceback(error: BaseException, script: Path) -> None:
-    """The traceback from the script's first frame on: acceltrain's and runpy's frames are not the user's."""
+    """The traceback as a plain run prints it: from the script's first frame on, without runpy's frames
+    before it or acceltrain's between (the hooks it puts around Keras's fit in backends/)."""
     tb = error.__traceback__
     target = str(script.resolve())
     while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
         tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb or error.__traceback__, file=sys.stderr)
+    shown = traceback.TracebackException(type(error), error, tb or error.__traceback__)
+    for exception in _chain(shown):
+        exception.stack = traceback.StackSummary.from_list(
+            [frame for frame in exception.stack if not _is_acceltrains(frame.filename)])
+    print("".join(shown.format()), end="", file=sys.stderr)
+
+
+def _chain(exception: traceback.TracebackException):
+    """The exception and those it was raised from or while handling."""
+    seen = []
+    while exception is not None and exception not in seen:
+        seen.append(exception)
+        exception = exception.__cause__ or exception.__context__
+    return seen
+
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def _is_acceltrains(filename: str) -> bool:
+    return Path(filename).resolve().is_relative_to(_PACKAGE)
 
 
 @contextlib.contextmanager
@@ -191,9 +212,9 @@ class FitGuard:
         x, y = arguments.get("x"), arguments.get("y")
         split = arguments.get("validation_split") or 0.0
         num_samples = int(data.num_samples(x) * (1 - split))
-        dtypes = {"x": a.dtype for a in data.leaves(x)[:1]}
+        dtypes = {"x": a for a in data.leaves(x)[:1]}  # the arrays: the float64 check times a conversion
         if isinstance(y, np.ndarray):
-            dtypes["y"] = y.dtype
+            dtypes["y"] = y
         findings = checks.check_fit(
             num_samples=num_samples, batch_size=arguments.get("batch_size"),
             steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=self.runtime.num_replicas,
@@ -242,8 +263,7 @@ class FitGuard:
             validation_data=arguments.get("validation_data"),
             validation_split=arguments.pop("validation_split", 0.0) or 0.0,
             validation_batch_size=arguments.get("validation_batch_size"), checked=False)
-        if self.runtime.num_processes == 1:
-            self._tell(fit.notes)  # with several processes, every process cuts alike: nothing to tell
+        self._tell(fit.notes)  # said in every process, as in a one-process run
         arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
         arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)
         if fit.validation_batch_size is not None:

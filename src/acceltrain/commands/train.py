@@ -56,6 +56,8 @@ def train_and_evaluate(config: TrainConfig) -> dict:
             model = _load_user_model(model_file, function_name)
             if not model.compiled:
                 _compile_for_labels(model, y_train, config.learning_rate)
+            elif config.learning_rate is not None:
+                log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
     else:
         x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
         x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
@@ -100,6 +102,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
         "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
         "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
+        "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
         "runtime": runtime.describe(),
     }
     if runtime.process_index > 0:
@@ -200,6 +203,25 @@ def _load_user_model(path: Path, function_name: str):
         raise UsageError(f"{path}:{function_name}() returned {type(model).__name__}, not a Keras model. "
                          "Return a keras.Model (Sequential, functional or subclassed).")
     return model
+
+
+def optimizer_summary(model) -> str:
+    """The optimizer the model trained with and its learning rate, e.g. "RMSprop, lr CosineDecay from 0.002"."""
+    optimizer = model.optimizer
+    rate = optimizer.get_config().get("learning_rate")
+    if isinstance(rate, dict):  # a schedule, serialized
+        start = rate.get("config", {}).get("initial_learning_rate")
+        rate = f"{rate.get('class_name', 'schedule')}" + (f" from {start:g}" if isinstance(start, (int, float)) else "")
+    elif isinstance(rate, (int, float)):
+        rate = f"{rate:g}"
+    return f"{type(optimizer).__name__}, lr {rate}"
+
+
+def _learning_rate_not_used(learning_rate: float, spec: str, model) -> str:
+    return (f"--learning-rate {learning_rate:g} is not used: --model {spec} returned a compiled model, which trains "
+            f"with the optimizer it was compiled with ({optimizer_summary(model)}). To train at {learning_rate:g}, "
+            "return the model uncompiled (acceltrain then compiles it with Adam at --learning-rate), or set the "
+            "rate in its compile().")
 
 
 def _compile_for_labels(model, y: np.ndarray, learning_rate: float | None) -> None:

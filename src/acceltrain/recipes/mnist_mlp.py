@@ -4,9 +4,9 @@ What changed from the seed, and why:
 - labels stay integers, matching the sparse loss (the seed fed one-hot labels to a sparse loss);
 - every epoch sees all 60,000 samples: 50 steps of a global batch of 1200 (the seed's
   `steps_per_epoch=50` with no batch size trained on 32 × 50 samples an epoch);
-- the learning rate decays (cosine) from 2e-3 to 0: the seed's constant 1e-2 diverged on one or two
-  seeds in five and a constant 1e-3 sometimes spiked late (measured, see BENCHMARKS.md). `learning_rate=1e-2`
-  with no schedule reproduces the seed exactly.
+- the learning rate decays (cosine) from 2e-3 to 0: the seed's constant 1e-2 diverged on some seeds
+  (BENCHMARKS.md, section learning-rate, written by benchmarks/learning_rate.py). `learning_rate=1e-2`
+  trains at the seed's constant rate, with the changes above.
 """
 
 import numpy as np

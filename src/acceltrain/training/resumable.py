@@ -1,7 +1,8 @@
 """Runtime.fit with checkpoints: an epoch loop around Keras's fit that can stop and resume exactly.
 
 Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
-`checkpoint.epoch_order(seed, e)`; a run resumed at step s of epoch e starts that epoch at sample
+`checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
+would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
 s × batch_size of the same order. SIGTERM (the preemption notice on TPU VMs) and SIGINT finish the
 current step, write a checkpoint and raise Interrupted. Imports keras: import only after connect().
 """
@@ -13,6 +14,7 @@ import threading
 import time
 
 import keras
+import numpy as np
 
 from acceltrain import data, log
 from acceltrain.backends import keras_internals
@@ -39,11 +41,15 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     In a multi-process job `process_share` gives this process its share of (x, y) and each process
     batches `batch_size / num_processes` of it: global batch k is the same samples on any process count.
     """
-    if fit_kwargs.pop("shuffle", True) is False:
-        log.info("shuffle=False ignored with checkpoints: the order of each epoch comes from (seed, epoch)")
+    shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     state = _starting_state(model, checkpoints, resume, seed, num_replicas)
     num_samples = data.num_samples(x)
-    steps_per_epoch = math.ceil(num_samples / batch_size)
+    left_out = data.left_out(num_samples, batch_size, num_replicas)
+    if left_out:
+        log.info(f"left out {left_out} training sample(s) of each epoch, the last of its "
+                 f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
+                 f"so the final batch divides over {num_replicas} replicas")
+    steps_per_epoch = math.ceil((num_samples - left_out) / batch_size)
     history = keras.callbacks.History()
     history.history = {name: list(values) for name, values in state.history.items()}
     progress = _WholeRunProgress(epochs)
@@ -51,7 +57,8 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
-            order = epoch_order(state.seed, epoch, num_samples)[first_step * batch_size:]
+            order = epoch_order(state.seed, epoch, num_samples) if shuffle else np.arange(num_samples)
+            order = order[:num_samples - left_out][first_step * batch_size:]
             saver.start_epoch(epoch, first_step)
             started = time.perf_counter()
             x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))

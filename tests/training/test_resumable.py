@@ -1,0 +1,43 @@
+"""Runtime.fit with checkpoints follows the user's shuffle, and leaves out different samples each epoch."""
+
+import numpy as np
+import pytest
+
+from acceltrain import data
+from tests.test_runtime import _mlp, _toy_data
+
+
+@pytest.fixture
+def epoch_orders(monkeypatch):
+    """The sample order each epoch of resumable.fit trains on, recorded."""
+    seen = []
+    take = data.take
+
+    def recording(x, indices):
+        if isinstance(indices, np.ndarray) and x is not None and np.ndim(x) == 2:
+            seen.append(indices.copy())
+        return take(x, indices)
+
+    monkeypatch.setattr(data, "take", recording)
+    return seen
+
+
+def test_left_out_samples_change_from_epoch_to_epoch(runtime, tmp_path, epoch_orders, capsys):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)  # 100 = 3 × 32 + 4: the last 4 of each epoch's order cannot split over 8 replicas
+    runtime.fit(model, x, y, batch_size=32, epochs=3, verbose=0, checkpoint_dir=tmp_path / "ckpt")
+    assert "left out 4 training sample(s) of each epoch" in capsys.readouterr().err
+    assert [len(order) for order in epoch_orders] == [96, 96, 96]
+    left_out = [frozenset(range(100)) - frozenset(order.tolist()) for order in epoch_orders]
+    assert all(len(s) == 4 for s in left_out) and len(set(left_out)) == 3
+
+
+def test_shuffle_false_is_kept_with_checkpoints(runtime, tmp_path, epoch_orders, capsys):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    runtime.fit(model, x, y, batch_size=32, epochs=2, shuffle=False, verbose=0, checkpoint_dir=tmp_path / "ckpt")
+    assert "ignored" not in capsys.readouterr().err
+    for order in epoch_orders:
+        np.testing.assert_array_equal(order, np.arange(96))
