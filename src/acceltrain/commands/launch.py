@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, log
+from acceltrain import backends, cluster, decisions, log, sharding
 from acceltrain.errors import UsageError
 
 POLL_SECONDS = 0.2
@@ -24,7 +24,7 @@ STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
-           backend: str | None = None, distribution: str = "auto") -> int:
+           backend: str | None = None, distribution: str = "auto", device_memory: str | None = None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage)."""
     # 1. Everything that can be wrong is refused before a process starts.
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
@@ -32,6 +32,9 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable())
+    decisions.check_distribution(distribution, backend_name)
+    if device_memory is not None:
+        sharding.parse_bytes(device_memory, "--device-memory")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -39,6 +42,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     # 2. Start the processes: the same command, each told its index.
     coordinator = f"127.0.0.1:{_free_port()}"
     command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution]
+    if device_memory is not None:
+        command += ["--device-memory", device_memory]
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
     command += [script, *argv]

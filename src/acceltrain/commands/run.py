@@ -19,21 +19,23 @@ from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, log
+from acceltrain import checks, data, log, placement
 from acceltrain.errors import UsageError
 from acceltrain.runtime import connect, inputs_prepared
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
                distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
-               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> int:
+               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+               device_memory: str | None = None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code."""
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
-                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id)
+                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                      device_memory=device_memory)
     framework = runtime._framework
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
@@ -134,6 +136,8 @@ class FitGuard:
         self.placement_told = False
 
     def __call__(self, name: str, model, args, kwargs):
+        if name == "fit":
+            placement.report(self.runtime, model)  # what was sharded, once per model
         bound = inspect.signature(getattr(type(model), name)).bind(model, *args, **kwargs)
         arguments = dict(bound.arguments)
         del arguments[next(iter(arguments))]  # the model itself
