@@ -156,7 +156,7 @@ def report(runtime, model) -> None:
     indivisible = framework.indivisible_weights(runtime.distribution)
     coverage = sharding.coverage(rows, WARN_REPLICATED_BYTES)
     first = framework.first_device_bytes(model.weights)
-    log.info(f"weights sharded: {coverage["share"]:.1%} of {sharding.format_bytes(coverage['bytes'])}; the first "
+    log.info(f"weights sharded: {coverage['share']:.1%} of {sharding.format_bytes(coverage['bytes'])}; the first "
              f"device holds {sharding.format_bytes(first)} of them ({first / max(coverage['bytes'], 1):.1%})")
     for path, (shape, spec) in indivisible.items():
         log.warn(f"{path} of shape {shape} does not divide by its layout {spec} on this mesh: it is replicated on "
