@@ -175,7 +175,8 @@ def _check_layout_keys(keys: list[str], paths: list[str]) -> None:
             f"LayoutMap key {key!r} matches no variable path of the model"
             + (f" (and {len(missing) - 1} more: {', '.join(map(repr, list(missing)[1:]))})" if len(missing) > 1 else "")
             + f". Nearest paths: {', '.join(nearest)}. Keys must match the whole path (re.fullmatch, Keras ≥ 3.14): "
-            f"prefix the key with '.*' (e.g. {'.*' + key.lstrip('^')!r}) or spell the path out."
+            + (f"prefix the key with '.*' (e.g. {'.*' + key.lstrip('^')!r}) or " if not key.startswith(".*") else "")
+            + "spell the path out."
         )
 
 
