@@ -173,3 +173,21 @@ def test_gemma_trains_sharded_with_the_losses_of_one_device(kind, runtime_name, 
     # Tolerance: 6 AdamW steps; sharded sums differ from one device's in float32 rounding only.
     np.testing.assert_allclose(losses, gemma_unsharded, rtol=2e-3)
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"device_memory": "lots"}, r"Received device_memory='lots'\. Valid: a positive size"),
+    ({"device_memory": 0}, r"Received device_memory=0\."),
+    ({"distribution": 42}, r"Received distribution=42\. Valid: auto, data, fsdp, model, none, or a keras"),
+    ({"distribution": "fsdp", "mesh_shape": (2, 4)}, r"mesh_shape=\(2, 4\) with distribution='fsdp'"),
+    ({"distribution": "model", "mesh_shape": (2, 0)}, r"Expected \(batch, model\): two whole numbers"),
+    ({"distribution": "model", "mesh_shape": (3, 3)}, r"mesh_shape=\(3, 3\), 9 devices, but there are 8"),
+])
+def test_connect_names_a_bad_sharding_argument(kwargs, message):
+    with pytest.raises(UsageError, match=message):
+        acceltrain.connect(simulate_devices=DEVICES, verbose=False, **kwargs)
+
+
+def test_a_mesh_shape_sets_the_model_axis():
+    runtime = acceltrain.connect(simulate_devices=DEVICES, distribution="model", mesh_shape=(4, 2), verbose=False)
+    assert runtime.distribution_name == "ModelParallel 4 × 2" and runtime.num_replicas == 4

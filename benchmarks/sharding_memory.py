@@ -1,0 +1,98 @@
+"""Peak host memory while building a model whose weights are sharded over 8 simulated CPU devices.
+
+On simulated devices every device's memory is this process's memory, so the peak resident memory of the
+build, over the weight bytes, says how many copies of the weights existed at once:
+- born sharded (Runtime.build under fsdp): each weight laid out as it is created; about 1 copy;
+- auto with a small --device-memory: the same, after measuring the model under jax.eval_shape;
+- built whole, then sharded (what `from_preset` under ModelParallel does, keras#21634): about 2;
+- data parallel (every device a replica): about 8.
+Each variant runs in its own process; the figure is its peak RSS (ru_maxrss) minus its RSS just before
+the build, over the model's weight bytes.
+
+    python benchmarks/sharding_memory.py            # writes its section of BENCHMARKS.md
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import machine, write_section  # noqa: E402
+
+WIDTH, LAYERS = 4096, 3  # 50.3M parameters, 201 MB of float32 weights
+VARIANTS = {
+    "born sharded (fsdp, Runtime.build)": dict(distribution="fsdp"),
+    "auto, --device-memory 128MiB (eval_shape, then fsdp)": dict(distribution="auto", device_memory="128MiB"),
+    "built whole, then sharded (device_put)": dict(distribution="none", then_shard=True),
+    "data parallel (a replica per device)": dict(distribution="data"),
+}
+
+CHILD = r"""
+import json, resource, sys
+import acceltrain
+settings = json.loads(sys.argv[1])
+runtime = acceltrain.connect(simulate_devices=8, distribution=settings["distribution"],
+                             device_memory=settings.get("device_memory"), verbose=False)
+
+def build():
+    import keras
+    model = keras.Sequential([keras.Input((%(width)d,))] + [keras.layers.Dense(%(width)d) for _ in range(%(layers)d)])
+    return model
+
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+
+import keras, jax  # imported before the baseline: their own memory is not the build's
+before = rss()
+model = runtime.build(build)
+if settings.get("then_shard"):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    mesh = Mesh(jax.devices(), ("batch",))
+    for v in model.weights:
+        spec = PartitionSpec("batch", None) if len(v.shape) == 2 else PartitionSpec()
+        v.assign(jax.device_put(v.value, NamedSharding(mesh, spec)))
+jax.block_until_ready([v.value for v in model.weights])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+weights = sum(v.value.nbytes for v in model.weights)
+first = runtime._framework.first_device_bytes(model.weights) if not settings.get("then_shard") else None
+print(json.dumps({"peak_over_baseline": peak - before, "weights": weights, "first_device": first,
+                  "distribution": runtime.distribution_name}))
+""" % {"width": WIDTH, "layers": LAYERS}
+
+
+def measure(settings: dict) -> dict:
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(settings)], capture_output=True, text=True,
+                            timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    rows = []
+    for name, settings in VARIANTS.items():
+        found = measure(settings)
+        rows.append((name, found))
+        print(name, found, flush=True)
+    weights = rows[0][1]["weights"]
+    lines = [
+        "## Peak host memory while building a sharded model (8 simulated CPU devices)",
+        "",
+        f"`python benchmarks/sharding_memory.py` on {machine()}. A {LAYERS}-layer MLP of width {WIDTH} "
+        f"({weights / 1e6:.0f} MB of float32 weights); each variant in its own process. Peak: the build's peak "
+        "resident memory over the process's memory just before it, in copies of the weights (on simulated "
+        "devices every device's memory is this process's). Note: ru_maxrss is the process's lifetime peak, "
+        "so an import that peaked higher than the build would hide it; the baseline is taken after importing.",
+        "",
+        "| variant | distribution | peak / weight bytes | first device holds |",
+        "|---|---|---|---|",
+    ]
+    for name, found in rows:
+        first = "-" if found["first_device"] is None else f"{found['first_device'] / found['weights']:.3f} of the weights"
+        lines.append(f"| {name} | {found['distribution']} | {found['peak_over_baseline'] / found['weights']:.2f} | {first} |")
+    write_section("sharding-memory", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
