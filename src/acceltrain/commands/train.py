@@ -69,7 +69,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     else:
         x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
         x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
-        steps_per_epoch = math.ceil(len(x_train) / batch_size)
+        steps_per_epoch = math.ceil(data.num_samples(x_train) / batch_size)  # x may be a dict of arrays
         model = runtime.build(
             lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch),
             layout_map=getattr(recipe, "layout_map", None))
