@@ -173,3 +173,14 @@ def test_a_dataset_passes_untouched():
     args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
 
     assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}
+
+
+@pytest.mark.multi_device
+def test_a_plain_script_runs_with_its_weights_sharded():
+    run = support.run_cli("run", "--simulate-devices", "8", "--distribution", "fsdp",
+                          support.REPO / "tests" / "scripts" / "sharded_fit.py", timeout=300)
+
+    assert run.returncode == 0, run.stderr
+    assert "→ FSDP over 8 replicas" in run.stderr
+    assert "weights sharded: " in run.stderr and "the first device holds" in run.stderr
+    assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout
