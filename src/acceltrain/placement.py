@@ -57,6 +57,9 @@ def check_against_hardware(request: Request, framework, found) -> None:
                          f"{found.num_devices}, or leave mesh_shape out to have the model axis chosen.")
     if request.layout_map is not None and not framework.is_layout_map(request.layout_map):
         raise UsageError(f"Received distribution={request.layout_map!r}: not a keras.distribution.LayoutMap.")
+    if request.device_memory is not None and not hasattr(framework, "abstract_state"):
+        log.warn(f"device_memory={sharding.format_bytes(request.device_memory)} is not used on the {framework.NAME} "
+                 "backend: it shards nothing, so 'auto' stays data parallel. Use --backend jax to fit a model to it.")
     if request.device_memory is None and hasattr(framework, "device_memory"):
         request.device_memory = framework.device_memory(found.platform)
         request.memory_source = "the hardware" if request.device_memory else "unknown"
