@@ -146,8 +146,9 @@ def report(runtime, model) -> None:
     each big weight left whole and each weight whose shape did not divide; an error for a LayoutMap key
     that matches no weight. Under 'auto' with a device memory, a model built in scope() (not measured
     before building) that would not fit stops here."""
-    request, framework = runtime.sharding_request, runtime._framework
-    if model in request.reported or not hasattr(framework, "variable_layouts"):
+    request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of the fit hook)
+    framework = getattr(runtime, "_framework", None)
+    if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
         return
     request.reported.add(model)
     if request.chosen not in decisions.SHARDED:
