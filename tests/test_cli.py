@@ -7,6 +7,8 @@ subprocess to show the exit codes and the clean stderr a user sees.
 import json
 
 import numpy as np
+import re
+
 import pytest
 
 from acceltrain.cli import main
@@ -208,3 +210,26 @@ def test_a_diverged_run_exits_1_and_says_why(tmp_path, small_mnist, capsys):
     assert code == 1
     assert "Training diverged" in stderr and "learning rate too high" in stderr
     assert "test accuracy" not in stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--device-memory", "lots"], r"Received --device-memory 'lots'\. Valid: a positive size such as 128MiB"),
+    (["train", "--device-memory=-1GiB"], r"Received --device-memory .-1GiB."),
+    (["train", "--distribution", "zero"], r"distribution='zero'\. Valid: auto, data, fsdp, model, none"),
+    (["train", "--backend", "tensorflow", "--distribution", "fsdp"], r"tensorflow backend.*--backend jax"),
+    (["run", "--device-memory", "0", "SCRIPT"], r"Received --device-memory '0'"),
+    (["launch", "--processes", "2", "--backend", "tensorflow", "--distribution", "model", "SCRIPT"],
+     r"distribution='model' with the tensorflow backend"),
+])
+def test_sharding_inputs_exit_2_naming_the_flag_before_anything_starts(tmp_path, capsys, args, message):
+    script = tmp_path / "script.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    args = [str(script) if arg == "SCRIPT" else arg for arg in args]
+    if args[0] == "train":
+        args += ["--out", str(tmp_path / "out")]
+    code = main(args)
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert re.search(message, captured.err), captured.err
+    assert "Traceback" not in captured.err and "must not run" not in captured.err
+    assert not (tmp_path / "out").exists()

@@ -75,15 +75,24 @@ def test_choose_backend_names_an_unsupported_backend(requested, env):
 
 @pytest.mark.parametrize(
     "requested, num_devices, expected",
-    [("auto", 1, "none"), ("auto", 2, "data"), ("auto", 8, "data"), ("none", 8, "none"), ("data", 1, "data")],
+    [("auto", 1, "none"), ("auto", 2, "data"), ("auto", 8, "data"), ("none", 8, "none"), ("data", 1, "data"),
+     ("fsdp", 8, "fsdp"), ("model", 8, "model"), ("fsdp", 1, "none"), ("model", 1, "none")],
 )
 def test_choose_distribution(requested, num_devices, expected):
     assert decisions.choose_distribution(requested, num_devices)[0] == expected
 
 
 def test_choose_distribution_rejects_unknown():
-    with pytest.raises(UsageError, match=r"distribution='model'.*Valid: auto, data, none"):
-        decisions.choose_distribution("model", 8)
+    with pytest.raises(UsageError, match=r"distribution='zero'.*Valid: auto, data, fsdp, model, none"):
+        decisions.choose_distribution("zero", 8)
+
+
+@pytest.mark.parametrize("requested", ["fsdp", "model"])
+def test_sharded_distributions_are_refused_on_tensorflow(requested):
+    with pytest.raises(UsageError, match=rf"distribution='{requested}' with the tensorflow backend.*--backend jax"):
+        decisions.check_distribution(requested, "tensorflow")
+    decisions.check_distribution(requested, "jax")
+    decisions.check_distribution("data", "tensorflow")
 
 
 @pytest.mark.parametrize(

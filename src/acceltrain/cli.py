@@ -18,6 +18,8 @@ EXAMPLES = {
         "  acceltrain train --seed 1 --out runs/seed1\n"
         "  acceltrain train --learning-rate 1e-2             # the seed's exact constant rate\n"
         "  acceltrain train --simulate-devices 8             # 8 CPU devices, data parallel\n"
+        "  acceltrain train gemma-tiny --simulate-devices 8 --distribution fsdp   # weights cut over 8 devices\n"
+        "  acceltrain train --model big.py:build --simulate-devices 8 --device-memory 128MiB   # auto shards to fit\n"
         "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz\n"
         "  acceltrain train --out runs/a --resume             # continue a run that was stopped\n"
@@ -85,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     devices = _verb(verbs, "devices", "show the hardware connect() finds and what it would do with it")
     devices.add_argument("--json", action="store_true", help="print Runtime.describe() as JSON")
     _add_connect_flags(devices)
+    _add_memory_flag(devices)
     devices.set_defaults(run=_devices)
 
     train = _verb(verbs, "train", "train a recipe (default: the seed's MNIST MLP) or your own model")
@@ -106,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
     _add_stall_timeout(train)
+    _add_memory_flag(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
     train.add_argument("--config", metavar="FILE.toml",
@@ -129,6 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     # `run` and `launch`: a plain script, unchanged, on one or many processes (commands/run.py, commands/launch.py).
     run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
     _add_connect_flags(run)
+    _add_memory_flag(run)
     run.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, for a multi-host job")
     run.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
     run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
@@ -139,6 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--processes", type=int, required=True, metavar="N", help="how many processes")
     _add_connect_flags(launch)
     _add_stall_timeout(launch)
+    _add_memory_flag(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
@@ -162,18 +168,21 @@ def _add_script_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args) -> int:
+    _check_device_memory(args)
     from acceltrain.commands.run import run_script
 
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
-                      num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout)
+                      num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
+                      device_memory=args.device_memory)
 
 
 def _launch(args) -> int:
     from acceltrain.commands.launch import launch
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
-                  backend=args.backend, distribution=args.distribution, stall_timeout=args.stall_timeout)
+                  backend=args.backend, distribution=args.distribution, stall_timeout=args.stall_timeout,
+                  device_memory=args.device_memory)
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -185,11 +194,27 @@ def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _add_memory_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device-memory", metavar="SIZE",
+                        help="memory of one device (e.g. 16GiB, 128MiB), overriding the hardware's; what "
+                             "--distribution auto fits the model to (CPUs report none)")
+
+
+def _check_device_memory(args) -> None:
+    """--device-memory named as the flag it is, before anything starts."""
+    if args.device_memory is not None:
+        from acceltrain import sharding
+
+        sharding.parse_bytes(args.device_memory, "--device-memory")
+
+
 def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", help="jax (default) or tensorflow")
     parser.add_argument("--simulate-devices", type=int, metavar="N",
                         help="split this CPU into N devices to try multi-device runs")
-    parser.add_argument("--distribution", default="auto", help="auto (default), data or none")
+    parser.add_argument("--distribution", default="auto",
+                        help="auto (default: data parallel, or fsdp when the model does not fit one device), data, "
+                             "fsdp, model or none")
     parser.add_argument("--platform", default="auto", help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
     parser.add_argument("--tpu", metavar="NAME", help="a TPU's name or address to connect to (tensorflow backend)")
 
@@ -203,11 +228,12 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
 
 def _devices(args) -> int:
+    _check_device_memory(args)
     from acceltrain.runtime import connect
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
         runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, tpu=args.tpu, verbose=False)
+                          platform=args.platform, tpu=args.tpu, verbose=False, device_memory=args.device_memory)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

@@ -6,7 +6,8 @@ from acceltrain import hardware
 from acceltrain.backends import BACKENDS
 from acceltrain.errors import UsageError
 
-DISTRIBUTIONS = ("auto", "data", "none")
+DISTRIBUTIONS = ("auto", "data", "fsdp", "model", "none")
+SHARDED = ("fsdp", "model")  # weights cut over devices: keras.distribution on JAX only
 
 
 def choose_backend(requested: str | None, loaded: str | None, env: str | None, jax_importable: bool,
@@ -43,15 +44,28 @@ def choose_backend(requested: str | None, loaded: str | None, env: str | None, j
     return "tensorflow", "JAX is not installed"
 
 
-def check_distribution(requested) -> None:
+def check_distribution(requested, backend: str | None = None) -> None:
     if requested not in DISTRIBUTIONS:
-        raise UsageError(f"Received distribution={requested!r}. Valid: {', '.join(DISTRIBUTIONS)}.")
+        raise UsageError(f"Received distribution={requested!r}. Valid: {', '.join(DISTRIBUTIONS)} (or, in Python, "
+                         "a keras.distribution.LayoutMap).")
+    if requested in SHARDED and backend == "tensorflow":
+        raise UsageError(
+            f"Received distribution={requested!r} with the tensorflow backend. Sharding weights over devices "
+            "needs keras.distribution, which Keras supports on JAX only (tf.distribute has no Keras 3 "
+            "equivalent). Pass --backend jax, or --distribution data."
+        )
 
 
 def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
-    """'data' (every device takes a slice of each batch) when there is more than one device."""
+    """'data' (every device takes a slice of each batch) when there is more than one device.
+
+    Whether 'auto' shards weights depends on the model's size: Runtime.build decides that (see
+    sharding.choose_sharding), once the model can be measured.
+    """
     check_distribution(requested)
     if requested != "auto":
+        if requested in SHARDED and num_devices == 1:
+            return "none", f"{requested} asked for, but one device: nothing to cut"
         return requested, "asked for"
     if num_devices > 1:
         return "data", f"{num_devices} devices: each takes a slice of every batch"

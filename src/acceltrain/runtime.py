@@ -14,14 +14,14 @@ import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, data, decisions, hardware, inputs, log, watchdog
+from acceltrain import backends, cluster, data, decisions, hardware, inputs, log, placement, watchdog
 from acceltrain.errors import UsageError, positive_int
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
-            num_processes: int | None = None, process_id: int | None = None,
-            stall_timeout: float | None = None) -> "Runtime":
+            num_processes: int | None = None, process_id: int | None = None, stall_timeout: float | None = None,
+            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None) -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -29,7 +29,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow.
         simulate_devices: split the CPU into this many devices, to try multi-device code with no
             accelerator. Must be set before JAX starts.
-        distribution: "auto" (data parallel over all devices when there are several), "data" or "none".
+        distribution: "auto" (data parallel when the model fits one device, else fsdp: see Runtime.build),
+            "data", "fsdp" (each weight cut along one axis over all devices, the batch too), "model" (a
+            batch x model mesh, weights cut over the model axis), "none"; or a keras.distribution.LayoutMap
+            (its mesh and keys; weights it does not name follow the fsdp rule). fsdp/model: JAX only.
         platform: "auto" (TPU, else GPU, else CPU), or "tpu", "gpu", "cpu": an error if there is none.
         tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
@@ -37,11 +40,15 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
             prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off.
+        device_memory: bytes of one device ("16GiB", "128MiB"), overriding what the hardware reports; what
+            'auto' weighs a model against (a CPU reports none, so simulated devices need it to shard).
+        mesh_shape: (batch, model) devices of distribution="model"; default: the model axis that fits.
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
     stall_timeout = watchdog.check_timeout(stall_timeout)
-    decisions.check_distribution(distribution)
+    sharding_request = placement.check_request(distribution, device_memory, mesh_shape)  # sharding's own inputs
+    decisions.check_distribution(sharding_request.kind)
     platform = _check_platform(platform, tpu, simulate_devices)
 
     # 2. Choose the backend and start it.
@@ -49,6 +56,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
         backends.keras_config_backend(),
     )
+    decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
@@ -67,8 +75,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     )
 
     # 4. Choose the distribution.
-    kind, distribution_reason = decisions.choose_distribution(distribution, found.num_devices)
-    runtime = Runtime(framework, found, framework.make_distribution(kind, found.devices))
+    kind, distribution_reason = decisions.choose_distribution(sharding_request.kind, found.num_devices)
+    placement.check_against_hardware(sharding_request, framework, found)
+    runtime = Runtime(framework, found, placement.make_distribution(sharding_request, kind, framework, found))
+    runtime.sharding_request = sharding_request  # Runtime.build weighs the model against it
     runtime.watchdog = watchdog.Watchdog(stall_timeout, found.process_index)
     if found.num_processes > 1:
         framework.shard_inputs_per_process(runtime.distribution)  # each process feeds its own share
@@ -140,6 +150,7 @@ class Runtime:
         self._seed = 0
         self.precision = "float32"  # Keras's dtype policy for models built under scope()
         self.watchdog = watchdog.Watchdog(0)  # connect() sets the one it was asked for
+        self.sharding_request = placement.Request()  # what connect() was asked about sharding
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -230,6 +241,22 @@ class Runtime:
         with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
+    def build(self, build_model, *, layout_map=None):
+        """`build_model()` run with its weights born placed for this hardware: the model it returns.
+
+        Under 'auto' with a device memory known (device_memory=, or the hardware's), the training state
+        (weights, gradients, optimizer slots) is first measured without allocating it, and fsdp is
+        chosen when it does not fit one device with headroom; a model that fits nowhere stops here with
+        the numbers. `layout_map`: a function of a DeviceMesh giving a keras.distribution.LayoutMap
+        (keras_hub's `Backbone.get_layout_map`), used under 'model'. Then it reports what share of the
+        weight bytes is sharded and warns about big weights left whole.
+        """
+        placement.choose_for_model(self, build_model, layout_map)
+        with self.scope():
+            model = build_model()
+        placement.report(self, model)
+        return model
+
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
             checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, stall_timeout: float | None = None,
@@ -254,6 +281,7 @@ class Runtime:
         stall = StallWatch(self._watchdog_for(stall_timeout))
 
         _check_compiled(model)
+        placement.report(self, model)  # once per model: a model built in scope() rather than build()
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
         classes = inputs.classes_of(model)
         weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too

@@ -37,6 +37,29 @@ def test_set_keras_seed_global_state_names_seed_keras_draws():
     np.testing.assert_array_equal(kernels[0], kernels[1])
 
 
+def test_keras_state_kept_object_name_uids_and_seed_generator_undo_a_probe_build():
+    """global_state's "object_name_uids" (layer auto-names) and GLOBAL_SEED_GENERATOR, and Python's and
+    NumPy's random states, restored: what is built after a probe is named and drawn as without it."""
+    import random
+
+    import keras
+
+    def build():
+        layer = keras.layers.Dense(2)
+        return layer.name, np.asarray(keras.random.uniform((3,))), random.random(), np.random.rand()
+
+    keras_internals.set_keras_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    with keras_internals.keras_state_kept():
+        probe = build()
+    after_probe = build()
+    assert after_probe[0] == probe[0]
+    for got, expected in zip(after_probe[1:], probe[1:]):
+        np.testing.assert_array_equal(got, expected)
+    assert build()[0] != after_probe[0]  # outside the context the name counter moves: the test can fail
+
+
 def test_trainer_class_is_where_every_models_fit_comes_from():
     import keras
     from keras.src.backend.jax.trainer import JAXTrainer

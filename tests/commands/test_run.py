@@ -229,3 +229,12 @@ def test_predict_on_4_simulated_devices_returns_what_a_plain_run_returns():
     assert plain.returncode == 0, plain.stderr
     assert under_run.returncode == 0, under_run.stderr
     assert_same_predictions(_predictions(under_run.stdout), _predictions(plain.stdout))
+@pytest.mark.multi_device
+def test_a_plain_script_runs_with_its_weights_sharded():
+    run = support.run_cli("run", "--simulate-devices", "8", "--distribution", "fsdp",
+                          support.REPO / "tests" / "scripts" / "sharded_fit.py", timeout=300)
+
+    assert run.returncode == 0, run.stderr
+    assert "→ FSDP over 8 replicas" in run.stderr
+    assert "weights sharded: " in run.stderr and "the first device holds" in run.stderr
+    assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout

@@ -4,6 +4,8 @@ Same function names as `backends/tensorflow.py`. Only this module imports jax.
 """
 
 import contextlib
+import functools
+import math
 
 import jax
 
@@ -15,7 +17,10 @@ NAME = "jax"
 SPLITS_UNEVEN_BATCHES = False
 
 # What this module has beyond backends.INTERFACE: the compilation cache, and the model → distribution lookup.
-OWN = ("compilation_cache_dir", "enable_compilation_cache", "distribution_of")
+OWN = ("enable_compilation_cache", "distribution_of",
+       # sharding (fsdp, model): JAX only; placement.py checks for them by name
+       "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
+       "first_device_bytes", "device_memory", "abstract_state")
 
 
 # --- Start-up ---------------------------------------------------------------------------------
@@ -160,13 +165,20 @@ def versions() -> dict[str, str]:
 _distributions_by_mesh: dict = {}
 
 
-def make_distribution(kind: str, device_names: tuple[str, ...]):
-    """A Keras distribution for `kind` ("data" | "none") over the named devices; None for "none"."""
+def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None, layout_map=None):
+    """A Keras distribution for `kind` over the named devices; None for "none".
+
+    "data": DataParallel. "fsdp" and "model": weights cut over devices (see make_sharded_distribution);
+    `model_axis` and `layout_map` are theirs.
+    """
     if kind == "none":
         return None
     import keras
 
-    distribution = keras.distribution.DataParallel(devices=list(device_names))
+    if kind == "data":
+        distribution = keras.distribution.DataParallel(devices=list(device_names))
+    else:
+        distribution = make_sharded_distribution(kind, device_names, model_axis, layout_map)
     mesh = distribution.device_mesh.backend_mesh
     _, opened = _distributions_by_mesh.get(mesh, (None, 0))
     _distributions_by_mesh[mesh] = (distribution, opened + 1)
@@ -213,7 +225,9 @@ def release(distribution) -> None:
 
 
 def distribution_name(distribution) -> str:
-    return "none" if distribution is None else type(distribution).__name__
+    if distribution is None:
+        return "none"
+    return getattr(distribution, "acceltrain_name", type(distribution).__name__)
 
 
 def num_replicas(distribution) -> int:
@@ -295,6 +309,165 @@ def _tell_one_step_at_a_time(distribution) -> None:
         devices = distribution.device_mesh.devices.size
         log.info(f"{devices} CPU devices: Keras runs one step at a time here (it waits for each step's metrics), "
                  "as XLA's CPU collectives can deadlock when steps overlap")
+
+
+# --- Sharding: weights cut over devices (fsdp, model) ---------------------------------------------
+
+# The mesh axes. fsdp has one, over which both the batch and the weights are cut; model has two.
+BATCH_AXIS, MODEL_AXIS = "batch", "model"
+
+
+def make_sharded_distribution(kind: str, device_names: tuple[str, ...], model_axis: int | None = None,
+                              layout_map=None):
+    """A keras.distribution.ModelParallel whose weights are laid out when each is created (born sharded).
+
+    "fsdp": a 1-D mesh; every weight of two or more dims is cut along one axis by the fsdp rule
+    (acceltrain.sharding), and each device takes its slice of every batch.
+    "model": a 2-D (batch x model) mesh of `model_axis` columns; the same rule on the model axis, the
+    batch split over the batch axis.
+    `layout_map`: a keras.distribution.LayoutMap (its own mesh, used as is), or a function of a
+    DeviceMesh returning one (keras_hub's `Backbone.get_layout_map`); its keys win over the rule.
+    """
+    import keras
+
+    from acceltrain import sharding
+
+    mesh = getattr(layout_map, "device_mesh", None)
+    if mesh is None:
+        devices = list(device_names)
+        if kind == "fsdp":
+            mesh = keras.distribution.DeviceMesh((len(devices),), [BATCH_AXIS], devices)
+        else:
+            columns = model_axis or sharding.model_axis_size(len(devices))
+            mesh = keras.distribution.DeviceMesh((len(devices) // columns, columns), [BATCH_AXIS, MODEL_AXIS],
+                                                 devices)
+    if callable(layout_map) and not isinstance(layout_map, keras.distribution.LayoutMap):
+        layout_map = layout_map(mesh)
+    layout_map = layout_map if layout_map is not None else keras.distribution.LayoutMap(mesh)
+    batch_axis = BATCH_AXIS if BATCH_AXIS in mesh.axis_names else mesh.axis_names[0]
+    shard_over = MODEL_AXIS if MODEL_AXIS in mesh.axis_names else batch_axis
+    distribution = _shape_rule_parallel()(layout_map=layout_map, batch_dim_name=batch_axis, shard_axis_name=shard_over)
+    distribution.acceltrain_name = "FSDP" if kind == "fsdp" else f"ModelParallel {' × '.join(map(str, mesh.shape))}"
+    return distribution
+
+
+@functools.cache
+def _shape_rule_parallel():
+    """The class, made on first use: Keras is imported only after connect()."""
+    import keras
+
+    from acceltrain import sharding
+
+    class ShapeRuleParallel(keras.distribution.ModelParallel):
+        """ModelParallel where a weight its LayoutMap does not name is laid out by the fsdp rule on
+        `shard_axis_name`, and a layout that does not divide its weight replicates it instead of failing.
+
+        Keras asks `get_variable_layout` as each variable is created, so weights are never whole on
+        one device first; optimizer slots take their variable's layout (Keras's add_variable_from_reference).
+        """
+
+        def __init__(self, *, layout_map, batch_dim_name, shard_axis_name):
+            super().__init__(layout_map=layout_map, batch_dim_name=batch_dim_name)
+            self.shard_axis_name = shard_axis_name
+            self.indivisible = {}  # path -> (shape, spec wanted): weights left whole, to warn about
+
+        def get_variable_layout(self, variable):
+            shape = tuple(variable.shape)
+            mesh_shape = dict(zip(self.device_mesh.axis_names, self.device_mesh.shape))
+            layout = self.get_tensor_layout(variable.path)
+            if layout is not None:
+                if _divides(shape, layout.axes, mesh_shape):
+                    return layout
+                self.indivisible[variable.path] = (shape, tuple(layout.axes))
+            else:
+                size = mesh_shape[self.shard_axis_name]
+                if not sharding.indivisible(shape, size):
+                    return keras.distribution.TensorLayout(sharding.fsdp_spec(shape, size, self.shard_axis_name),
+                                                           self.device_mesh)
+                self.indivisible[variable.path] = (shape, (self.shard_axis_name,))
+            return keras.distribution.TensorLayout([None] * len(shape), self.device_mesh)
+
+    return ShapeRuleParallel
+
+
+def _divides(shape, axes, mesh_shape) -> bool:
+    if len(axes) != len(shape):
+        return False
+    return all(size % sharding_parts((axis,), mesh_shape) == 0 for size, axis in zip(shape, axes))
+
+
+def sharding_parts(spec, mesh_shape) -> int:
+    from acceltrain import sharding
+
+    return sharding.spec_divisor(tuple(spec), mesh_shape)
+
+
+def is_layout_map(value) -> bool:
+    import keras
+
+    return isinstance(value, keras.distribution.LayoutMap)
+
+
+def indivisible_weights(distribution) -> dict:
+    """Weights a sharded distribution had to leave whole: path -> (shape, the spec that did not divide)."""
+    return dict(getattr(distribution, "indivisible", {}))
+
+
+def variable_layouts(variables) -> list[tuple[str, tuple[int, ...], str, int]]:
+    """(path, shape, dtype, parts) of each variable: into how many pieces its placement cuts it."""
+    rows = []
+    for variable in variables:
+        placed = getattr(getattr(variable, "value", None), "sharding", None)
+        parts = 1
+        if placed is not None and hasattr(placed, "spec"):
+            parts = sharding_parts(placed.spec, dict(placed.mesh.shape))
+        rows.append((variable.path, tuple(variable.shape), str(variable.dtype), parts))
+    return rows
+
+
+def first_device_bytes(variables) -> int:
+    """Bytes the first device holds of these variables, read from their arrays' addressable shards."""
+    total = 0
+    for variable in variables:
+        array = getattr(variable, "value", variable)
+        first = min(array.sharding.device_set, key=lambda device: device.id)
+        total += sum(shard.data.nbytes for shard in array.addressable_shards if shard.device == first)
+    return total
+
+
+def device_memory(platform: str) -> int | None:
+    """Bytes of memory of one device, as the runtime reports it; None where it reports none (CPUs)."""
+    try:
+        stats = jax.devices(platform)[0].memory_stats() or {}
+    except (RuntimeError, AttributeError):
+        return None
+    return stats.get("bytes_limit")
+
+
+def abstract_state(build_model):
+    """The weights `build_model()` would create and its optimizer's slot bytes, with nothing allocated.
+
+    The build runs under jax.eval_shape: initializers give shapes, not arrays, so a model too big for
+    any device is measured on a laptop. Returns ([(path, shape, dtype, trainable)], slot_bytes).
+    """
+    found = []
+    slot_bytes = []
+
+    def probe():
+        model = build_model()
+        found.extend((v.path, tuple(v.shape), str(v.dtype), v.trainable) for v in model.weights)
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is not None:
+            optimizer.build(model.trainable_variables)
+            slot_bytes.append(sum(math.prod(v.shape) * jax.numpy.dtype(v.dtype).itemsize
+                                  for v in optimizer.variables if len(v.shape) > 0))
+        return jax.numpy.zeros(())
+
+    from acceltrain.backends import keras_internals
+
+    with keras_internals.keras_state_kept():
+        jax.eval_shape(probe)
+    return found, (slot_bytes[0] if slot_bytes else None)
 
 
 # --- Many processes, and unmodified scripts (`acceltrain run`, `acceltrain launch`) --------------

@@ -31,6 +31,35 @@ def set_keras_seed(seed: int) -> None:
     global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, None)
 
 
+@contextlib.contextmanager
+def keras_state_kept():
+    """Inside, a model may be built and thrown away leaving no trace: on exit Keras's layer-name counters
+    and global seed generator, and Python's and NumPy's random states, are as they were. So a probe build
+    (Runtime.build measuring a model under jax.eval_shape) leaves the real build's layer names ("dense",
+    not "dense_1") and random draws as a build without it would have them.
+
+    Relies on: Keras keeps its auto-naming counters in global_state's "object_name_uids" and its global
+    SeedGenerator under seed_generator.GLOBAL_SEED_GENERATOR.
+    """
+    import copy
+    import random
+
+    import numpy as np
+    from keras.src.backend.common import global_state
+    from keras.src.random.seed_generator import GLOBAL_SEED_GENERATOR
+
+    names = copy.deepcopy(global_state.get_global_attribute("object_name_uids"))
+    seed_generator = global_state.get_global_attribute(GLOBAL_SEED_GENERATOR)
+    python_random, numpy_random = random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", names)
+        global_state.set_global_attribute(GLOBAL_SEED_GENERATOR, seed_generator)
+        random.setstate(python_random)
+        np.random.set_state(numpy_random)
+
+
 # --- The trainer classes: where fit/evaluate/predict of every model are -------------------------
 
 def trainer_class(backend: str):

@@ -46,7 +46,8 @@ class TrainConfig:
     out: str | None = None  # default: runs/<timestamp>
     backend: str | None = None
     simulate_devices: int | None = None
-    distribution: str = "auto"
+    distribution: str = "auto"  # auto, data, fsdp, model or none
+    device_memory: str | None = None  # bytes per device ("16GiB"): overrides the hardware's; what 'auto' fits to
     seed: int = 0
     platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
     tpu: str | None = None  # a TPU's name or address (TensorFlow backend)

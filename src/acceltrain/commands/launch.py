@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, log, watchdog
+from acceltrain import backends, cluster, decisions, log, sharding, watchdog
 from acceltrain.errors import UsageError, positive_int
 
 POLL_SECONDS = 0.2
@@ -27,7 +27,8 @@ ENV_LAUNCHER_PID = "ACCELTRAIN_LAUNCHER_PID"  # tells a launched process whose d
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
-           backend: str | None = None, distribution: str = "auto", stall_timeout: float | None = None) -> int:
+           backend: str | None = None, distribution: str = "auto", stall_timeout: float | None = None,
+           device_memory: str | None = None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
     watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N)."""
     # 1. Everything that can be wrong is refused before a process starts.
@@ -37,6 +38,9 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
                                                backends.keras_config_backend())
     stall_timeout = watchdog.check_timeout(stall_timeout, "--stall-timeout")
+    decisions.check_distribution(distribution, backend_name)
+    if device_memory is not None:
+        sharding.parse_bytes(device_memory, "--device-memory")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -44,6 +48,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     # 2. Start the processes: the same command, each told its index.
     coordinator = f"127.0.0.1:{_free_port()}"
     command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution]
+    if device_memory is not None:
+        command += ["--device-memory", device_memory]
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
     command += ["--stall-timeout", f"{stall_timeout:g}"]

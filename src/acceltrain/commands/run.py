@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, inputs, log
+from acceltrain import checks, data, inputs, log, placement
 from acceltrain.errors import UsageError
 from acceltrain.runtime import connect, inputs_prepared, predict_prepared
 
@@ -25,7 +25,7 @@ from acceltrain.runtime import connect, inputs_prepared, predict_prepared
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
                distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
                coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               stall_timeout: float | None = None) -> int:
+               stall_timeout: float | None = None, device_memory: str | None = None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code."""
     script = Path(path)
     if not script.is_file():
@@ -33,7 +33,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                          "script, e.g. acceltrain run train.py --epochs 3")
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
-                      stall_timeout=stall_timeout)
+                      stall_timeout=stall_timeout, device_memory=device_memory)
     _never_outlive_the_job()
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
@@ -167,6 +167,8 @@ class FitGuard:
         """fit and evaluate: the (args, kwargs) to call Keras with."""
         from acceltrain.backends import keras_internals
 
+        if name == "fit":
+            placement.report(self.runtime, model)  # what was sharded, once per model
         if inputs_prepared():
             return args, kwargs  # Runtime.fit's own call: its inputs and callbacks are set
         kwargs = self._watched(getattr(type(model), name), args, kwargs)

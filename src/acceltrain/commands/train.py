@@ -17,7 +17,7 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, recipes
+from acceltrain import data, datasets, decisions, log, recipes, sharding
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every
@@ -35,6 +35,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
         raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
     model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
+    if config.device_memory is not None:
+        sharding.parse_bytes(config.device_memory, "--device-memory")
+    decisions.check_distribution(config.distribution, config.backend)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)
     _check_out_dir_is_free(out_dir, config)
@@ -42,28 +45,37 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     Every.parse(config.checkpoint_every)
     if config.tensorboard:
         tensorboard_logs.check_available()
-    splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
+    if config.data is None and hasattr(recipe, "make_splits"):
+        splits = recipe.make_splits(config.seed)  # the recipe's own synthetic data
+    else:
+        splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
 
     # 2. Connect, then build the model inside the distribution's scope.
     with log.phase("connecting to the hardware"):
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
-                          platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout)
+                          platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
+                          device_memory=config.device_memory)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     if model_file:
         x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
-        with runtime.scope():
+
+        def build():
             model = _load_user_model(model_file, function_name)
             if not model.compiled:
                 _compile_for_labels(model, y_train, config.learning_rate)
             elif config.learning_rate is not None:
                 log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
+            return model
+
+        model = runtime.build(build)  # weights born placed; 'auto' measures the model first
     else:
         x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
         x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
-        steps_per_epoch = math.ceil(len(x_train) / batch_size)
-        with runtime.scope():
-            model = recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch)
+        steps_per_epoch = math.ceil(data.num_samples(x_train) / batch_size)  # x may be a dict of arrays
+        model = runtime.build(
+            lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch),
+            layout_map=getattr(recipe, "layout_map", None))
     data.check_arrays(x_test, y_test, name="x_test")
     outputs.check_free_space(out_dir, _bytes_needed(model, config.keep_checkpoints))
 

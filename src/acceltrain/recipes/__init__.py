@@ -1,9 +1,9 @@
 """Named jobs: a model, its data preparation and its settings. `acceltrain train NAME` runs one."""
 
 from acceltrain.errors import UsageError
-from acceltrain.recipes import mnist_mlp
+from acceltrain.recipes import gemma_tiny, mnist_mlp
 
-RECIPES = {mnist_mlp.NAME: mnist_mlp}
+RECIPES = {mnist_mlp.NAME: mnist_mlp, gemma_tiny.NAME: gemma_tiny}
 DEFAULT = mnist_mlp.NAME
 
 

@@ -1,0 +1,201 @@
+"""Where a model's weights go: the sharding inputs of connect() checked, the distribution made, the
+'auto' choice once the model can be measured (Runtime.build), and what was sharded, reported loudly.
+
+Neutral: the numbers come from `acceltrain.sharding`, the arrays from the backend module.
+"""
+
+import re
+import weakref
+from dataclasses import dataclass, field
+
+from acceltrain import decisions, log, sharding
+from acceltrain.errors import UsageError
+
+# A weight bigger than this left whole on every device is worth a warning: each device pays for it.
+WARN_REPLICATED_BYTES = 1024**2
+
+
+@dataclass
+class Request:
+    """What connect() was asked about sharding, checked; `chosen` is the kind in force."""
+
+    kind: str = "auto"  # auto | data | fsdp | model | none
+    device_memory: int | None = None  # bytes per device: device_memory=, else the hardware's
+    memory_source: str = "unknown"
+    mesh_shape: tuple[int, int] | None = None
+    layout_map: object = None  # the user's keras.distribution.LayoutMap
+    chosen: str = "none"
+    reported: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # models already reported
+
+
+def check_request(distribution, device_memory, mesh_shape) -> Request:
+    """connect()'s sharding arguments, checked before any framework starts."""
+    layout_map = None
+    if not isinstance(distribution, str):
+        if not (hasattr(distribution, "device_mesh") and hasattr(distribution, "keys")):
+            raise UsageError(f"Received distribution={distribution!r}. Valid: {', '.join(decisions.DISTRIBUTIONS)}, "
+                             "or a keras.distribution.LayoutMap.")
+        layout_map, distribution = distribution, "model"
+    memory = None if device_memory is None else sharding.parse_bytes(device_memory, "device_memory")
+    if mesh_shape is not None:
+        if distribution != "model":
+            raise UsageError(f"Received mesh_shape={mesh_shape!r} with distribution={distribution!r}. A mesh shape "
+                             "is (batch, model) devices of distribution='model': pass both, or neither.")
+        if not (isinstance(mesh_shape, (tuple, list)) and len(mesh_shape) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in mesh_shape)):
+            raise UsageError(f"Received mesh_shape={mesh_shape!r}. Expected (batch, model): two whole numbers of "
+                             "at least 1 whose product is the device count, e.g. (2, 4) for 8 devices.")
+        mesh_shape = tuple(mesh_shape)
+    return Request(distribution, memory, "device_memory=" if memory else "unknown", mesh_shape, layout_map)
+
+
+def check_against_hardware(request: Request, framework, found) -> None:
+    """The mesh fits the devices found; a device memory not given is read from the hardware."""
+    if request.mesh_shape and request.mesh_shape[0] * request.mesh_shape[1] != found.num_devices:
+        raise UsageError(f"Received mesh_shape={request.mesh_shape}, {request.mesh_shape[0] * request.mesh_shape[1]} "
+                         f"devices, but there are {found.num_devices}. Pass a (batch, model) shape whose product is "
+                         f"{found.num_devices}, or leave mesh_shape out to have the model axis chosen.")
+    if request.layout_map is not None and not framework.is_layout_map(request.layout_map):
+        raise UsageError(f"Received distribution={request.layout_map!r}: not a keras.distribution.LayoutMap.")
+    if request.device_memory is not None and not hasattr(framework, "abstract_state"):
+        log.warn(f"device_memory={sharding.format_bytes(request.device_memory)} is not used on the {framework.NAME} "
+                 "backend: it shards nothing, so 'auto' stays data parallel. Use --backend jax to fit a model to it.")
+    if request.device_memory is None and hasattr(framework, "device_memory"):
+        request.device_memory = framework.device_memory(found.platform)
+        request.memory_source = "the hardware" if request.device_memory else "unknown"
+
+
+def make_distribution(request: Request, kind: str, framework, found):
+    request.chosen = kind
+    if kind not in decisions.SHARDED:
+        return framework.make_distribution(kind, found.devices)
+    model_axis = request.mesh_shape[1] if request.mesh_shape else None
+    return framework.make_distribution(kind, found.devices, model_axis=model_axis, layout_map=request.layout_map)
+
+
+# --- At build time: the model can be measured -------------------------------------------------------
+
+def choose_for_model(runtime, build_model, layout_map=None) -> None:
+    """Before `build_model()` runs for real: 'auto' weighs its training state against the device memory
+    (fsdp if it does not fit one device); 'model' takes the model's own layout map and the model axis."""
+    request, framework = runtime.sharding_request, runtime._framework
+    if request.layout_map is not None or not hasattr(framework, "abstract_state"):
+        return  # the user's own layout stands; TensorFlow has no sharding to choose
+    memory_known = request.device_memory is not None
+    if request.kind == "auto" and memory_known:
+        state = measure(runtime, build_model)
+        by_degree = {runtime.num_devices: state["at_all_devices"]} if runtime.num_devices > 1 else {}
+        choice, degree, reason = sharding.choose_sharding(state["replicated"], by_degree, runtime.num_devices,
+                                                          request.device_memory)
+        log.info(f"{sharding.format_params(state['params'])}, {reason} (device memory from {request.memory_source})")
+        if choice == "fsdp":
+            _replace(runtime, "fsdp", framework.make_distribution("fsdp", runtime.hardware.devices), reason)
+    elif request.chosen == "model" and (layout_map is not None or (memory_known and not request.mesh_shape)):
+        model_axis = request.mesh_shape[1] if request.mesh_shape else None
+        if model_axis is None and memory_known:
+            model_axis = _model_axis_that_fits(runtime, build_model)
+        _replace(runtime, "model", framework.make_distribution("model", runtime.hardware.devices, model_axis=model_axis,
+                                                               layout_map=layout_map),
+                 "asked for" + (", the model's own layout map" if layout_map is not None else ""))
+
+
+def measure(runtime, build_model) -> dict:
+    """The training state `build_model()` would have, per sharding degree, with nothing allocated."""
+    from acceltrain import precision
+
+    with precision.scope(runtime.precision):
+        weights, slot_bytes = runtime._framework.abstract_state(build_model)
+    shapes = [(shape, dtype) for _, shape, dtype, _ in weights]
+    trainable = [trains for *_, trains in weights]
+    trainable_bytes = sharding.state_bytes(shapes, 0, trainable=trainable)["gradients"]
+    if slot_bytes is None or not trainable_bytes:
+        slots = sharding.OPTIMIZER_SLOTS["adam"]  # not compiled yet: assume Adam's two, the safe side
+    else:
+        slots = round(slot_bytes / trainable_bytes)
+    state = sharding.state_bytes(shapes, slots, 1, trainable)
+    state["slots_per_weight"] = slots
+    state["by_degree"] = sharding.sharded_bytes_by_degree(shapes, slots, runtime.num_devices, trainable)
+    state["at_all_devices"] = state["by_degree"].get(runtime.num_devices, state["replicated"])
+    return state
+
+
+def _model_axis_that_fits(runtime, build_model) -> int | None:
+    state = measure(runtime, build_model)
+    request = runtime.sharding_request
+    try:
+        _, degree, reason = sharding.choose_sharding(state["replicated"], state["by_degree"], runtime.num_devices,
+                                                     request.device_memory)
+    except UsageError:
+        raise
+    log.info(f"model axis {degree}: {sharding.format_params(state['params'])}, {reason}")
+    return degree if degree > 1 else None
+
+
+def _replace(runtime, kind: str, distribution, reason: str) -> None:
+    runtime.distribution = distribution
+    runtime.sharding_request.chosen = kind
+    runtime.decisions["distribution"] = f"{runtime.distribution_name} {kind} ({reason})"
+    if runtime.num_processes > 1:
+        runtime._framework.shard_inputs_per_process(distribution)
+
+
+# --- After building: what was sharded, loudly --------------------------------------------------------
+
+def report(runtime, model) -> None:
+    """Once per model: the share of weight bytes sharded and what the first device holds; a warning for
+    each big weight left whole and each weight whose shape did not divide; an error for a LayoutMap key
+    that matches no weight. Under 'auto' with a device memory, a model built in scope() (not measured
+    before building) that would not fit stops here."""
+    request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of the fit hook)
+    framework = getattr(runtime, "_framework", None)
+    if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
+        return
+    request.reported.add(model)
+    if request.chosen not in decisions.SHARDED:
+        _check_fits_replicated(runtime, model)
+        return
+    rows = framework.variable_layouts(model.weights)
+    if request.layout_map is not None:
+        _check_layout_keys(list(request.layout_map), [path for path, *_ in rows])
+    indivisible = framework.indivisible_weights(runtime.distribution)
+    coverage = sharding.coverage(rows, WARN_REPLICATED_BYTES)
+    first = framework.first_device_bytes(model.weights)
+    log.info(f"weights sharded: {coverage['share']:.1%} of {sharding.format_bytes(coverage['bytes'])}; the first "
+             f"device holds {sharding.format_bytes(first)} of them ({first / max(coverage['bytes'], 1):.1%})")
+    for path, (shape, spec) in indivisible.items():
+        log.warn(f"{path} of shape {shape} does not divide by its layout {spec} on this mesh: it is replicated on "
+                 "every device. A dimension divisible by the axis size would let it be cut.")
+    for path, nbytes in coverage["big_replicated"]:
+        if path not in indivisible:
+            log.warn(f"{path} ({sharding.format_bytes(nbytes)}) is left whole on every device by the layout. "
+                     "Give it a LayoutMap key to cut it.")
+
+
+def _check_layout_keys(keys: list[str], paths: list[str]) -> None:
+    missing = sharding.unmatched_layout_keys(keys, paths, re.fullmatch)
+    if missing:
+        key, nearest = next(iter(missing.items()))
+        raise UsageError(
+            f"LayoutMap key {key!r} matches no variable path of the model"
+            + (f" (and {len(missing) - 1} more: {', '.join(map(repr, list(missing)[1:]))})" if len(missing) > 1 else "")
+            + f". Nearest paths: {', '.join(nearest)}. Keys must match the whole path (re.fullmatch, Keras ≥ 3.14): "
+            + (f"prefix the key with '.*' (e.g. {'.*' + key.lstrip('^')!r}) or " if not key.startswith(".*") else "")
+            + "spell the path out."
+        )
+
+
+def _check_fits_replicated(runtime, model) -> None:
+    request = runtime.sharding_request
+    if request.kind != "auto" or request.device_memory is None:
+        return
+    shapes = [(tuple(v.shape), str(v.dtype)) for v in model.weights]
+    trainable = [v.trainable for v in model.weights]
+    state = sharding.state_bytes(shapes, sharding.OPTIMIZER_SLOTS["adam"], 1, trainable)
+    budget = int(request.device_memory * (1 - sharding.DEFAULT_HEADROOM))
+    if state["replicated"] > budget:
+        raise UsageError(
+            f"{model.name}: its training state needs {sharding.format_bytes(state['replicated'])} replicated, over the "
+            f"{sharding.format_bytes(budget)} usable per device, and it was built in scope(), before 'auto' could "
+            "measure it. Build it with runtime.build(build_model) (acceltrain train does), or pass "
+            "distribution='fsdp' (--distribution fsdp)."
+        )
