@@ -169,7 +169,8 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
     step = jax.jit(train_step(abstract, remat=remat), donate_argnums=(0, 1, 2), out_shardings=out_shardings)
     lowered = step.lower(*state, inputs, labels)
     try:
-        compiled = lowered.compile()
+        with _no_persistent_cache():
+            compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as error:
         needed = out_of_memory_bytes(str(error))
         if needed is None:
@@ -284,3 +285,17 @@ def _stderr_kept():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+@contextlib.contextmanager
+def _no_persistent_cache():
+    """Compile-only executables cannot be loaded back from JAX's disk cache (reading one warns "PjRtCompiler
+    must be constructed with a Client"), so a plan neither writes nor reads it."""
+    import jax
+
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
