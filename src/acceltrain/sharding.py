@@ -179,9 +179,11 @@ def parse_bytes(text: str, name: str = "device_memory") -> int:
     except ValueError:
         value = -1.0
     if unit not in _UNITS or not value > 0 or not math.isfinite(value):
+        flag = name.startswith("--")  # the CLI's flag, else the Python argument
+        received, example = (f"{name} {text!r}", f"{name} 16GiB") if flag else (f"{name}={text!r}", f"{name}='16GiB'")
         raise UsageError(
-            f"Received {name}={text!r}. Valid: a positive size such as 128MiB, 16GiB, 1.5GB or a number of "
-            f"bytes. Pass e.g. {name}='16GiB'."
+            f"Received {received}. Valid: a positive size such as 128MiB, 16GiB, 1.5GB or a number of "
+            f"bytes. Pass e.g. {example}."
         )
     return int(value * _UNITS[unit])
 
