@@ -92,8 +92,11 @@ def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip():
     data = result.candidates[0]
     assert result.params > 1.3e9
     assert not data.fits and data.bytes_per_device > 16 * GIB  # the compiler's own figure
-    assert result.recommended is None and [lever.name for lever in result.levers[:2]] == ["bfloat16", "remat"] \
-        or result.levers == []
+    # Nothing fits, so the levers, each compiled: bfloat16 compute halves the activations, not Adam's
+    # float32 state, so it does not save this one; more chips (fsdp's shares) does.
+    assert result.recommended is None
+    assert [lever.name for lever in result.levers] == ["bfloat16", "remat", "accumulate", "more chips"]
+    assert result.levers[-1].fits
 
 
 @needs_libtpu
@@ -122,16 +125,16 @@ def test_a_1_4b_mlp_on_v5e_8_recommends_a_sharded_plan(cli):
 def test_here_compiles_with_this_machines_compiler(runtime):
     from acceltrain.planning import plan
 
-    result = plan("here", device_memory="1GiB")
+    result = plan("here", device_memory="1GiB", distribution="data")
     assert result.devices == 8 and result.compiled_for == "cpu"  # the test process's 8 simulated devices
-    assert result.recommended == "data" and all(c.fits for c in result.candidates)
+    assert result.recommended == "data" and result.candidates[0].fits
     assert math.isnan(result.candidates[0].step_seconds_at_peak or math.nan)  # no published peak for a CPU
 
 
 def test_when_nothing_fits_the_levers_come_in_order_with_figures(runtime):
     from acceltrain.planning import plan
 
-    result = plan("here", device_memory="256KiB", distribution="fsdp")
+    result = plan("h100-8", device_memory="256KiB", distribution="fsdp")  # estimated: quick
     assert result.recommended is None and "nothing fits" in result.reason
     assert [lever.name for lever in result.levers] == ["bfloat16", "remat", "accumulate", "more chips"]
     assert all(lever.bytes_per_device > 0 for lever in result.levers)
