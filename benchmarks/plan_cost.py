@@ -28,26 +28,27 @@ JOBS = {
 }
 
 
-def measure(args: list[str]) -> tuple[float, int, dict]:
-    """(seconds, peak resident bytes of the child, the plan as JSON)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def measure(args: list[str]) -> tuple[float, float, int, dict]:
+    """(wall seconds, CPU seconds, peak resident bytes of the child, the plan as JSON)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "acceltrain", "plan", *args, "--json"], capture_output=True,
                           text=True, cwd=REPO, check=True)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    if peak <= before:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if usage.ru_maxrss <= before:
         raise RuntimeError("this run's peak is hidden by an earlier, larger child: run the jobs smallest first")
-    return seconds, peak * 1024, json.loads(done.stdout)
+    return seconds, usage.ru_utime + usage.ru_stime - cpu_before, usage.ru_maxrss * 1024, json.loads(done.stdout)
 
 
 def main() -> None:
     rows = []
     for name, args in JOBS.items():
-        seconds, peak, plan = measure(args)
+        seconds, cpu_seconds, peak, plan = measure(args)
         by_name = {c["distribution"]: c for c in plan["candidates"]}
         chosen = by_name.get(plan["recommended"], {})
-        rows.append(f"| {name} | {seconds:.0f} s | {format_bytes(peak)} | {plan['recommended']} "
+        rows.append(f"| {name} | {seconds:.0f} s | {cpu_seconds:.0f} s | {format_bytes(peak)} | {plan['recommended']} "
                     f"({format_bytes(chosen.get('bytes_per_device', 0))} of "
                     f"{format_bytes(plan['device_memory_bytes'])} per chip) |")
         print(rows[-1], flush=True)
@@ -56,11 +57,11 @@ def main() -> None:
         "",
         f"`python benchmarks/plan_cost.py` on {machine()}; each job a fresh `acceltrain plan ... --json` process "
         "compiling every candidate (data, fsdp, model) with libtpu's compile-only client. Peak memory is the "
-        "child's maximum resident set. Wall time includes starting Python, Keras and libtpu, and varies with "
-        "what else the machine runs.",
+        "child's maximum resident set. Wall time includes starting Python, Keras and libtpu, and grows with "
+        "what else the machine runs; CPU time (user + system, all threads) varies less.",
         "",
-        "| job | wall time | peak memory | recommended |",
-        "|---|---|---|---|",
+        "| job | wall time | CPU time | peak memory | recommended |",
+        "|---|---|---|---|---|",
         *rows,
     ])
     write_section("plan-cost", body)
