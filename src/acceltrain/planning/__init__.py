@@ -281,12 +281,12 @@ def format_table(result: Plan) -> str:
     lines = [f"plan for {result.target}: {result.devices} devices x {memory}; {source}; "
              f"{sharding.format_params(result.params)}, global batch {result.batch_size}",
              f"{'distribution':<13}{'mesh':<20}{'per device':>12}{'fits':>6}{'TFLOP/step':>12}"
-             f"{'step at peak':>14}{'samples/s':>12}"]
+             f"{'step at peak':>14}{'samples/s':>16}"]
     for c in result.candidates:
         seconds = _duration(c.step_seconds_at_peak) if c.step_seconds_at_peak else "n/a"
         rate = f"{result.batch_size / c.step_seconds_at_peak:,.0f}" if c.step_seconds_at_peak else "n/a"
         lines.append(f"{c.distribution:<13}{c.mesh:<20}{sharding.format_bytes(c.bytes_per_device):>12}"
-                     f"{'yes' if c.fits else 'NO':>6}{c.flops_per_step / 1e12:>12.4g}{seconds:>14}{rate:>12}")
+                     f"{'yes' if c.fits else 'NO':>6}{c.flops_per_step / 1e12:>12.4g}{seconds:>14}{rate:>16}")
     if any(c.flops_per_step != c.flops_per_step for c in result.candidates):
         lines.append("(nan: the compiler refused the program, so it has no cost analysis)")
     lines.append(f"recommended: {result.recommended or 'none'} ({result.reason})")
