@@ -1,7 +1,8 @@
 """acceltrain: train any Keras 3 model on whatever hardware is there (TPU, GPUs, CPU) in one call."""
 
 from acceltrain.errors import AcceltrainError, TrainingDiverged, UsageError
+from acceltrain.planning import Plan, plan
 from acceltrain.runtime import Runtime, connect
 
 __version__ = "0.1.0"
-__all__ = ["connect", "Runtime", "AcceltrainError", "UsageError", "TrainingDiverged", "__version__"]
+__all__ = ["connect", "Runtime", "plan", "Plan", "AcceltrainError", "UsageError", "TrainingDiverged", "__version__"]

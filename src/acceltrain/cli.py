@@ -48,6 +48,12 @@ EXAMPLES = {
         "example:\n"
         "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here"
     ),
+    "plan": (
+        "examples:\n"
+        "  acceltrain plan --target tpu-v5e-8                 # the MNIST recipe on 8 v5e chips: fits? how fast?\n"
+        "  acceltrain plan --target tpu-v4-128 --model big.py:build --batch-size 1024 --json\n"
+        "  acceltrain plan --target here --device-memory 2GiB  # this machine's own compiler"
+    ),
     "bench": (
         "examples:\n"
         "  acceltrain bench                                   # plain Keras vs acceltrain vs a hand loop vs the ceiling\n"
@@ -159,6 +165,16 @@ def _parser() -> argparse.ArgumentParser:
                        help="time acceltrain as `acceltrain train` runs it, with a checkpoint every epoch")
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
+
+    plan = _verb(verbs, "plan", "compile the training step for hardware you might rent: does it fit, how fast can it go")
+    plan.add_argument("--target", required=True, help="e.g. tpu-v5e-8, v5litepod-16, tpu-v4-128, h100-8, here")
+    plan.add_argument("recipe", nargs="?", help="a built-in job (default: mnist-mlp)")
+    plan.add_argument("--model", metavar="FILE.py:FUNCTION", help="plan the compiled Keras model FUNCTION() returns")
+    plan.add_argument("--batch-size", type=int, help="the global batch (default: the recipe's)")
+    plan.add_argument("--distribution", default="auto", help="auto (default: compare data, fsdp, model), data, fsdp or model")
+    plan.add_argument("--device-memory", metavar="SIZE", help="memory per device instead of the target's, e.g. 16GiB")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(run=_plan)
     return parser
 
 
@@ -272,6 +288,12 @@ def _doctor(args) -> int:
                             distribution=args.distribution, batch_size=args.batch_size, on_check=show)
     print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else doctor.summary(checks))
     return 1 if any(check.status == doctor.FAIL for check in checks) else 0
+
+
+def _plan(args) -> int:
+    from acceltrain.commands import plan
+
+    return plan.run(args)
 
 
 def _bench(args) -> int:

@@ -42,6 +42,7 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
         )
     enable_compilation_cache()
     if simulate_devices is None:
+        _skip_absent_tpu()
         return
     try:
         jax.config.update("jax_platforms", "cpu")  # simulated devices are CPU devices, even beside a GPU
@@ -59,6 +60,30 @@ def prepare(simulate_devices: int | None, platform: str = "auto", tpu: str | Non
                 "anything uses JAX, or start Python with "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={simulate_devices}."
             ) from None
+
+
+def _skip_absent_tpu() -> None:
+    """libtpu installed (jax[tpu], or `acceltrain plan`'s compiler) on a machine with no TPU and no GPU:
+    use the CPU without trying the TPU first.
+
+    Left to itself, JAX opens libtpu before the CPU; here that prints libtpu's start-up errors
+    (TPU_WORKER_HOSTNAMES ...) on every run and holds /tmp/libtpu_lockfile while the process lives.
+    A platform list the user set (JAX_PLATFORMS, jax.config) stands, as does any machine with an
+    accelerator's device files.
+    """
+    import importlib.util
+    import os
+
+    from acceltrain.hardware import gpu, tpu
+
+    if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or importlib.util.find_spec("libtpu") is None:
+        return
+    if tpu.device_files() or gpu.device_files():
+        return
+    try:
+        jax.config.update("jax_platforms", "cpu")
+    except RuntimeError:
+        pass  # JAX had started already (the caller used it before connect()): its platforms stand
 
 
 def enable_compilation_cache() -> None:

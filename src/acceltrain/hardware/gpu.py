@@ -1,5 +1,7 @@
 """NVIDIA (CUDA) and AMD (ROCm) GPUs."""
 
+import glob
+
 NAME = "gpu"
 
 # A GPU step of a small model is shorter than Python's per-step dispatch and callback overhead;
@@ -39,3 +41,8 @@ def peak_flops_per_second(device_kind: str, dtype: str) -> float | None:
         if name in device_kind:
             return peaks[dtype] * 1e12 if dtype in peaks else None
     return None
+
+
+def device_files() -> list[str]:
+    """The device files of NVIDIA (/dev/nvidia0 ...) and AMD (/dev/kfd) GPUs."""
+    return sorted(glob.glob("/dev/nvidia[0-9]*") + glob.glob("/dev/kfd"))

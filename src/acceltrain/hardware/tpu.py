@@ -1,5 +1,7 @@
 """TPUs: the chips Keras and JAX are built around."""
 
+import glob
+
 NAME = "tpu"
 
 # A TPU runs a step of a small model in microseconds, while each return to the Python host costs
@@ -44,3 +46,8 @@ def peak_flops_per_second(device_kind: str, dtype: str) -> float | None:
     if peak is None or dtype not in ("bfloat16", "float32"):
         return None
     return peak * 1e12
+
+
+def device_files() -> list[str]:
+    """The device files a TPU VM exposes: /dev/accel* (v2 to v4) or /dev/vfio/N (v5e and later)."""
+    return sorted(glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"))

@@ -1,0 +1,26 @@
+"""`acceltrain plan --target TARGET`: will the job fit what you are about to rent, and how fast can it go."""
+
+import json
+
+from acceltrain import log
+from acceltrain.errors import UsageError
+
+
+def run(args) -> int:
+    from acceltrain import sharding
+    from acceltrain.planning import DISTRIBUTIONS, plan
+
+    # The flags are checked here so that their errors name the flag; plan() names its Python arguments.
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"Received --batch-size {args.batch_size}. Expected a positive whole number (the global "
+                         "batch), e.g. --batch-size 1024.")
+    if args.distribution not in DISTRIBUTIONS:
+        raise UsageError(f"Received --distribution {args.distribution!r}. Valid: {', '.join(DISTRIBUTIONS)}.")
+    memory = sharding.parse_bytes(args.device_memory, "--device-memory") if args.device_memory else None
+    result = plan(args.target, recipe=args.recipe, model=args.model, batch_size=args.batch_size,
+                  distribution=args.distribution, device_memory=memory)
+    print(json.dumps(result.as_dict(), indent=2) if args.json else result.table())
+    if args.json:
+        for note in result.notes:
+            log.info(f"note: {note}")
+    return 0

@@ -1,0 +1,92 @@
+"""The analytic plan, where no compiler for the target runs here (GPU boxes; TPUs without libtpu).
+
+Bytes per device: each variable's bytes laid out by the candidate's rule (weights, optimizer slots, and a
+gradient per trainable weight), plus every intermediate array of the forward pass at the per-device batch
+(an upper bound of the activations the backward pass keeps). FLOPs: every matmul and convolution of the
+traced training step, counted from its jaxpr. Both from the real model's shapes; neither is a compiler's.
+"""
+
+import math
+
+from acceltrain import sharding
+
+
+def state_bytes_per_device(abstract, layout) -> int:
+    """Weights, gradients and optimizer variables on one device under `layout`'s rule."""
+    model = abstract.model
+
+    def share(variable) -> int:
+        parts = sharding.spec_divisor(layout.weight_spec(variable.shape), dict(zip(layout.axis_names, layout.mesh_shape)))
+        return math.prod(variable.shape) * sharding.dtype_bytes(str(variable.dtype)) // parts
+
+    trainable = sum(share(v) for v in model.trainable_variables)
+    return 2 * trainable + sum(share(v) for v in model.non_trainable_variables) \
+        + sum(share(v) for v in model.optimizer.variables)
+
+
+def activation_bytes(abstract, per_device_batch: int) -> int:
+    """The forward pass's intermediate arrays at this batch, summed (an upper bound of what is kept)."""
+    import jax
+
+    model = abstract.model
+    arguments = _abstract_arguments(abstract, per_device_batch)
+
+    def forward(trainable, non_trainable, inputs):
+        return model.stateless_call(trainable, non_trainable, inputs[0] if len(inputs) == 1 else inputs,
+                                    training=True)[0]
+
+    jaxpr = jax.make_jaxpr(forward)(*arguments[:2], arguments[3])
+    return sum(_nbytes(var.aval) for eqn in _equations(jaxpr.jaxpr) for var in eqn.outvars)
+
+
+def step_flops(abstract, global_batch: int) -> float:
+    """Multiply-adds x 2 of every dot_general and convolution in the traced training step."""
+    import jax
+
+    from acceltrain.planning.step import train_step
+
+    jaxpr = jax.make_jaxpr(train_step(abstract))(*_abstract_arguments(abstract, global_batch))
+    return float(sum(_matmul_flops(eqn) for eqn in _equations(jaxpr.jaxpr)))
+
+
+def _abstract_arguments(abstract, batch: int):
+    import jax
+
+    model = abstract.model
+
+    def spec(v):
+        return jax.ShapeDtypeStruct(tuple(v.shape), v.dtype)
+
+    inputs = [jax.ShapeDtypeStruct((batch, *shape), dtype) for shape, dtype in abstract.input_specs]
+    labels = jax.ShapeDtypeStruct((batch, *abstract.label_spec[0]), abstract.label_spec[1])
+    return ([spec(v) for v in model.trainable_variables], [spec(v) for v in model.non_trainable_variables],
+            [spec(v) for v in model.optimizer.variables], inputs, labels)
+
+
+def _equations(jaxpr):
+    """Every equation, including those inside sub-programs (jit, custom_vjp, checkpoint ...)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def _matmul_flops(eqn) -> int:
+    name = eqn.primitive.name
+    if name == "dot_general":
+        (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
+        lhs = eqn.invars[0].aval.shape
+        return 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contracting)
+    if name == "conv_general_dilated":
+        rhs = eqn.invars[1].aval.shape  # the kernel: out channels x in channels/groups x window
+        out_channels_dim = eqn.params["dimension_numbers"].rhs_spec[0]
+        return 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs) // rhs[out_channels_dim]
+    return 0
+
+
+def _nbytes(aval) -> int:
+    shape = getattr(aval, "shape", ())
+    return math.prod(shape) * sharding.dtype_bytes(str(getattr(aval, "dtype", "float32")))
