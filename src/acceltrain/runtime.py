@@ -264,9 +264,9 @@ class Runtime:
             validation_data = self._prepare_eval_arrays(validation_data, batch_size, num_classes, "validation_data")
             validation_data = self._own_share(validation_data)
         if checkpoint_dir is not None:
-            from acceltrain.training.checkpoint import Checkpoints, Every
+            from acceltrain.training.checkpoint import Every, open_checkpoints
 
-            checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
+            checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
             every = Every.parse(checkpoint_every)
             if not data.is_arrays(x):
                 raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "

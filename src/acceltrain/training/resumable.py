@@ -15,7 +15,7 @@ import time
 import keras
 
 from acceltrain import data, log
-from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order, restore
+from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -46,7 +46,10 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     history = keras.callbacks.History()
     history.history = {name: list(values) for name, values in state.history.items()}
     progress = _WholeRunProgress(epochs)
-    with _deferred_signals() as received:
+    # In a multi-process JAX job, jax.distributed catches SIGTERM itself, so that every process learns
+    # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
+    sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
+    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
@@ -67,6 +70,8 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
                 state.history.setdefault(name, []).extend(float(v) for v in values)
             if model.stop_training:  # a callback (e.g. the divergence check) ended the run
                 break
+            if not received and checkpoints.preempted_at((epoch + 1) * steps_per_epoch):
+                received.append(signal.SIGTERM)
             due = every.unit == "epochs" and (epoch + 1) % every.count == 0
             if due or received or epoch + 1 == epochs:
                 saver.last_saved = checkpoints.save(model, state)
@@ -85,12 +90,11 @@ def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, nu
             raise UsageError(f"{checkpoints.folder} already holds checkpoints. Pass resume=True (CLI: --resume) "
                              "to continue from them, or start in an empty folder (CLI: --overwrite).")
         return State(seed=seed, num_replicas=num_replicas)
-    found = checkpoints.latest()
+    found = checkpoints.restore_latest(model)
     if found is None:
         log.info(f"no checkpoint in {checkpoints.folder}: starting from the beginning")
         return State(seed=seed, num_replicas=num_replicas)
     path, state = found
-    restore(model, path)
     if state.seed != seed:
         log.warn(f"the checkpoint was made with seed {state.seed}, not {seed}: keeping {state.seed} so the data "
                  "order stays the same")
@@ -126,6 +130,8 @@ class _StepSaver(keras.callbacks.Callback):
         if batch == 0 or step >= self.steps_per_epoch:
             return  # nothing new since the last check; the epoch's end is checkpointed by the loop
         global_step = self._epoch * self.steps_per_epoch + step
+        if not self.received and self.checkpoints.preempted_at(global_step):
+            self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
         due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
@@ -152,9 +158,10 @@ class _WholeRunProgress(keras.callbacks.ProgbarLogger):
 
 
 @contextlib.contextmanager
-def _deferred_signals():
-    """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
-    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored."""
+def _deferred_signals(sigterm: bool = True):
+    """SIGTERM (unless `sigterm` is False) and SIGINT are noted, not fatal, so the step in flight finishes
+    and a checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers
+    are restored."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -167,7 +174,8 @@ def _deferred_signals():
             log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    taken = (signal.SIGTERM, signal.SIGINT) if sigterm else (signal.SIGINT,)
+    previous = {sig: signal.signal(sig, note) for sig in taken}
     try:
         yield received
     finally:
