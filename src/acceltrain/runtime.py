@@ -268,9 +268,6 @@ class Runtime:
 
             checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
             every = Every.parse(checkpoint_every)
-            if not data.is_arrays(x):
-                raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
-                                 "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
         # 3. Steps per compiled call, and XLA where the backend gains from it.
         if data.is_arrays(x):
             steps_per_epoch = math.ceil(data.num_samples(x) / batch_size)
@@ -304,7 +301,8 @@ class Runtime:
                     model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,
                     resume=resume, seed=self._seed, num_replicas=self.num_replicas, verbose=verbose,
                     validation_data=validation_data, callbacks=[*callbacks, divergence],
-                    process_share=self._own_share, num_processes=self.num_processes, **fit_kwargs)
+                    process_share=self._own_share, num_processes=self.num_processes,
+                    dataset_batches=steps_per_epoch if dataset else None, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 

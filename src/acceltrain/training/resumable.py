@@ -16,6 +16,7 @@ import keras
 
 from acceltrain import data, log
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
+from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -32,35 +33,41 @@ class Interrupted(AcceltrainError):
 
 def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
         seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None,
-        process_share=lambda arrays: arrays, num_processes: int = 1, **fit_kwargs):
+        process_share=lambda arrays: arrays, num_processes: int = 1, dataset_batches: int | None = None,
+        **fit_kwargs):
     """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says.
 
-    In a multi-process job `process_share` gives this process its share of (x, y) and each process
+    A tf.data.Dataset `x` is read one pass an epoch (see dataset_position; `dataset_batches`: its
+    batches in a pass, if known before any trimming). In a multi-process job `process_share` gives this process its share of (x, y) and each process
     batches `batch_size / num_processes` of it: global batch k is the same samples on any process count.
     """
-    if fit_kwargs.pop("shuffle", True) is False:
+    feed = DatasetFeed(x, checkpoints.folder / "data", dataset_batches) if data.is_dataset(x) else None
+    if fit_kwargs.pop("shuffle", True) is False and feed is None:
         log.info("shuffle=False ignored with checkpoints: the order of each epoch comes from (seed, epoch)")
     state = _starting_state(model, checkpoints, resume, seed, num_replicas)
-    num_samples = data.num_samples(x)
-    steps_per_epoch = math.ceil(num_samples / batch_size)
+    num_samples = None if feed else data.num_samples(x)
+    steps_per_epoch = feed.steps_per_epoch if feed else math.ceil(num_samples / batch_size)
     history = keras.callbacks.History()
     history.history = {name: list(values) for name, values in state.history.items()}
     progress = _WholeRunProgress(epochs)
     # In a multi-process JAX job, jax.distributed catches SIGTERM itself, so that every process learns
     # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
     sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
-    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints):
+    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected():
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
-            order = epoch_order(state.seed, epoch, num_samples)[first_step * batch_size:]
             saver.start_epoch(epoch, first_step)
             started = time.perf_counter()
-            x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
+            if feed:  # a dataset: the next batches of the one iterator the run reads
+                inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+            else:  # arrays: this epoch's order, from the step reached on
+                order = epoch_order(state.seed, epoch, num_samples)[first_step * batch_size:]
+                x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
+                inputs = {"x": x_epoch, "y": y_epoch, "batch_size": batch_size // num_processes}
             epoch_history = model.fit(
-                x_epoch, y_epoch, batch_size=batch_size // num_processes, initial_epoch=epoch,
-                epochs=epoch + 1, shuffle=False, validation_data=validation_data, verbose=verbose,
-                callbacks=[progress, saver, *callbacks], **fit_kwargs,
+                **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=validation_data,
+                verbose=verbose, callbacks=[progress, saver, *callbacks], **fit_kwargs,
             )
             if saver.stopped_mid_epoch:
                 raise Interrupted(received[0], saver.last_saved)
@@ -82,6 +89,12 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     history.epoch_seconds = list(state.epoch_seconds)
     history.set_model(model)
     return history
+
+
+def _oldest_epoch(checkpoints) -> int:
+    """The epoch of the oldest checkpoint kept: where the dataset stood before it is no longer needed."""
+    kept = checkpoints.list()
+    return int(kept[0].name.split("-")[1]) if kept else 0
 
 
 def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, num_replicas: int) -> State:
