@@ -38,8 +38,9 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says.
 
     A tf.data.Dataset `x` is read one pass an epoch (see dataset_position; `dataset_batches`: its
-    batches in a pass, if known before any trimming). In a multi-process job `process_share` gives this process its share of (x, y) and each process
-    batches `batch_size / num_processes` of it: global batch k is the same samples on any process count.
+    batches in a pass, if known before any trimming). In a multi-process job `process_share` gives this
+    process its share of (x, y) and each process batches `batch_size / num_processes` of it: global
+    batch k is the same samples on any process count.
     """
     feed = DatasetFeed(x, checkpoints.folder / "data", dataset_batches) if data.is_dataset(x) else None
     if fit_kwargs.pop("shuffle", True) is False and feed is None:
