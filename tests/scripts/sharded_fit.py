@@ -4,7 +4,7 @@ checkpoints; writes its final weights to OUT/final.npz.
     python sharded_fit.py OUT [--devices 8] [--model-axis 4] [--resume] [--sigterm-at-step K] [--epochs 3]
 
 Run as it is (one process, --devices simulated CPU devices) or under `acceltrain launch` (the job's
-devices; --devices is then ignored). --sigterm-at-step sends SIGTERM to this process once, when it starts
+devices; --devices is then ignored). --sigterm-at-step sends SIGTERM (or --signal SIGINT) to this process once, when it starts
 global step K (process 1 alone, in a multi-process job).
 """
 
@@ -25,6 +25,7 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--resume", action="store_true")
 parser.add_argument("--sigterm-at-step", type=int)
 parser.add_argument("--every", default="2 steps")
+parser.add_argument("--signal", default="SIGTERM", choices=["SIGTERM", "SIGINT"])
 args = parser.parse_args()
 
 under_launch = "ACCELTRAIN_PROCESS_ID" in os.environ
@@ -51,7 +52,7 @@ class SigtermAt(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
         if step == args.sigterm_at_step and os.environ.get("ACCELTRAIN_PROCESS_ID", "1") == "1":
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, args.signal))
 
 
 with sharded.scope():

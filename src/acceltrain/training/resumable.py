@@ -8,6 +8,7 @@ current step, write a checkpoint and raise Interrupted. Imports keras: import on
 
 import contextlib
 import math
+import os
 import signal
 import threading
 import time
@@ -173,17 +174,26 @@ class _WholeRunProgress(keras.callbacks.ProgbarLogger):
 
 @contextlib.contextmanager
 def _deferred_signals(sigterm: bool = True):
-    """SIGTERM (unless `sigterm` is False) and SIGINT are noted, not fatal, so the step in flight finishes
-    and a checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers
-    are restored."""
+    """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
+    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored.
+
+    With `sigterm` False (a multi-process JAX job), SIGTERM is left to jax.distributed, which makes
+    every process stop at the same step, and SIGINT is passed on to it as SIGTERM: a process that
+    stopped on its own would wait for the others in its checkpoint's save for ever."""
     received: list[int] = []
+    forwarded: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
 
     def note(signum, frame):
-        if received and signum == signal.SIGINT:
+        if (received or forwarded) and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        if not sigterm:
+            log.info("SIGINT received: stopping every process of the job at the same step (as on SIGTERM)")
+            forwarded.append(signum)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if not received:
             log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
         received.append(signum)
