@@ -309,22 +309,20 @@ class Runtime:
                     checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
                     num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
                     validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, stall],
-                    process_share=prepared.share, num_processes=self.num_processes, **fit_kwargs)
+                    process_share=prepared.share, num_processes=self.num_processes,
+                    dataset_batches=prepared.steps_per_epoch if prepared.is_dataset else None, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
     def _checkpointing(self, checkpoint_dir, checkpoint_every, keep_checkpoints, prepared):
-        """(Checkpoints, Every) for checkpoint_dir, or None without one."""
+        """(checkpoints, Every) for checkpoint_dir, or None without one: Orbax's on JAX, .weights.h5 on
+        TensorFlow (checkpoint.open_checkpoints)."""
         if checkpoint_dir is None:
             return None
-        from acceltrain.training.checkpoint import Checkpoints, Every
+        from acceltrain.training.checkpoint import Every, open_checkpoints
 
-        checkpoints = Checkpoints(Path(checkpoint_dir), keep_checkpoints, writer=self.process_index == 0)
-        every = Every.parse(checkpoint_every, name="checkpoint_every")
-        if not data.is_arrays(prepared.x):
-            raise UsageError("Received checkpoint_dir with a dataset input: exact resume needs numpy arrays "
-                             "(the order of each epoch is drawn from the seed). Pass arrays, or no checkpoint_dir.")
-        return checkpoints, every
+        checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
+        return checkpoints, Every.parse(checkpoint_every, name="checkpoint_every")
 
     def _tune(self, model, prepared, steps_per_execution=None) -> None:
         """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when

@@ -118,16 +118,48 @@ class Checkpoints:
         """The newest checkpoint that reads back whole; damaged ones are reported and skipped."""
         for candidate in reversed(self.list()):
             try:
-                state = State(**json.loads((candidate / STATE).read_text()))
-                if _sha256(candidate / WEIGHTS) != state.weights_sha256:
-                    raise ValueError("the weights do not match their recorded sha256 (truncated or corrupt)")
-                return candidate, state
+                return candidate, read_state(candidate)
             except (OSError, ValueError, TypeError) as error:
                 log.warn(f"skipping damaged checkpoint {candidate.name}: {error}")
         return None
 
+    def restore_latest(self, model) -> tuple[Path, State] | None:
+        """Restore the newest good checkpoint into `model`; returns it and its State, or None if there is none."""
+        found = self.latest()
+        if found is not None:
+            restore(model, found[0])
+        return found
+
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing in flight: each save is written before it returns."""
+
+    def preempted_at(self, step: int) -> bool:
+        """Single-process jobs learn of SIGTERM from their own signal handler (see resumable)."""
+        return False
+
+
+def open_checkpoints(folder: Path, keep: int, backend: str, process_index: int = 0):
+    """The checkpoints of a run: Orbax's sharded, asynchronous ones on JAX; .weights.h5 on TensorFlow.
+
+    The .weights.h5 format gathers the whole model on process 0 and writes while training waits; JAX
+    runs can be sharded over many hosts, which Orbax was made for.
+    """
+    if backend == "jax":
+        from acceltrain.training.sharded_checkpoint import ShardedCheckpoints
+
+        return ShardedCheckpoints(folder, keep)
+    return Checkpoints(folder, keep, writer=process_index == 0)
+
+
+def read_state(folder: Path) -> State:
+    """The State of an .weights.h5 checkpoint, checked against its weights' sha256."""
+    state = State(**json.loads((folder / STATE).read_text()))
+    if _sha256(folder / WEIGHTS) != state.weights_sha256:
+        raise ValueError("the weights do not match their recorded sha256 (truncated or corrupt)")
+    return state
 
 
 def restore(model, path: Path) -> None:

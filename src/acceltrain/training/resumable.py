@@ -9,6 +9,7 @@ current step, write a checkpoint and raise Interrupted. Imports keras: import on
 
 import contextlib
 import math
+import os
 import signal
 import threading
 import time
@@ -18,7 +19,8 @@ import numpy as np
 
 from acceltrain import data, log
 from acceltrain.backends import keras_internals
-from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order, restore
+from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
+from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -35,37 +37,51 @@ class Interrupted(AcceltrainError):
 
 def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
         seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None,
-        process_share=lambda arrays: arrays, num_processes: int = 1, **fit_kwargs):
+        process_share=lambda arrays: arrays, num_processes: int = 1, dataset_batches: int | None = None,
+        **fit_kwargs):
     """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says.
 
-    In a multi-process job `process_share` gives this process its share of (x, y) and each process
-    batches `batch_size / num_processes` of it: global batch k is the same samples on any process count.
+    A tf.data.Dataset `x` is read one pass an epoch (see dataset_position; `dataset_batches`: its
+    batches in a pass, if known before any trimming). In a multi-process job `process_share` gives this
+    process its share of (x, y) and each process batches `batch_size / num_processes` of it: global
+    batch k is the same samples on any process count.
     """
+    feed = DatasetFeed(x, checkpoints.folder / "data", dataset_batches) if data.is_dataset(x) else None
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     state = _starting_state(model, checkpoints, resume, seed, num_replicas)
-    num_samples = data.num_samples(x)
-    left_out = data.left_out(num_samples, batch_size, num_replicas)
-    if left_out:
-        log.info(f"left out {left_out} training sample(s) of each epoch, the last of its "
-                 f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
-                 f"so the final batch divides over {num_replicas} replicas")
-    steps_per_epoch = math.ceil((num_samples - left_out) / batch_size)
+    num_samples = left_out = None
+    if feed:
+        steps_per_epoch = feed.steps_per_epoch
+    else:
+        num_samples = data.num_samples(x)
+        left_out = data.left_out(num_samples, batch_size, num_replicas)
+        if left_out:
+            log.info(f"left out {left_out} training sample(s) of each epoch, the last of its "
+                     f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
+                     f"so the final batch divides over {num_replicas} replicas")
+        steps_per_epoch = math.ceil((num_samples - left_out) / batch_size)
     history = keras.callbacks.History()
     history.history = {name: list(values) for name, values in state.history.items()}
     progress = _WholeRunProgress(epochs)
-    with _deferred_signals() as received:
+    # In a multi-process JAX job, jax.distributed catches SIGTERM itself, so that every process learns
+    # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
+    sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
+    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected():
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
-            order = epoch_order(state.seed, epoch, num_samples) if shuffle else np.arange(num_samples)
-            order = order[:num_samples - left_out][first_step * batch_size:]
             saver.start_epoch(epoch, first_step)
             started = time.perf_counter()
-            x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
+            if feed:  # a dataset: the next batches of the one iterator the run reads
+                inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+            else:  # arrays: this epoch's order, from the step reached on
+                order = epoch_order(state.seed, epoch, num_samples) if shuffle else np.arange(num_samples)
+                order = order[:num_samples - left_out][first_step * batch_size:]
+                x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
+                inputs = {"x": x_epoch, "y": y_epoch, "batch_size": batch_size // num_processes}
             epoch_history = model.fit(
-                x_epoch, y_epoch, batch_size=batch_size // num_processes, initial_epoch=epoch,
-                epochs=epoch + 1, shuffle=False, validation_data=validation_data, verbose=verbose,
-                callbacks=[progress, saver, *callbacks], **fit_kwargs,
+                **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=validation_data,
+                verbose=verbose, callbacks=[progress, saver, *callbacks], **fit_kwargs,
             )
             if saver.stopped_mid_epoch:
                 raise Interrupted(received[0], saver.last_saved)
@@ -75,6 +91,8 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
                 state.history.setdefault(name, []).extend(float(v) for v in values)
             if model.stop_training:  # a callback (e.g. the divergence check) ended the run
                 break
+            if not received and checkpoints.preempted_at((epoch + 1) * steps_per_epoch):
+                received.append(signal.SIGTERM)
             due = every.unit == "epochs" and (epoch + 1) % every.count == 0
             if due or received or epoch + 1 == epochs:
                 saver.last_saved = checkpoints.save(model, state)
@@ -87,18 +105,23 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     return history
 
 
+def _oldest_epoch(checkpoints) -> int:
+    """The epoch of the oldest checkpoint kept: where the dataset stood before it is no longer needed."""
+    kept = checkpoints.list()
+    return int(kept[0].name.split("-")[1]) if kept else 0
+
+
 def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, num_replicas: int) -> State:
     if not resume:
         if checkpoints.list():
             raise UsageError(f"{checkpoints.folder} already holds checkpoints. Pass resume=True (CLI: --resume) "
                              "to continue from them, or start in an empty folder (CLI: --overwrite).")
         return State(seed=seed, num_replicas=num_replicas)
-    found = checkpoints.latest()
+    found = checkpoints.restore_latest(model)
     if found is None:
         log.info(f"no checkpoint in {checkpoints.folder}: starting from the beginning")
         return State(seed=seed, num_replicas=num_replicas)
     path, state = found
-    restore(model, path)
     if state.seed != seed:
         log.warn(f"the checkpoint was made with seed {state.seed}, not {seed}: keeping {state.seed} so the data "
                  "order stays the same")
@@ -134,6 +157,8 @@ class _StepSaver(keras.callbacks.Callback):
         if batch == 0 or step >= self.steps_per_epoch:
             return  # nothing new since the last check; the epoch's end is checkpointed by the loop
         global_step = self._epoch * self.steps_per_epoch + step
+        if not self.received and self.checkpoints.preempted_at(global_step):
+            self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
         due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
@@ -159,22 +184,33 @@ class _WholeRunProgress(keras.callbacks.ProgbarLogger):
 
 
 @contextlib.contextmanager
-def _deferred_signals():
+def _deferred_signals(sigterm: bool = True):
     """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
-    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored."""
+    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored.
+
+    With `sigterm` False (a multi-process JAX job), SIGTERM is left to jax.distributed, which makes
+    every process stop at the same step, and SIGINT is passed on to it as SIGTERM: a process that
+    stopped on its own would wait for the others in its checkpoint's save for ever."""
     received: list[int] = []
+    forwarded: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
 
     def note(signum, frame):
-        if received and signum == signal.SIGINT:
+        if (received or forwarded) and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        if not sigterm:
+            log.info("SIGINT received: stopping every process of the job at the same step (as on SIGTERM)")
+            forwarded.append(signum)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         if not received:
             log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    taken = (signal.SIGTERM, signal.SIGINT) if sigterm else (signal.SIGINT,)
+    previous = {sig: signal.signal(sig, note) for sig in taken}
     try:
         yield received
     finally:

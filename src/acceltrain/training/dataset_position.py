@@ -1,0 +1,100 @@
+"""Exact resume for tf.data.Dataset inputs: where the data stood when each epoch began.
+
+A dataset's order cannot be drawn from (seed, epoch) as arrays' is: its shuffle buffers and the seeds
+of a reshuffling `shuffle` (which depend on how many passes this process has made) live in TensorFlow.
+So each epoch is one pass, an iterator acceltrain makes and feeds to Keras, and at the pass's start the
+iterator's state (its seeds included) is written with tf.train.Checkpoint to `checkpoints/data/epoch-E`.
+A run resumed at step s of epoch E restores that state into a new iterator and reads s batches past
+it: the same batches follow, in the same order, as in the uninterrupted run.
+
+Saved at the epoch's start, not with each checkpoint, because Keras reads ahead of the step it trains
+(its prefetch): the iterator's own position is a few batches past the last step done. The cost is one
+write per epoch, as large as the pipeline's buffers (a `shuffle(10_000)` of images holds 10,000 images).
+"""
+
+import contextlib
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+from acceltrain import data
+from acceltrain.errors import AcceltrainError, UsageError
+
+_NAME = re.compile(r"^epoch-(\d+)$")
+
+
+class DatasetFeed:
+    """One epoch of `dataset` at a time for Keras's fit, from one iterator whose epoch starts are saved."""
+
+    def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None):
+        # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
+        # partial batch is dropped), the same on every run.
+        self.steps_per_epoch = data.num_batches(dataset) or steps_per_epoch
+        if not self.steps_per_epoch:
+            raise UsageError(
+                "Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume "
+                "counts the batches of each pass: end the dataset (no .repeat()), or give it its length "
+                "with dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")
+        self.dataset = dataset
+        self.folder = Path(folder)
+        self._iterator = None
+        self._resumed = False
+
+    def epoch(self, epoch: int, first_step: int, keep_from: int = 0):
+        """The batches of `epoch` from `first_step` on (a generator). Epochs are asked for in order; the
+        first one asked for is where the run starts or resumes. Saved epoch starts before `keep_from`
+        (the oldest checkpoint's epoch) are deleted."""
+        self._iterator = iter(self.dataset)  # this epoch's pass
+        if not self._resumed and (epoch or first_step):
+            self._restore(epoch)
+        self._resumed = True
+        if first_step == 0:
+            self._save(epoch)
+        for _ in range(first_step):  # the batches of this epoch trained before the stop
+            next(self._iterator)
+        self._prune(keep_from)
+        return _rest_of(self._iterator)
+
+    def _checkpoint(self):
+        import tensorflow as tf
+
+        return tf.train.Checkpoint(iterator=self._iterator)
+
+    def _save(self, epoch: int) -> None:
+        final = self.folder / f"epoch-{epoch:04d}"
+        partial = self.folder / f".{final.name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        self._checkpoint().write(str(partial / "position"))
+        shutil.rmtree(final, ignore_errors=True)
+        partial.rename(final)  # atomic: a kill leaves the previous epochs' positions whole
+
+    def _restore(self, epoch: int) -> None:
+        saved = self.folder / f"epoch-{epoch:04d}"
+        if not saved.is_dir():
+            raise AcceltrainError(
+                f"The checkpoint is at epoch {epoch}, but where the dataset stood at that epoch's start "
+                f"({saved}) is missing, so the run cannot resume exactly. Start again without resume.")
+        self._checkpoint().read(str(saved / "position")).assert_consumed()
+
+    def _prune(self, keep_from: int) -> None:
+        if not self.folder.is_dir():
+            return
+        for path in self.folder.iterdir():
+            match = _NAME.match(path.name)
+            if match and int(match.group(1)) < keep_from:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _rest_of(iterator):
+    """What is left of the pass, as the Python generator Keras takes (it refuses a tf.data iterator)."""
+    yield from iterator
+
+
+@contextlib.contextmanager
+def end_of_pass_expected():
+    """Keras warns when a generator ends before it knew how many batches it had ("Your input ran out of
+    data"): for a pass fed by DatasetFeed, that end is the epoch's, as intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        yield

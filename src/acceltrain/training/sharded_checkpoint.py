@@ -1,0 +1,207 @@
+"""Checkpoints on JAX with Orbax: each process writes its own shards, in the background, atomically.
+
+The same folder shape and interface as `checkpoint.Checkpoints` (the .weights.h5 checkpoints TensorFlow
+keeps): `checkpoints/epoch-0003-step-00025/` holds `pytree/` (Keras's state tree: weights, optimizer
+and seed-generator state, written by Orbax as per-process tensorstore files) and `state/` (the
+`checkpoint.State` as JSON, written by process 0).
+
+- Sharded: every process calls save; Orbax writes only the shards its devices hold, so no host ever
+  gathers the whole model.
+- Asynchronous: `save` returns once the arrays are copied to host memory; the files are written by a
+  background thread while training goes on. The next save, `restore_latest` and `close` wait for it.
+- Atomic: Orbax writes `NAME.orbax-checkpoint-tmp-*` and renames it when every process is done, so a
+  kill at any instant leaves the previous checkpoint whole; a checkpoint that does not load (a
+  truncated file) is reported and skipped for the one before.
+- Another mesh: arrays are restored straight into the layouts of the model being resumed (the target
+  shardings of its variables), so a run saved sharded over 8 devices resumes on 4, or on 1.
+
+Why not `keras.callbacks.OrbaxCheckpoint`: it numbers checkpoints by batches seen and keeps no state
+of ours (epoch, step within it, seed, history), hooks `on_train_batch_end` (which makes Keras wait for
+every step's metrics on the host), and restores (through `load_weights`) with the saved layouts when no
+distribution is active, which fails on a machine with fewer devices. The state tree it saves
+(`model.get_state_tree`) is the one saved here.
+"""
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from acceltrain import log
+from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.training import checkpoint
+from acceltrain.training.checkpoint import State
+
+PYTREE, STATE = "pytree", "state"
+_TMP_MARK = ".orbax-checkpoint-tmp"
+
+
+class ShardedCheckpoints:
+    """The checkpoints folder of one run on JAX: save (in the background), list, restore the newest good one."""
+
+    def __init__(self, folder: Path, keep: int = 2):
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise UsageError(f"Received keep_checkpoints={keep!r}. Expected a whole number of at least 1.")
+        self.folder = Path(folder).absolute()  # Orbax wants absolute paths
+        self.keep = keep
+        self._checkpointer = None
+
+    # --- Writing ------------------------------------------------------------------------------------
+
+    def save(self, model, state: State) -> Path:
+        """Start writing a checkpoint; returns once the arrays are in host memory. Every process calls it."""
+        import orbax.checkpoint as ocp
+
+        final = self.folder / f"epoch-{state.epoch:04d}-step-{state.step:05d}"
+        self._finish_and_prune(keep=self.keep - 1)  # the previous write first: one in flight at a time
+        if self._is_primary():
+            self.folder.mkdir(parents=True, exist_ok=True)
+        tree = _saved_tree(model)
+        try:
+            self._writer().save(final, ocp.args.Composite(**{
+                PYTREE: ocp.args.StandardSave(tree), STATE: ocp.args.JsonSave(asdict(state))}), force=True)
+        except OSError as error:
+            raise AcceltrainError(
+                f"Could not write the checkpoint {final} ({error.strerror or error}). The previous checkpoint "
+                "is intact. Free some disk space or pass another --out, then resume with --resume."
+            ) from None
+        return final
+
+    def close(self) -> None:
+        """Wait for the write in flight, then keep the newest `keep`. Call before the process exits."""
+        if self._checkpointer is not None:
+            self._finish_and_prune(keep=self.keep)
+            self._checkpointer.close()
+            self._checkpointer = None
+
+    def _finish_and_prune(self, keep: int) -> None:
+        if self._checkpointer is None:
+            return
+        try:
+            self._checkpointer.wait_until_finished()
+        except Exception as error:  # a background write failed: say so; the previous checkpoint stands
+            log.warn(f"a checkpoint could not be written ({error}); the previous one is intact")
+        if self._is_primary():
+            done = self.list()
+            for old in done[: max(len(done) - keep, 0)]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def _writer(self):
+        if self._checkpointer is None:
+            import orbax.checkpoint as ocp
+
+            self._remove_unfinished()
+            self._checkpointer = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+        return self._checkpointer
+
+    def _remove_unfinished(self) -> None:
+        """Folders a killed run left half written: never listed, removed before this run writes."""
+        if self._is_primary() and self.folder.is_dir():
+            for path in self.folder.iterdir():
+                if _TMP_MARK in path.name:
+                    shutil.rmtree(path, ignore_errors=True)
+
+    # --- Reading ------------------------------------------------------------------------------------
+
+    def list(self) -> list[Path]:
+        """Complete checkpoint folders, oldest first."""
+        return _list(self.folder)
+
+    def latest(self) -> tuple[Path, State] | None:
+        """The newest checkpoint whose state reads back; its arrays are checked when restored."""
+        for candidate in reversed(self.list()):
+            try:
+                return candidate, _read_state(candidate)
+            except (OSError, ValueError, TypeError) as error:
+                log.warn(f"skipping damaged checkpoint {candidate.name}: {error}")
+        return None
+
+    def restore_latest(self, model) -> tuple[Path, State] | None:
+        """Restore the newest checkpoint that loads whole into `model`; damaged ones are reported and skipped."""
+        self._finish_and_prune(keep=self.keep)
+        for candidate in reversed(self.list()):
+            try:
+                state = _read_state(candidate)
+                restore(model, candidate)
+                return candidate, state
+            except Exception as error:  # Orbax and tensorstore raise many kinds for a damaged file
+                log.warn(f"skipping damaged checkpoint {candidate.name}: {_first_line(error)}")
+        return None
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def preempted_at(self, step: int) -> bool:
+        """In a multi-process job: True, on every process at the same `step`, once any of them got SIGTERM.
+
+        JAX's coordination service catches SIGTERM in each process (jax.distributed installs the
+        handler) and picks the first step all processes can still stop at. `step` must grow by at
+        least one between calls, and every process must make the same calls.
+        """
+        import jax
+
+        if jax.process_count() == 1:
+            return False
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.reached_preemption_sync_point(step)
+
+    @staticmethod
+    def _is_primary() -> bool:
+        import jax
+
+        return jax.process_index() == 0
+
+
+def restore(model, path: Path) -> None:
+    """Load a checkpoint into `model`, each array straight into the layout of the variable it fills.
+
+    The layouts are the model's own (its distribution's), not the saved ones, so this works on another
+    mesh or device count. A folder from the .weights.h5 format (an older run) loads through Keras.
+    """
+    if (path / checkpoint.WEIGHTS).exists():
+        checkpoint.restore(model, path)
+        return
+    import jax
+    import orbax.checkpoint as ocp
+
+    if model.optimizer is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    variables = _saved_variables(model)
+    fallback = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree_util.tree_map(
+        lambda v: jax.ShapeDtypeStruct(v.shape, v.value.dtype, sharding=getattr(v.value, "sharding", fallback)),
+        variables)
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as reader:
+        restored = reader.restore(path, ocp.args.Composite(**{PYTREE: ocp.args.StandardRestore(abstract)}))
+    for variable, value in zip(jax.tree_util.tree_leaves(variables), jax.tree_util.tree_leaves(restored[PYTREE])):
+        variable.assign(value)
+
+
+def _saved_variables(model) -> dict:
+    """What a checkpoint holds, in the order the model creates it: weights, the rest of the layers' state
+    (seed generators, batch-norm statistics), and the optimizer's. Lists, not Keras's state tree by
+    name, so a model whose layers were named otherwise (another `dense_3`) still resumes, as with
+    .weights.h5. Metrics are left out: Keras resets them at each epoch's start."""
+    optimizer = model.optimizer.variables if model.optimizer is not None else []
+    return {"trainable": list(model.trainable_variables), "non_trainable": list(model.non_trainable_variables),
+            "optimizer": list(optimizer)}
+
+
+def _saved_tree(model) -> dict:
+    return {part: [variable.value for variable in variables] for part, variables in _saved_variables(model).items()}
+
+
+def _read_state(folder: Path) -> State:
+    if (folder / checkpoint.STATE).exists():  # the .weights.h5 format
+        return checkpoint.read_state(folder)
+    return State(**json.loads((folder / STATE / "metadata").read_text()))  # the file Orbax's JsonSave writes
+
+
+def _list(folder: Path) -> list[Path]:
+    return checkpoint.Checkpoints(folder).list()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
