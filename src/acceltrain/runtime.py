@@ -14,7 +14,7 @@ import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, data, decisions, hardware, inputs, log, placement, watchdog
+from acceltrain import backends, cluster, decisions, hardware, inputs, log, placement, watchdog
 from acceltrain.errors import UsageError, positive_int
 
 

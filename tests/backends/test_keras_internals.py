@@ -2,7 +2,6 @@
 behaves as assumed: a Keras upgrade that changes one fails the test named after it."""
 
 import numpy as np
-import pytest
 
 from acceltrain.backends import keras_internals
 

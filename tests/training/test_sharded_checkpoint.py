@@ -1,6 +1,5 @@
 """Orbax checkpoints on JAX: sharded, asynchronous, atomic, restored on another mesh; real kills of real runs."""
 
-import json
 import shutil
 import signal
 import subprocess
