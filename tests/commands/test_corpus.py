@@ -7,7 +7,7 @@ import pytest
 
 from tests import corpus
 
-CI_ONE_DEVICE = ["functional_two_in_two_out", "custom_train_step", "callback_batch_end", "custom_loop"]
+CI_ONE_DEVICE = ["functional_two_in_two_out", "custom_train_step", "custom_loop"]
 CI_EIGHT_DEVICES = ["functional_two_in_two_out", "custom_train_step", "callback_batch_end"]
 CI_LAUNCH = ["functional_two_in_two_out"]
 

@@ -259,3 +259,14 @@ def test_the_closing_line_counts_the_scripts_own_calls_not_keras_inner_ones(monk
     calls.tell_summary()
 
     assert lines[-1][1] == "run: the script's Keras calls (2 fit, 1 evaluate, 1 predict) ran on one device"
+
+
+@pytest.mark.multi_device
+def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
+    plain = support.python(support.SCRIPTS / "old_train_step.py", timeout=180, KERAS_BACKEND="jax")
+    run = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "old_train_step.py", timeout=180)
+
+    assert plain.returncode == 1 and "TypeError" in plain.stderr
+    assert run.returncode == 1 and "TypeError" in run.stderr
+    assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
+            "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-1]
