@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
                        help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
+    _add_stall_timeout(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
     train.add_argument("--config", metavar="FILE.toml",
@@ -130,11 +131,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, for a multi-host job")
     run.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
     run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
+    _add_stall_timeout(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
     launch.add_argument("--processes", type=int, required=True, metavar="N", help="how many processes")
     _add_connect_flags(launch)
+    _add_stall_timeout(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
@@ -162,14 +165,14 @@ def _run(args) -> int:
 
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
-                      num_processes=args.num_processes, process_id=args.process_id)
+                      num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout)
 
 
 def _launch(args) -> int:
     from acceltrain.commands.launch import launch
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
-                  backend=args.backend, distribution=args.distribution)
+                  backend=args.backend, distribution=args.distribution, stall_timeout=args.stall_timeout)
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -188,6 +191,14 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distribution", default="auto", help="auto (default), data or none")
     parser.add_argument("--platform", default="auto", help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
     parser.add_argument("--tpu", metavar="NAME", help="a TPU's name or address to connect to (tensorflow backend)")
+
+
+def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
+    from acceltrain.watchdog import DEFAULT_STALL_TIMEOUT
+
+    parser.add_argument("--stall-timeout", type=float, metavar="SECONDS",
+                        help="end the job, showing each process's stack, when no step has finished for this long "
+                             f"inside fit/evaluate/predict (default: {DEFAULT_STALL_TIMEOUT:g}; 0: off)")
 
 
 def _devices(args) -> int:

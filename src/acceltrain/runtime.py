@@ -15,13 +15,14 @@ import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, data, decisions, hardware, log
+from acceltrain import backends, cluster, data, decisions, hardware, log, watchdog
 from acceltrain.errors import UsageError
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
-            num_processes: int | None = None, process_id: int | None = None) -> "Runtime":
+            num_processes: int | None = None, process_id: int | None = None,
+            stall_timeout: float | None = None) -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -35,9 +36,12 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
         coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
             Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
+        stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
+            prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off.
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
+    stall_timeout = watchdog.check_timeout(stall_timeout)
     decisions.check_distribution(distribution)
     platform = _check_platform(platform, tpu, simulate_devices)
 
@@ -65,6 +69,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     # 4. Choose the distribution.
     kind, distribution_reason = decisions.choose_distribution(distribution, found.num_devices)
     runtime = Runtime(framework, found, framework.make_distribution(kind, found.devices))
+    runtime.watchdog = watchdog.Watchdog(stall_timeout, found.process_index)
     if found.num_processes > 1:
         framework.shard_inputs_per_process(runtime.distribution)  # each process feeds its own share
     runtime.decisions = {
@@ -139,6 +144,7 @@ class Runtime:
         self.decisions: dict[str, str] = {}
         self._seed = 0
         self.precision = "float32"  # Keras's dtype policy for models built under scope()
+        self.watchdog = watchdog.Watchdog(0)  # connect() sets the one it was asked for
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -225,7 +231,8 @@ class Runtime:
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
-            checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, **fit_kwargs):
+            checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, stall_timeout: float | None = None,
+            **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch.
 
@@ -238,8 +245,12 @@ class Runtime:
         "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest
         good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
+
+        `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
         """
-        from acceltrain.training.callbacks import DivergenceCheck, EpochTimer
+        from acceltrain.training.callbacks import DivergenceCheck, EpochTimer, StallWatch
+
+        stall = StallWatch(self._watchdog_for(stall_timeout))
 
         _check_compiled(model)
         # 1. The global batch splits evenly over the replicas (a dataset brings its own).
@@ -295,7 +306,8 @@ class Runtime:
                 x, y = self._own_share((x, y))
                 history = model.fit(x, y, batch_size=None if dataset else batch_size // self.num_processes,
                                     epochs=epochs, validation_data=validation_data,
-                                    callbacks=[*callbacks, timer, divergence], verbose=verbose, **fit_kwargs)
+                                    callbacks=[*callbacks, timer, divergence, stall], verbose=verbose,
+                                    **fit_kwargs)
                 history.epoch_seconds = timer.epoch_seconds
             else:
                 from acceltrain.training import resumable
@@ -303,7 +315,7 @@ class Runtime:
                 history = resumable.fit(
                     model, x, y, batch_size=batch_size, epochs=epochs, checkpoints=checkpoints, every=every,
                     resume=resume, seed=self._seed, num_replicas=self.num_replicas, verbose=verbose,
-                    validation_data=validation_data, callbacks=[*callbacks, divergence],
+                    validation_data=validation_data, callbacks=[*callbacks, divergence, stall],
                     process_share=self._own_share, num_processes=self.num_processes, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
@@ -323,8 +335,17 @@ class Runtime:
                 x, y = self._own_share(self._prepare_eval_arrays((x, y), batch_size, _num_classes(model), "x"))
         # Keras takes a dataset's own batch; with arrays, each process batches its share.
         batch_size = None if data.is_dataset(x) else batch_size // self.num_processes
+        from acceltrain.training.callbacks import StallWatch
+
+        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), StallWatch(self.watchdog)]
         with self.scope(), _preparing_inputs():
-            return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True, **evaluate_kwargs)
+            return model.evaluate(x, y, batch_size=batch_size, verbose=verbose, return_dict=True,
+                                  callbacks=callbacks, **evaluate_kwargs)
+
+    def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
+        if stall_timeout is None:
+            return self.watchdog
+        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
 
     # --- Many processes: each feeds its own share, Keras joins them into global batches ----------
 

@@ -55,3 +55,20 @@ def hooked_fit(trainer_class, hook):
     finally:
         for name, method in originals.items():
             setattr(trainer_class, name, method)
+
+
+def with_callback(method, args, kwargs: dict, callback) -> dict:
+    """The kwargs of a call `method(model, *args, **kwargs)` (a Keras fit, evaluate or predict) with
+    `callback` added to its callbacks. Left as they are where the callbacks came by position or as a
+    CallbackList the caller built, or already hold a callback of the same class."""
+    import inspect
+
+    names = list(inspect.signature(method).parameters)[1:]  # less the model
+    if "callbacks" not in names or len(args) > names.index("callbacks"):
+        return kwargs
+    callbacks = kwargs.get("callbacks")
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+        return kwargs  # a keras.callbacks.CallbackList: already configured by the caller
+    if any(type(c) is type(callback) for c in callbacks or ()):
+        return kwargs
+    return {**kwargs, "callbacks": [*(callbacks or ()), callback]}

@@ -161,7 +161,30 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     distribution = keras.distribution.DataParallel(devices=list(device_names))
     _distributions_by_mesh[distribution.device_mesh.backend_mesh] = distribution
     _follow_model_placement()
+    if _steps_must_not_overlap(distribution):
+        from acceltrain import log
+
+        log.info(f"{len(device_names)} CPU devices: Keras runs one step at a time (it waits for each step's metrics), "
+                 "as XLA's CPU collectives can deadlock when steps overlap")
     return distribution
+
+
+def _steps_must_not_overlap(distribution) -> bool:
+    """True for a distribution over several CPU devices (simulated, or CPUs of several processes).
+
+    Why: with no callback that needs each step's metrics (e.g. `fit(..., verbose=2)` or
+    `evaluate(..., verbose=0)` with no callbacks, or only `async_safe` ones), Keras 3.15 dispatches steps
+    without waiting and fetches their metrics in a thread pool, so several steps run at once. XLA's CPU
+    runtime runs each device's share of a step on a shared, small thread pool (sized by the cores, 2
+    here); the all-reduce of one step then waits for devices whose threads are taken by the next step,
+    and XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7 of them arrived on
+    time", exit 134), or, across processes (gloo), waits for ever. Measured here with a small convnet
+    over 4 simulated devices: aborted in 4 of 4 runs as Keras dispatches it, also with
+    JAX_CPU_ENABLE_ASYNC_DISPATCH=false and --xla_cpu_multi_thread_eigen=false; trained in every run with
+    one step at a time (4 and 8 devices). Accelerators run collectives on the device: no such limit.
+    """
+    devices = distribution.device_mesh.devices.flatten()
+    return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
 
 
 def distribution_name(distribution) -> str:
@@ -221,6 +244,12 @@ def _follow_model_placement() -> None:
                 distribution = None
                 if distribution_lib.distribution() is None:
                     distribution = distribution_of(model)
+                in_force = distribution or distribution_lib.distribution()
+                if in_force is not None and _steps_must_not_overlap(in_force):
+                    from acceltrain.backends import with_callback
+                    from acceltrain.training.callbacks import OneStepAtATime
+
+                    kwargs = with_callback(method, args, kwargs, OneStepAtATime())
                 with scope(distribution):
                     return method(model, *args, **kwargs)
 

@@ -55,6 +55,7 @@ class TrainConfig:
     checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
     keep_checkpoints: int = 2
     tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
+    stall_timeout: float | None = None  # seconds; default watchdog.DEFAULT_STALL_TIMEOUT, 0: off
 
 
 def fields() -> dict[str, type]:

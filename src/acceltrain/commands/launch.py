@@ -7,6 +7,7 @@ others: a job with a missing process would otherwise wait in its next collective
 gives up, or forever in the first one.
 """
 
+import contextlib
 import os
 import re
 import signal
@@ -17,22 +18,26 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, log
+from acceltrain import backends, cluster, decisions, log, watchdog
 from acceltrain.errors import UsageError
 
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
+STACKS_SECONDS = 2.0  # for the other processes to write their stacks, once one stalled
+ENV_LAUNCHER_PID = "ACCELTRAIN_LAUNCHER_PID"  # tells a launched process whose death it must not outlive
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
-           backend: str | None = None, distribution: str = "auto") -> int:
-    """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage)."""
+           backend: str | None = None, distribution: str = "auto", stall_timeout: float | None = None) -> int:
+    """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
+    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N)."""
     # 1. Everything that can be wrong is refused before a process starts.
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         raise UsageError(f"Received --processes {processes!r}. Expected a whole number of at least 1, e.g. 2.")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable())
+    stall_timeout = watchdog.check_timeout(stall_timeout, "--stall-timeout")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -42,68 +47,121 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution]
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
+    command += ["--stall-timeout", f"{stall_timeout:g}"]
     command += [script, *argv]
     log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
-    children = [subprocess.Popen(command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
-                for index in range(processes)]
-    writing = threading.Lock()  # one line at a time on the launcher's terminal, whichever process it is from
-    pumps = [threading.Thread(target=_prefix_lines, args=(stream, target, index, writing), daemon=True)
-             for index, child in enumerate(children)
-             for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
-    for pump in pumps:
-        pump.start()
-
-    # 3. Watch: the first failure stops the rest.
-    try:
-        code = _watch(children)
-    except KeyboardInterrupt:
-        _stop(children)
-        raise
-    finally:
+    children = []
+    with _forwarded_signals(children) as received:
+        for index in range(processes):
+            children.append(subprocess.Popen(
+                command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent))
+        writing = threading.Lock()  # one line at a time on the launcher's terminal, whichever process it is from
+        pumps = [threading.Thread(target=_prefix_lines, args=(stream, target, index, writing), daemon=True)
+                 for index, child in enumerate(children)
+                 for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
         for pump in pumps:
-            pump.join(timeout=STOP_GRACE_SECONDS)
+            pump.start()
+
+        # 3. Watch: the first failure, or a signal to the launcher, stops them all.
+        try:
+            code = _watch(children, received)
+        finally:
+            _stop(children)  # nothing outlives the launcher, whatever ended it
+            for pump in pumps:
+                pump.join(timeout=STOP_GRACE_SECONDS)
     return code
 
 
-def _watch(children) -> int:
+def _watch(children, received) -> int:
     while True:
+        if received:
+            signum = received[0]
+            log.warn(f"{signal.Signals(signum).name} received: passed on to the {len(children)} processes, which get "
+                     f"{STOP_GRACE_SECONDS:.0f} s to stop before they are killed")
+            _stop(children, first=signum)
+            return 128 + signum  # as a shell reports a process ended by that signal
         codes = [child.poll() for child in children]
         failed = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
         if failed:
             index, code = failed[0]
             running = [i for i, c in enumerate(codes) if c is None]
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            if code == watchdog.EXIT_STALLED:
+                how = "stalled"
+                _ask_for_stacks([children[i] for i in running])
             if running:
                 log.warn(f"process {index} {how}; stopping the other {len(running)} running process(es) "
                          f"{running} so the job does not hang waiting for it")
             else:
                 log.warn(f"process {index} {how}; no other process was still running")
             _stop(children)
-            return 2 if code == 2 else 1
+            return code if code in (2, watchdog.EXIT_STALLED) else 1
         if all(code == 0 for code in codes):
             return 0
         time.sleep(POLL_SECONDS)
 
 
-def _stop(children) -> None:
-    """SIGTERM, then SIGKILL after a grace period, to every child still running."""
+def _ask_for_stacks(children) -> None:
+    """SIGUSR1: each process writes its threads' stacks to stderr (run.py registers faulthandler on it)."""
+    for child in children:
+        if hasattr(signal, "SIGUSR1") and child.poll() is None:
+            child.send_signal(signal.SIGUSR1)
+    time.sleep(STACKS_SECONDS)
+
+
+def _stop(children, first: int = signal.SIGTERM) -> None:
+    """`first` (SIGTERM), then SIGKILL after a grace period, to the process group of every child: a child's
+    own children (a data loader's workers) go with it."""
     for child in children:
         if child.poll() is None:
-            child.terminate()
+            _signal_group(child, first)
     deadline = time.monotonic() + STOP_GRACE_SECONDS
     for child in children:
         try:
             child.wait(timeout=max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+            pass
+    for child in children:
+        _signal_group(child, signal.SIGKILL)  # also what a finished child may have left in its group
+        child.wait()
+
+
+def _signal_group(child, signum: int) -> None:
+    try:
+        os.killpg(child.pid, signum)  # each child leads its own group (process_group=0)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+
+
+@contextlib.contextmanager
+def _forwarded_signals(children):
+    """SIGTERM and SIGINT to the launcher are noted, and _watch passes them on to the children (which are
+    in their own process groups, so a Ctrl-C in the terminal reaches the launcher only). A second one
+    stops the children at once. The previous handlers are restored."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def note(signum, frame):
+        if received:  # the second: no more grace
+            for child in children:
+                _signal_group(child, signal.SIGKILL)
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _child_env(coordinator: str, processes: int, index: int) -> dict:
     env = dict(os.environ)
     env.update({cluster.ENV_COORDINATOR: coordinator, cluster.ENV_NUM_PROCESSES: str(processes),
-                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1"})
+                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", ENV_LAUNCHER_PID: str(os.getpid())})
     # The children import this same acceltrain, wherever it was imported from (a checkout or site-packages).
     source_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH")) if p)
@@ -148,9 +206,30 @@ def _free_port() -> int:
 
 
 def _die_with_parent() -> None:
-    """Linux: the child gets SIGTERM if the launcher dies (even by SIGKILL), so no orphan keeps training."""
+    """Linux: the child gets SIGTERM if the launcher dies (even by SIGKILL), so no orphan keeps training.
+    A child that does not end on it (stuck in a collective) is ended by watch_launcher."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def watch_launcher() -> None:
+    """In a launched process: end it (SIGKILL) once the launcher has been gone for the grace period.
+
+    PR_SET_PDEATHSIG's SIGTERM is not enough alone: a process deadlocked in a collective may never act on
+    it (Python runs its handlers between bytecodes; XLA's own handler can block), and it exists on Linux
+    only. A daemon thread polls the parent's pid instead, which works wherever os.getppid does.
+    """
+    launcher = os.environ.get(ENV_LAUNCHER_PID)
+    if not launcher or not launcher.isdigit():
+        return
+
+    def watch():
+        while os.getppid() == int(launcher):
+            time.sleep(1.0)
+        time.sleep(STOP_GRACE_SECONDS)  # time to act on SIGTERM (write a checkpoint) first
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="acceltrain-watch-launcher", daemon=True).start()

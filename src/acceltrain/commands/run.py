@@ -29,14 +29,17 @@ from acceltrain.runtime import connect, inputs_prepared
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
                distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
-               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None) -> int:
+               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+               stall_timeout: float | None = None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code."""
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
-                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id)
+                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
+                      stall_timeout=stall_timeout)
+    _never_outlive_the_job()
     framework = runtime._framework
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
@@ -62,6 +65,19 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
             return 1
     calls.tell_summary()
     return 0
+
+
+def _never_outlive_the_job() -> None:
+    """Launched: end with the launcher; and show this process's stacks when asked (SIGUSR1), which the
+    launcher does when another process stalled, so the job shows where each process stood."""
+    import signal
+
+    from acceltrain import watchdog
+    from acceltrain.commands.launch import watch_launcher
+
+    watch_launcher()
+    if hasattr(signal, "SIGUSR1"):
+        watchdog.show_stacks_on(signal.SIGUSR1)
 
 
 @contextlib.contextmanager
@@ -253,6 +269,12 @@ class FitGuard:
         self.placement_told = False
 
     def __call__(self, name: str, model, args, kwargs):
+        if inputs_prepared():
+            return args, kwargs  # Runtime.fit's own call: its inputs and callbacks are set
+        from acceltrain.backends import with_callback
+        from acceltrain.training.callbacks import StallWatch
+
+        kwargs = with_callback(getattr(type(model), name), args, kwargs, StallWatch(self.runtime.watchdog))
         bound = inspect.signature(getattr(type(model), name)).bind(model, *args, **kwargs)
         arguments = dict(bound.arguments)
         del arguments[next(iter(arguments))]  # the model itself

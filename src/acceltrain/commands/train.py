@@ -47,7 +47,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     # 2. Connect, then build the model inside the distribution's scope.
     with log.phase("connecting to the hardware"):
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
-                          platform=config.platform, tpu=config.tpu)
+                          platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     if model_file:

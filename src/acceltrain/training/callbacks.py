@@ -86,3 +86,83 @@ class EpochTimer(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
+
+
+class OneStepAtATime(keras.callbacks.Callback):
+    """Makes Keras wait for each step's metrics before it starts the next step.
+
+    Keras dispatches batch ends to a thread pool unless a callback overrides them without being
+    `async_safe`; overriding them here is the whole point (backends/jax.py::_steps_must_not_overlap says
+    why several CPU devices need it).
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+    def on_test_batch_end(self, batch, logs=None):
+        pass
+
+    def on_predict_batch_end(self, batch, logs=None):
+        pass
+
+
+class StallWatch(keras.callbacks.Callback):
+    """Beats the stall watchdog (acceltrain/watchdog.py) at each finished step and each change of phase,
+    and arms it only while a fit, evaluate or predict runs.
+
+    `async_safe`: Keras may call the batch ends from its callback thread, once the step's metrics are on
+    the host (so the step has finished); nothing here needs them sooner, and it must not make Keras wait.
+    """
+
+    async_safe = True
+
+    def __init__(self, watchdog):
+        super().__init__()
+        self.watchdog = watchdog
+        self._fitting = False
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        self._fitting = True
+        self.watchdog.arm("fit (compiling and running the first step)")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch + 1
+        self.watchdog.beat(f"fit, epoch {self._epoch}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {batch + 1}")
+
+    def on_train_end(self, logs=None):
+        self._fitting = False
+        self.watchdog.disarm()
+
+    def on_test_begin(self, logs=None):
+        self._begin("validation" if self._fitting else "evaluate")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.watchdog.beat(f"{'validation' if self._fitting else 'evaluate'}, after step {batch + 1}")
+
+    def on_test_end(self, logs=None):
+        self._end()
+
+    def on_predict_begin(self, logs=None):
+        self._begin("predict")
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.watchdog.beat(f"predict, after step {batch + 1}")
+
+    def on_predict_end(self, logs=None):
+        self._end()
+
+    def _begin(self, phase):
+        if self._fitting:
+            self.watchdog.beat(phase)
+        else:
+            self.watchdog.arm(f"{phase} (compiling and running the first step)")
+
+    def _end(self):
+        if self._fitting:
+            self.watchdog.beat(f"fit, epoch {self._epoch}")
+        else:
+            self.watchdog.disarm()
