@@ -270,3 +270,22 @@ def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
     assert run.returncode == 1 and "TypeError" in run.stderr
     assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
             "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-1]
+
+
+def test_a_failed_jax_call_leaves_the_model_usable_for_the_rerun_unless_steps_ran(runtime):
+    import keras
+    import numpy as np
+
+    from acceltrain.commands.run import _restored, _variable_values
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    expected = model.predict(np.ones((8, 4), "float32"), verbose=0)
+    values = _variable_values(model)  # as a call starts (a finished call hands its inputs' buffers over)
+    for variable, _ in values:
+        variable._value = None  # as Keras's JAX trainer leaves them when its call raises
+
+    assert _restored(values)
+    np.testing.assert_array_equal(model.predict(np.ones((8, 4), "float32"), verbose=0), expected)
+    values[0][1].delete()  # a step ran: the value was handed over (donated) and is gone
+    assert not _restored(values)

@@ -179,13 +179,16 @@ class KerasCalls:
         def call(model, *args, **kwargs):
             outermost = self._depth == 0
             self._depth += 1
+            before = _variable_values(model) if outermost else []
             try:
                 return method(model, *args, **kwargs)
             except UsageError:
                 raise
             except Exception as error:
                 if outermost and self.failed is None:
-                    self.failed = (name, error, self._recheck(trainer, name, hooked, model, args, kwargs))
+                    rerun = _restored(before)
+                    self.failed = (name, error, self._recheck(trainer, name, hooked, model, args, kwargs)
+                                   if rerun else "trained")
                 raise
             finally:
                 self._depth -= 1
@@ -228,7 +231,10 @@ class KerasCalls:
                      f"it fails without acceltrain too, run: python {script}")
             return
         name, _, plain = self.failed
-        if plain == "skipped":
+        if plain == "trained":
+            log.info(f"model.{name} failed after it had run steps, so it was not rerun without acceltrain. To "
+                     f"tell whose error it is, run: python {script}")
+        elif plain == "skipped":
             log.info(f"model.{name} failed; not rerun without acceltrain in a job of several processes. To tell "
                      f"whose error it is, run: python {script}")
         elif plain is None:
@@ -253,6 +259,30 @@ class KerasCalls:
             log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
                      f"variables were placed by {where}, but a hand-written training loop runs as written, each "
                      "step on the whole batch (Keras's fit/evaluate/predict are what acceltrain splits)")
+
+
+def _variable_values(model) -> list:
+    """(variable, value) of every variable a call may touch, on JAX only: Keras's JAX trainer takes the
+    values out of the variables for the call and puts them back at its end, so a call that raises leaves
+    the model without them. Only references: nothing is copied."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return []
+    optimizer = getattr(model, "optimizer", None)
+    own = getattr(model, "variables", [])
+    variables = {id(v): v for v in [*own, *(optimizer.variables if optimizer is not None else [])]}
+    return [(v, v._value) for v in variables.values()]
+
+
+def _restored(values) -> bool:
+    """Put the values from before a failed call back; False when steps had run (the old values were handed
+    over to the step and deleted, and the new ones were lost with the failure)."""
+    if any(value is not None and getattr(value, "is_deleted", lambda: False)() for _, value in values):
+        return False
+    for variable, value in values:
+        variable._value = value
+    return True
 
 
 class FitGuard:
