@@ -1,7 +1,7 @@
 """The conformance corpus, whole: every script of tests/scripts/corpus plainly and under acceltrain.
 
     python benchmarks/corpus.py [--modes plain run-1 run-4 run-8 launch-2x2] [--shapes NAME ...]
-                                [--results FILE] [--write]
+                                [--results FILE] [--merge FILE ...] [--no-run] [--write]
 
 Runs each script in each mode one after another (the matrix in tests/corpus.py: plain, `acceltrain run`
 at 1, 4 and 8 simulated devices, `acceltrain launch --processes 2 --simulate-devices 2` for the fit-based
@@ -13,6 +13,7 @@ section "corpus" (pass counts, time under `run` at 1 device over plain) and READ
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -37,9 +38,18 @@ def main():
     parser.add_argument("--shapes", nargs="+", default=[shape.name for shape in corpus.SHAPES],
                         choices=[shape.name for shape in corpus.SHAPES])
     parser.add_argument("--results", type=Path, default=REPO / ".corpus-results.json")
+    parser.add_argument("--merge", type=Path, nargs="*", default=[],
+                        help="result files of other parts of the matrix (run at the same time), merged into FILE")
+    parser.add_argument("--no-run", action="store_true", help="run nothing: only merge and write")
     parser.add_argument("--write", action="store_true", help="write BENCHMARKS.md's section and README's table")
     args = parser.parse_args()
     results = json.loads(args.results.read_text()) if args.results.exists() else {}
+    for part in args.merge:
+        for name, records in json.loads(part.read_text()).items():
+            results.setdefault(name, {}).update(records)
+    args.results.write_text(json.dumps(results, indent=1))
+    if args.no_run:
+        args.shapes = []
     with tempfile.TemporaryDirectory() as folder:
         data = support.write_small_mnist(Path(folder) / "small_mnist.npz")
         for name in args.shapes:
@@ -48,7 +58,7 @@ def main():
                 outcome = corpus.run(shape, mode, data)
                 record = asdict(outcome)
                 record.update(stdout=outcome.stdout[-4000:], stderr=outcome.stderr[-8000:], summary=outcome.summary,
-                              refused=outcome.refused, when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+                              refused=outcome.refused, load=os.getloadavg()[0], when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
                 results.setdefault(name, {})[mode] = record
                 args.results.write_text(json.dumps(results, indent=1))
                 found = judge(shape, mode, results)
@@ -71,9 +81,12 @@ def judge(shape, mode: str, results: dict) -> list:
 
 
 def benchmarks_section(results: dict) -> str:
+    loads = [record["load"] for records in results.values() for record in records.values() if "load" in record]
+    shared = (f" The machine was shared while they ran: load average {min(loads):.1f} to {max(loads):.1f} on its "
+              "cores, so the time ratios below are noisy." if loads else "")
     lines = ["## The conformance corpus: ordinary Keras scripts, plainly and under acceltrain", "",
              f"`{COMMAND}` on {machine()}; each script run once per mode, one after another (runs dated "
-             f"{dates(results)}). A run passes when it exits 0, its printed metrics match the plain run "
+             f"{dates(results)}).{shared} A run passes when it exits 0, its printed metrics match the plain run "
              "(bit for bit at 1 device; within the tolerances in `tests/corpus.py` otherwise), its acceltrain "
              "warnings are the expected ones, and it leaves no process behind.", "",
              "| mode | passed | failed (why) |", "|---|---|---|"]
@@ -81,7 +94,7 @@ def benchmarks_section(results: dict) -> str:
         shapes = [shape for shape in corpus.SHAPES if mode in shape.modes() and mode in results.get(shape.name, {})]
         failed = [(shape.name, judge(shape, mode, results)) for shape in shapes]
         failed = [(name, why) for name, why in failed if why]
-        why = "; ".join(f"{name}: {problem[0]}" for name, problem in failed) or "none"
+        why = "; ".join(f"{name}: {problem[0][:160]}" for name, problem in failed) or "none"
         lines.append(f"| {mode} | {len(shapes) - len(failed)}/{len(shapes)} | {why} |")
     ratios = []
     for shape in corpus.SHAPES:

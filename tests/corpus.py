@@ -10,6 +10,7 @@ process it started is left running.
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import time
@@ -240,10 +241,13 @@ def warning_problems(expected, got) -> list:
 
 
 def last_error_line(stderr: str) -> str:
-    """The line that says what went wrong: acceltrain's error, XLA's abort, or the last exception line."""
+    """The line that says what went wrong: acceltrain's error, XLA's abort, the script's exception, else the
+    last line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    for marker in ("acceltrain: error:", "Termination timeout", "Check failed", "Error:", "Error", "error"):
-        hits = [line for line in lines if marker in line and not line.startswith("acceltrain: run:")]
+    exception = re.compile(r"^(\[\d+\] )?[\w.]*(Error|Exception|Interrupt)\b.*:")
+    for found in (lambda line: "acceltrain: error:" in line, lambda line: "Termination timeout" in line,
+                  lambda line: "Check failed" in line, exception.match):
+        hits = [line for line in lines if found(line)]
         if hits:
             return hits[-1][:300]
     return lines[-1][:300] if lines else ""
