@@ -82,8 +82,9 @@ def judge(shape, mode: str, results: dict) -> list:
 
 def benchmarks_section(results: dict) -> str:
     loads = [record["load"] for records in results.values() for record in records.values() if "load" in record]
-    shared = (f" The machine was shared while they ran: load average {min(loads):.1f} to {max(loads):.1f} on its "
-              "cores, so the time ratios below are noisy." if loads else "")
+    runs = sum(len(records) for records in results.values())
+    shared = (f" The machine was shared: 1-minute load average {min(loads):.1f} to {max(loads):.1f} where recorded "
+              f"({len(loads)} of {runs} runs), so times are noisy." if loads else "")
     lines = ["## The conformance corpus: ordinary Keras scripts, plainly and under acceltrain", "",
              f"`{COMMAND}` on {machine()}; each script run once per mode, one after another (runs dated "
              f"{dates(results)}).{shared} A run passes when it exits 0, its printed metrics match the plain run "
