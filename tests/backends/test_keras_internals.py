@@ -142,3 +142,22 @@ def test_saving_replaced_covers_save_and_save_weights(tmp_path):
         _model().save_weights(tmp_path / "m.weights.h5")
     assert calls == ["save", "save_weights"] and not list(tmp_path.iterdir())
     assert keras.Model.save.__name__ == "save"
+
+
+def test_variable_values_and_put_back_values_rely_on_variable__value(runtime):
+    import keras
+    import numpy as np
+
+    from acceltrain.backends import keras_internals
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    expected = model.predict(np.ones((8, 4), "float32"), verbose=0)
+    values = keras_internals.variable_values(model)  # as a call starts (a finished call hands its inputs' buffers over)
+    for variable, _ in values:
+        variable._value = None  # as Keras's JAX trainer leaves them when its call raises
+
+    assert keras_internals.put_back_values(values)
+    np.testing.assert_array_equal(model.predict(np.ones((8, 4), "float32"), verbose=0), expected)
+    values[0][1].delete()  # a step ran: the value was handed over (donated) and is gone
+    assert not keras_internals.put_back_values(values)

@@ -255,3 +255,47 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+# --- The launcher's own plumbing, in-process ---------------------------------------------------------
+
+def test_a_progress_bar_is_forwarded_as_it_redraws_not_once_an_epoch():
+    import io
+    import os
+
+    from acceltrain.commands.launch import _prefix_lines
+
+    read_end, write_end = os.pipe()
+    target = io.StringIO()
+    pump = threading.Thread(target=_prefix_lines, args=(os.fdopen(read_end, "rb"), target, 1, threading.Lock()))
+    pump.start()
+    os.write(write_end, b"\b\b\b\r 1/16 loss: 2.3\b\b\b\r 2/16 loss: 2.2\b\b\b\r 3/16 ")  # a bar mid-epoch, as Keras writes it
+    deadline = time.monotonic() + 30
+    while "2/16" not in target.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    mid_epoch = target.getvalue()
+    os.write(write_end, b"loss: 2.1\n[Gloo] Rank 1 is connected\n")
+    os.close(write_end)
+    pump.join(timeout=30)
+
+    assert mid_epoch == "[1]  1/16 loss: 2.3\r[1]  2/16 loss: 2.2\r"  # before the epoch's '\n'; no backspaces
+    assert target.getvalue() == mid_epoch + "[1]  3/16 loss: 2.1\n[1] [Gloo] Rank 1 is connected\n"
+
+
+def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
+    from acceltrain import log
+    from acceltrain.commands import launch
+
+    class Ended:
+        def __init__(self, code):
+            self.code = code
+
+        def poll(self):
+            return self.code
+
+        def wait(self, timeout=None):
+            return self.code
+
+    said = []
+    monkeypatch.setattr(log, "warn", said.append)
+    monkeypatch.setattr(launch, "_stop", lambda children, first=None: None)  # nothing to stop: both ended
+    assert launch._watch([Ended(0), Ended(1)], received=[]) == 1
+    assert said == ["process 1 exited with code 1; no other process was still running"]

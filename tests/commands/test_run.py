@@ -238,3 +238,98 @@ def test_a_plain_script_runs_with_its_weights_sharded():
     assert "→ FSDP over 8 replicas" in run.stderr
     assert "weights sharded: " in run.stderr and "the first device holds" in run.stderr
     assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout
+# --- KerasCalls: whose error is it? (in-process, a stand-in trainer) ---------------------------------
+
+def _trainer(fails_plainly: bool, fails_hooked: bool):
+    """A class with fit/evaluate/predict as the hooks leave Keras's: a wrapper over the plain method."""
+    import functools
+
+    def plain_fit(model, *args, **kwargs):
+        model.plain_calls += 1
+        if fails_plainly:
+            raise ValueError("the script's own mistake")
+        return "history"
+
+    @functools.wraps(plain_fit)
+    def hooked_fit(model, *args, **kwargs):
+        if fails_hooked:
+            raise RuntimeError("broken by a hook")
+        return plain_fit(model, *args, **kwargs)
+
+    return type("Trainer", (), {"fit": hooked_fit, "evaluate": hooked_fit, "predict": hooked_fit, "plain_calls": 0})
+
+
+def _calls(trainer, log_lines, monkeypatch, num_processes=1):
+    from types import SimpleNamespace
+
+    from acceltrain import log
+    from acceltrain.commands.run import KerasCalls
+
+    monkeypatch.setattr(log, "info", lambda message: log_lines.append(("info", message)))
+    monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
+    return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
+                                      num_replicas=1))
+
+
+@pytest.mark.parametrize(
+    "fails_plainly, fails_hooked, num_processes, says",
+    [
+        (True, False, 1, "model.fit fails the same way without acceltrain (ValueError"),
+        (False, True, 1, "model.fit fails only under acceltrain"),
+        (True, True, 1, "model.fit fails without acceltrain too, but differently (ValueError"),
+        (True, False, 2, "not rerun without acceltrain in a job of several processes"),
+    ],
+)
+def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fails_plainly, fails_hooked,
+                                                                            num_processes, says, monkeypatch):
+    from pathlib import Path
+
+    trainer, lines = _trainer(fails_plainly, fails_hooked), []
+    calls = _calls(trainer, lines, monkeypatch, num_processes)
+    model, hooked_fit = trainer(), trainer.fit
+    with calls.watching(trainer):
+        with pytest.raises(Exception) as raised:
+            model.fit("x", "y")
+        after_rerun = trainer.fit
+    calls.tell_whose(raised.value, Path("script.py"))
+
+    assert says in lines[-1][1]
+    assert (lines[-1][0] == "warn") == (not fails_plainly)  # acceltrain's own bug is a warning
+    assert model.plain_calls == (num_processes == 1) + (not fails_hooked and fails_plainly)
+    assert after_rerun.__wrapped__ is hooked_fit  # the watcher over the hooks again after the rerun
+    assert trainer.fit is hooked_fit  # and the hooks alone once the script ended
+
+
+def test_an_error_outside_any_keras_call_points_to_running_the_script_plainly(monkeypatch):
+    from pathlib import Path
+
+    lines = []
+    calls = _calls(_trainer(False, False), lines, monkeypatch)
+    calls.tell_whose(ValueError("in the script's own loop"), Path("loop.py"))
+
+    assert "outside fit/evaluate/predict" in lines[-1][1] and "python loop.py" in lines[-1][1]
+
+
+def test_the_closing_line_counts_the_scripts_own_calls_not_keras_inner_ones(monkeypatch):
+    trainer, lines = _trainer(False, False), []
+    calls = _calls(trainer, lines, monkeypatch)
+    with calls.watching(trainer):
+        model = trainer()
+        model.fit()
+        model.evaluate()
+        model.predict()
+        model.fit()
+    calls.tell_summary()
+
+    assert lines[-1][1] == "run: the script's Keras calls (2 fit, 1 evaluate, 1 predict) ran on one device"
+
+
+@pytest.mark.multi_device
+def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
+    plain = support.python(support.SCRIPTS / "old_train_step.py", timeout=180, KERAS_BACKEND="jax")
+    run = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "old_train_step.py", timeout=180)
+
+    assert plain.returncode == 1 and "TypeError" in plain.stderr
+    assert run.returncode == 1 and "TypeError" in run.stderr
+    assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
+            "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-1]

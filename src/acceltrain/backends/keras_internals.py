@@ -163,3 +163,33 @@ def saving_replaced(replace):
     """
     with patched(keras.Model, SAVING_METHODS, replace):
         yield
+
+
+# --- A failed call: the model as it was (acceltrain run reruns it plainly) ------------------------
+
+def variable_values(model) -> list:
+    """(variable, value) of every variable a call may touch, on JAX only: Keras's JAX trainer takes the
+    values out of the variables for the call and puts them back at its end, so a call that raises leaves
+    the model without them. Only references: nothing is copied.
+
+    Relies on: a Keras Variable holds its array in `_value`, which the JAX trainer sets to None for the
+    length of a fit/evaluate/predict call (and does not restore when the call raises).
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return []
+    optimizer = getattr(model, "optimizer", None)
+    own = getattr(model, "variables", [])
+    variables = {id(v): v for v in [*own, *(optimizer.variables if optimizer is not None else [])]}
+    return [(v, v._value) for v in variables.values()]
+
+
+def put_back_values(values) -> bool:
+    """Put the values from before a failed call back; False when steps had run (the old values were handed
+    over to the step and deleted, and the new ones were lost with the failure)."""
+    if any(value is not None and getattr(value, "is_deleted", lambda: False)() for _, value in values):
+        return False
+    for variable, value in values:
+        variable._value = value
+    return True

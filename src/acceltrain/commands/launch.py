@@ -9,6 +9,7 @@ gives up, or forever in the first one.
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -61,7 +62,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
             children.append(subprocess.Popen(
                 command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent))
-        pumps = [threading.Thread(target=_prefix_lines, args=(stream, target, index), daemon=True)
+        writing = threading.Lock()  # one line at a time on the launcher's terminal, whichever process it is from
+        pumps = [threading.Thread(target=_prefix_lines, args=(stream, target, index, writing), daemon=True)
                  for index, child in enumerate(children)
                  for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
         for pump in pumps:
@@ -77,7 +79,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     return code
 
 
-def _watch(children, received, stalled) -> int:
+def _watch(children, received, stalled=()) -> int:
     while True:
         if stalled:  # a process's watchdog fired: every process's stacks, before any of them ends
             stalled.clear()
@@ -96,8 +98,11 @@ def _watch(children, received, stalled) -> int:
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
                 how = "stalled"
-            log.warn(f"process {index} {how}; stopping the other {len(running)} running process(es) "
-                     f"{running} so the job does not hang waiting for it")
+            if running:
+                log.warn(f"process {index} {how}; stopping the other {len(running)} running process(es) "
+                         f"{running} so the job does not hang waiting for it")
+            else:
+                log.warn(f"process {index} {how}; no other process was still running")
             _stop(children)
             return code if code in (2, watchdog.EXIT_STALLED) else 1
         if all(code == 0 for code in codes):
@@ -185,11 +190,33 @@ def _child_env(coordinator: str, processes: int, index: int) -> dict:
     return env
 
 
-def _prefix_lines(stream, target, index: int) -> None:
-    for line in iter(stream.readline, b""):
-        target.write(f"[{index}] {line.decode(errors='replace')}")
-        target.flush()
+_LINE_END = re.compile(rb"(?<=\n)|(?<=\r)(?!\n)")  # after a \n, or after a \r that does not start \r\n
+
+
+def _prefix_lines(stream, target, index: int, writing: threading.Lock) -> None:
+    """Forward `stream` to `target` line by line as each line ends, each prefixed with "[index] ".
+
+    A '\r' ends a line too: Keras's progress bar redraws one line with '\r' and ends it with '\n' only at
+    the epoch's end, so waiting for '\n' would hold a whole epoch's bar back, and let another writer's line
+    (Gloo's, on the same stream) land in its middle. The backspaces the bar sends before its '\r' are
+    dropped: the '\r' alone returns to the line's start, and the prefix must not be erased.
+    """
+    pending = b""
+    for chunk in iter(lambda: stream.read1(65536), b""):
+        *lines, pending = _LINE_END.split(pending + chunk)
+        _write_lines(lines, target, index, writing)
+    _write_lines([pending] if pending else [], target, index, writing)
     stream.close()
+
+
+def _write_lines(lines, target, index: int, writing: threading.Lock) -> None:
+    for line in lines:
+        text = line.replace(b"\b", b"").decode(errors="replace")
+        if text.strip("\r\n") == "" and not text.endswith("\n"):
+            continue  # only the bar's erasing: nothing to show
+        with writing:
+            target.write(f"[{index}] {text}")
+            target.flush()
 
 
 def _free_port() -> int:

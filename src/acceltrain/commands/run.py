@@ -6,13 +6,17 @@
    Keras; 2. the distribution is made global (JAX) or the script runs in the strategy's scope
    (TensorFlow), so every model the script builds is distributed; 3. each fit and evaluate is checked
    (`checks.py`) and, in a multi-process job, fed this process's slice of the data; 4. the script runs
-   as `__main__`, with its own argv, exit code and traceback.
+   as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
+   calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
 """
 
 import contextlib
+import functools
+import inspect
 import runpy
 import sys
 import traceback
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -46,15 +50,19 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime)))
         if runtime.process_index > 0:
             stack.enter_context(_saving_elsewhere(runtime.process_index))
+        calls = stack.enter_context(KerasCalls(runtime).watching())  # outermost: sees each call as the script made it
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as exit:
+            calls.tell_summary()
             return _exit_code(exit.code)
         except UsageError:
             raise  # acceltrain's own message (a fit check), printed by the CLI
         except Exception as error:  # the script's own failure: its traceback, from its own frames
             _print_script_traceback(error, script)
+            calls.tell_whose(error, script)
             return 1
+    calls.tell_summary()
     return 0
 
 
@@ -147,6 +155,128 @@ def _saving_elsewhere(process_index: int):
 
     with keras_internals.saving_replaced(elsewhere):
         yield
+
+
+class KerasCalls:
+    """The script's fit, evaluate and predict calls, as it made them: counted, and rechecked when one fails.
+
+    When a call raises, it is rerun once with the script's own arguments and without acceltrain's hooks
+    (no input preparation, no global distribution), so the user learns whose error it is. The rerun is
+    skipped in a multi-process job: one process alone would wait forever in the others' collectives.
+    """
+
+    NAMES = ("fit", "evaluate", "predict")
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.counts: Counter = Counter()
+        self.failed: tuple | None = None  # (name, error, the same call's error without hooks, or None)
+        self._depth = 0  # fit calls evaluate for validation: only the script's own calls count
+
+    @contextlib.contextmanager
+    def watching(self, trainer=None):
+        """Inside, `trainer`'s (default: the backend's Keras trainer class) fit/evaluate/predict are watched."""
+        import keras
+
+        from acceltrain.backends import keras_internals
+
+        trainer = trainer or keras_internals.trainer_class(keras.backend.backend())
+        hooked = {name: getattr(trainer, name) for name in self.NAMES}
+        for name, method in hooked.items():
+            setattr(trainer, name, self._watched(trainer, name, method, hooked))
+        try:
+            yield self
+        finally:
+            for name, method in hooked.items():
+                setattr(trainer, name, method)
+
+    def _watched(self, trainer, name, method, hooked):
+        from acceltrain.backends import keras_internals
+
+        @functools.wraps(method)  # FitGuard reads Keras's signature through __wrapped__
+        def call(model, *args, **kwargs):
+            outermost = self._depth == 0
+            self._depth += 1
+            before = keras_internals.variable_values(model) if outermost else []
+            try:
+                return method(model, *args, **kwargs)
+            except UsageError:
+                raise
+            except Exception as error:
+                if outermost and self.failed is None:
+                    rerun = keras_internals.put_back_values(before)
+                    self.failed = (name, error, self._recheck(trainer, name, hooked, model, args, kwargs)
+                                   if rerun else "trained")
+                raise
+            finally:
+                self._depth -= 1
+                self.counts[name] += outermost
+
+        return call
+
+    def _recheck(self, trainer, name, hooked, model, args, kwargs):
+        """The same call on Keras's own methods and no distribution: the exception it raises, None if none,
+        or "skipped"."""
+        if self.runtime.num_processes > 1:
+            return "skipped"
+        import keras
+
+        log.info(f"model.{name} failed; running the same call once more without acceltrain's hooks, "
+                 "to tell whose error it is")
+        plain = {n: inspect.unwrap(m) for n, m in hooked.items()}  # each hook keeps Keras's method as __wrapped__
+        watched = {n: getattr(trainer, n) for n in self.NAMES}
+        previous = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+        try:
+            for n, m in plain.items():
+                setattr(trainer, n, m)
+            if previous is not None:
+                keras.distribution.set_distribution(None)
+            with contextlib.redirect_stdout(sys.stderr):  # the script's stdout keeps only the script's output
+                plain[name](model, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001  (any error is the answer)
+            return error
+        finally:
+            for n, m in watched.items():
+                setattr(trainer, n, m)
+            if previous is not None:
+                keras.distribution.set_distribution(previous)
+        return None
+
+    def tell_whose(self, error: BaseException, script: Path) -> None:
+        """After the script's traceback: whether the failure is the script's or acceltrain's."""
+        if self.failed is None or self.failed[1] is not error:
+            log.info(f"the error was raised in the script's own code, outside fit/evaluate/predict; to see whether "
+                     f"it fails without acceltrain too, run: python {script}")
+            return
+        name, _, plain = self.failed
+        if plain == "trained":
+            log.info(f"model.{name} failed after it had run steps, so it was not rerun without acceltrain. To "
+                     f"tell whose error it is, run: python {script}")
+        elif plain == "skipped":
+            log.info(f"model.{name} failed; not rerun without acceltrain in a job of several processes. To tell "
+                     f"whose error it is, run: python {script}")
+        elif plain is None:
+            log.warn(f"model.{name} fails only under acceltrain: the same call without acceltrain's hooks (the "
+                     "script's own inputs, no distribution) succeeds. This is acceltrain's bug, not the script's: "
+                     "please report it with this output.")
+        elif type(plain) is type(error):
+            log.info(f"model.{name} fails the same way without acceltrain ({type(plain).__name__} with the "
+                     "script's own inputs and no distribution): the error is the script's, not acceltrain's.")
+        else:
+            log.info(f"model.{name} fails without acceltrain too, but differently ({type(plain).__name__}: "
+                     f"{plain}): most likely the script's error; to be sure, run: python {script}")
+
+    def tell_summary(self) -> None:
+        """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
+        where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
+                 if self.runtime.distribution is not None else "one device")
+        if self.counts:
+            made = ", ".join(f"{self.counts[name]} {name}" for name in self.NAMES if self.counts[name])
+            log.info(f"run: the script's Keras calls ({made}) ran on {where}")
+        else:
+            log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
+                     f"variables were placed by {where}, but a hand-written training loop runs as written, each "
+                     "step on the whole batch (Keras's fit/evaluate/predict are what acceltrain splits)")
 
 
 class FitGuard:

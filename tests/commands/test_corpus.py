@@ -1,0 +1,115 @@
+"""The conformance corpus (tests/corpus.py): ordinary Keras scripts, plainly and under `acceltrain run` and
+`launch`. CI runs a handful chosen to cover the kinds of input (arrays with two inputs and outputs, a JAX
+stateless train_step, a per-batch callback, a loop without fit) at 1 device against plain, three of them at
+8 devices and one under launch; the whole matrix is marked slow and written by benchmarks/corpus.py."""
+
+import pytest
+
+from tests import corpus
+
+CI_ONE_DEVICE = ["functional_two_in_two_out", "custom_train_step", "custom_loop"]
+CI_EIGHT_DEVICES = ["functional_two_in_two_out", "custom_train_step", "callback_batch_end"]
+CI_LAUNCH = ["functional_two_in_two_out"]
+
+
+@pytest.fixture(scope="module")
+def plain_runs(tmp_path_factory):
+    """Each script's plain run, made once per test module and shared by the modes compared with it."""
+    from tests.support import write_small_mnist
+
+    data = write_small_mnist(tmp_path_factory.mktemp("corpus") / "small_mnist.npz")
+    runs = {}
+
+    def plain(name):
+        if name not in runs:
+            runs[name] = corpus.run(corpus.BY_NAME[name], "plain", data)
+            assert not corpus.problems(corpus.BY_NAME[name], runs[name], None), runs[name].stderr[-3000:]
+        return runs[name], data
+
+    return plain
+
+
+def _check(name, mode, plain_runs):
+    shape = corpus.BY_NAME[name]
+    plain, data = plain_runs(name)
+    outcome = corpus.run(shape, mode, data)
+    assert corpus.problems(shape, outcome, plain) == [], outcome.stderr[-4000:]
+    return outcome
+
+
+def _matrix(modes, chosen):
+    """(name, mode) for every shape and mode, the CI ones plain and the rest marked slow."""
+    cases = []
+    for shape in corpus.SHAPES:
+        for mode in modes:
+            if mode in shape.modes():
+                marks = () if shape.name in chosen.get(mode, ()) else (pytest.mark.slow,)
+                cases.append(pytest.param(shape.name, mode, marks=marks, id=f"{shape.name}-{mode}"))
+    return cases
+
+
+CHOSEN = {"run-1": CI_ONE_DEVICE, "run-4": [], "run-8": CI_EIGHT_DEVICES, "launch-2x2": CI_LAUNCH}
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("name, mode", _matrix(["run-1", "run-4", "run-8", "launch-2x2"], CHOSEN))
+def test_the_script_runs_under_acceltrain_as_it_runs_plainly(name, mode, plain_runs):
+    outcome = _check(name, mode, plain_runs)
+
+    summary = outcome.summary  # acceltrain's closing line says what it distributed
+    if name == "custom_loop":
+        assert "called no fit, evaluate or predict, so nothing was distributed" in summary
+    elif mode != "launch-2x2":
+        assert summary.startswith("the script's Keras calls (") and "fit" in summary, outcome.stderr[-2000:]
+
+
+# --- The harness's own checks can fail --------------------------------------------------------------
+
+def test_metrics_out_of_tolerance_are_reported_and_counts_compared_exactly():
+    plain = {"loss": 1.0, "batches_seen": 32, "shape": [10, 2]}
+
+    assert corpus.mismatches(plain, {"loss": 1.0, "batches_seen": 32, "shape": [10, 2]}, corpus.EXACT) == []
+    assert corpus.mismatches(plain, {"loss": 1.0 + 1e-7, "batches_seen": 32, "shape": [10, 2]}, corpus.EXACT) \
+        == ["loss: 1.0000001 vs plain 1.0"]
+    assert corpus.mismatches(plain, {"loss": 1.03, "batches_seen": 32, "shape": [10, 2]}, corpus.REPLICAS) == []
+    assert corpus.mismatches(plain, {"loss": 1.05, "batches_seen": 31, "shape": [10, 2]}, corpus.REPLICAS) \
+        == ["loss: 1.05 vs plain 1.0", "batches_seen: 31 vs plain 32"]
+    assert corpus.mismatches(plain, {"loss": float("nan"), "batches_seen": 32, "shape": [10, 2]}, corpus.PROCESSES) \
+        == ["loss: nan vs plain 1.0"]
+    assert corpus.mismatches(plain, {"loss": 1.0}, corpus.REPLICAS) == ["metric names ['loss'] vs plain "
+                                                                        "['batches_seen', 'loss', 'shape']"]
+
+
+def test_warnings_must_be_exactly_the_expected_ones():
+    stderr = ("acceltrain: warning: each epoch trains on 256 of the 1,024 samples\n"
+              "[1] acceltrain: warning: each epoch trains on 256 of the 1,024 samples\n"
+              "acceltrain: info line\n")
+    got = corpus.acceltrain_warnings(stderr)
+
+    assert got == ["each epoch trains on 256 of the 1,024 samples"]
+    assert corpus.warning_problems(["each epoch trains"], got) == []
+    assert corpus.warning_problems([], got) == ["unexpected warning 'each epoch trains on 256 of the 1,024 samples'"]
+    assert corpus.warning_problems(["float64"], []) == ["missing warning 'float64'"]
+
+
+def test_a_process_left_running_is_found_by_its_tag_and_killed():
+    import os
+    import subprocess
+    import sys
+
+    tag = "test-left-running"
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, corpus.TAG_VARIABLE: tag})
+    try:
+        left = corpus.kill_left_running(tag)
+        assert len(left) == 1 and left[0].startswith(f"{orphan.pid} ")
+        assert orphan.wait(timeout=10) == -9
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def test_metrics_are_read_from_the_last_line_and_from_process_0_under_launch():
+    assert corpus.parse_metrics('x\nmetrics: {"a": 1.0}\nmetrics: {"a": 2.0}\n') == {"a": 2.0}
+    assert corpus.parse_metrics('[1] metrics: {"a": 1.0}\n[0] metrics: {"a": 3.0}\n') == {"a": 3.0}
+    assert corpus.parse_metrics("no metrics\n") is None

@@ -1,0 +1,253 @@
+"""The conformance corpus: ordinary Keras scripts (tests/scripts/corpus/), each run plainly and under
+acceltrain, and what each run must show. Shared by tests/commands/test_corpus.py (a handful in CI, the
+rest marked slow) and benchmarks/corpus.py (the whole matrix, BENCHMARKS.md and README's table).
+
+A run passes when it exits 0 within its timeout, prints its `metrics:` line, its metrics match the plain
+run's within the mode's tolerance, its acceltrain warnings are exactly the ones SHAPES expects, and no
+process it started is left running.
+"""
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests import support
+
+CORPUS = support.SCRIPTS / "corpus"
+MODES = ("plain", "run-1", "run-4", "run-8", "launch-2x2")
+TIMEOUT_SECONDS = 300  # each script trains for seconds; minutes mean a hang
+TAG_VARIABLE = "CORPUS_RUN_TAG"  # on every process a run starts, to find any left behind
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|got - plain| <= absolute + relative * |plain| for each float metric; others (counts, shapes) exactly."""
+
+    absolute: float
+    relative: float
+
+
+# Why these numbers: at 1 device acceltrain changes nothing a script computes (same seed, same batches, same
+# order), so the metrics must be bit-identical. At 4 and 8 replicas the same global batches are summed in
+# another order (and a validation split loses at most 7 samples to divisibility): the corpus's metrics then
+# moved by under 1e-3 in a run where they were measured (benchmarks/corpus.py), so 0.02 absolute + 2 %
+# catches a replica that trains on the wrong data. Under launch each process takes every other sample, so a
+# global batch holds other samples than the plain run's: after 2 short epochs the metrics differ like two
+# shuffles do.
+EXACT = Tolerance(0.0, 0.0)
+REPLICAS = Tolerance(0.02, 0.02)
+PROCESSES = Tolerance(0.08, 0.15)
+TOLERANCE = {"run-1": EXACT, "run-4": REPLICAS, "run-8": REPLICAS, "launch-2x2": PROCESSES}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One script of the corpus and what its runs must show."""
+
+    script: str  # file name in tests/scripts/corpus
+    what: str  # one line for README's table
+    mnist: bool = False  # takes the MNIST slice's path as its argument
+    fit_based: bool = True  # trains with fit: also run under `acceltrain launch`
+    warnings: tuple = ()  # substrings of the acceltrain warnings it must get in every acceltrain mode
+    warnings_at: dict = field(default_factory=dict)  # mode -> more warnings it must get in that mode only
+    loose: tuple = ()  # metrics compared with the launch tolerance in every mode (e.g. a GAN's losses)
+
+    @property
+    def path(self) -> Path:
+        return CORPUS / self.script
+
+    @property
+    def name(self) -> str:
+        return self.script.removesuffix(".py")
+
+    def modes(self) -> tuple:
+        return MODES if self.fit_based else MODES[:-1]
+
+
+SHAPES = [
+    # to_categorical gives float64 labels: true, and the fix is one line.
+    Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True,
+          warnings=("y is float64: Keras casts every batch to float32",)),
+    Shape("functional_two_in_two_out.py", "functional, two inputs and two outputs, a loss and a metric per output"),
+    Shape("autoencoder_predict.py", "convolutional autoencoder `fit(x, x)`, then `predict` on 10 images",
+          mnist=True),
+    Shape("custom_train_step.py", "subclassed model, own `train_step`/`test_step` (JAX stateless)"),
+    Shape("gan_two_optimizers.py", "GAN: two optimizers in one `train_step`"),
+    Shape("distillation.py", "knowledge distillation: a model holding a teacher, own `compute_loss`", mnist=True),
+    Shape("callback_batch_end.py", "a callback with `on_train_batch_end`"),
+    Shape("callbacks_builtin.py", "EarlyStopping, ModelCheckpoint, ReduceLROnPlateau; best model reloaded"),
+    Shape("class_and_sample_weight.py", "`class_weight`, then `sample_weight`, weighted evaluate"),
+    Shape("tf_data_pipeline.py", "`tf.data` with map/batch/prefetch", mnist=True),
+    Shape("py_dataset.py", "`keras.utils.PyDataset`"),
+    Shape("generator.py", "a Python generator with `steps_per_epoch`"),
+    Shape("repeated_dataset_steps.py", "a repeated `tf.data` dataset with `steps_per_epoch`/`validation_steps`"),
+    Shape("save_load_predict.py", "`model.save` + `load_model` + `predict`; save/load_weights"),
+    Shape("finetune_frozen.py", "fit, freeze the base, fit a new head, unfreeze and fine-tune"),
+    Shape("custom_loop.py", "a hand-written loop that never calls `fit` (jitted stateless step)", fit_based=False),
+]
+BY_NAME = {shape.name: shape for shape in SHAPES}
+
+
+@dataclass
+class Outcome:
+    """One run of one script in one mode, as seen from outside."""
+
+    shape: str
+    mode: str
+    returncode: int | None  # None: timed out
+    seconds: float
+    stdout: str
+    stderr: str
+    metrics: dict | None
+    warnings: list
+    left_running: list  # processes of this run still alive after it ended (killed since)
+
+    @property
+    def summary(self) -> str:
+        """acceltrain's closing line: what it distributed."""
+        lines = [line for line in self.stderr.splitlines() if line.startswith("acceltrain: run: ")]
+        return lines[-1].removeprefix("acceltrain: run: ") if lines else ""
+
+    @property
+    def refused(self) -> bool:
+        return self.returncode == 2 and "acceltrain: error:" in self.stderr
+
+
+def command(shape: Shape, mode: str, data: Path | None) -> list:
+    args = [shape.path, *([data] if shape.mnist else [])]
+    if mode == "plain":
+        return ["python", *args]
+    if mode.startswith("run-"):
+        return ["acceltrain", "run", "--simulate-devices", mode.removeprefix("run-"), *args]
+    if mode == "launch-2x2":
+        return ["acceltrain", "launch", "--processes", "2", "--simulate-devices", "2", *args]
+    raise ValueError(f"Received mode={mode!r}. Valid: {MODES}")
+
+
+def run(shape: Shape, mode: str, data: Path | None, timeout: float = TIMEOUT_SECONDS) -> Outcome:
+    """Run `shape` in `mode` (plainly on the JAX backend, or through acceltrain) and collect what it showed."""
+    tag = uuid.uuid4().hex
+    args = command(shape, mode, data)
+    start = time.perf_counter()
+    try:
+        if args[0] == "python":
+            done = support.python(*args[1:], timeout=timeout, KERAS_BACKEND="jax", **{TAG_VARIABLE: tag})
+        else:
+            done = support.run_cli(*args[1:], timeout=timeout, **{TAG_VARIABLE: tag})
+        returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as timed_out:
+        returncode, stdout, stderr = None, _text(timed_out.stdout), _text(timed_out.stderr)
+    seconds = time.perf_counter() - start
+    left = kill_left_running(tag)
+    return Outcome(shape.name, mode, returncode, seconds, stdout, stderr, parse_metrics(stdout),
+                   acceltrain_warnings(stderr), left)
+
+
+def _text(output) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
+def parse_metrics(stdout: str, process: int = 0) -> dict | None:
+    """The last `metrics: {json}` line (under launch, that of `process`: "[0] metrics: ...")."""
+    for line in reversed(stdout.splitlines()):
+        line = line.removeprefix(f"[{process}] ")
+        if line.startswith("metrics: "):
+            return json.loads(line.removeprefix("metrics: "))
+    return None
+
+
+def acceltrain_warnings(stderr: str) -> list:
+    """acceltrain's warnings, each once (under launch each process prints its own)."""
+    found = []
+    for line in stderr.splitlines():
+        line = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
+        if line.startswith("acceltrain: warning:"):
+            text = line.removeprefix("acceltrain: warning:").strip()
+            found += [text] if text not in found else []
+    return found
+
+
+def kill_left_running(tag: str) -> list:
+    """Processes still carrying this run's tag (a child or grandchild that outlived it): killed, and listed."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # ended meanwhile, or not ours
+            continue
+        if f"{TAG_VARIABLE}={tag}".encode() in environ.split(b"\0"):
+            left.append(f"{entry.name} {cmdline[:120]}")
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return left
+
+
+def mismatches(plain: dict, got: dict, tolerance: Tolerance, loose=()) -> list:
+    """Each metric of `got` that differs from `plain` by more than `tolerance`: 'name: got vs plain'."""
+    if set(plain) != set(got):
+        return [f"metric names {sorted(got)} vs plain {sorted(plain)}"]
+    found = []
+    for name, expected in plain.items():
+        value = got[name]
+        allowed = PROCESSES if name in loose and tolerance is not EXACT else tolerance
+        if isinstance(expected, float) and isinstance(value, (int, float)):
+            if not math.isfinite(value) or abs(value - expected) > allowed.absolute + allowed.relative * abs(expected):
+                found.append(f"{name}: {value!r} vs plain {expected!r}")
+        elif value != expected:
+            found.append(f"{name}: {value!r} vs plain {expected!r}")
+    return found
+
+
+def problems(shape: Shape, outcome: Outcome, plain: Outcome | None) -> list:
+    """Everything wrong with `outcome` (empty: it passes). `plain` is the same script's plain run."""
+    found = []
+    if outcome.returncode is None:
+        found.append(f"timed out after {outcome.seconds:.0f} s")
+    elif outcome.returncode != 0:
+        found.append(f"exit {outcome.returncode}: {last_error_line(outcome.stderr)}")
+    if outcome.left_running:
+        found.append(f"left running: {outcome.left_running}")
+    if outcome.returncode == 0 and outcome.metrics is None:
+        found.append("no 'metrics:' line")
+    if outcome.mode != "plain":
+        if outcome.metrics is not None and plain is not None and plain.metrics is not None:
+            found += mismatches(plain.metrics, outcome.metrics, TOLERANCE[outcome.mode], shape.loose)
+        expected = (*shape.warnings, *shape.warnings_at.get(outcome.mode, ()))
+        found += warning_problems(expected, outcome.warnings)
+    if outcome.mode == "launch-2x2" and outcome.metrics is not None:
+        other = parse_metrics(outcome.stdout, process=1)  # one job: both processes print the global metrics
+        if other != outcome.metrics:
+            found.append(f"process 1 printed {other}, process 0 {outcome.metrics}")
+    return found
+
+
+def warning_problems(expected, got) -> list:
+    """Every expected warning present, and nothing else."""
+    missing = [text for text in expected if not any(text in warning for warning in got)]
+    unexpected = [warning for warning in got if not any(text in warning for text in expected)]
+    return [f"missing warning {text!r}" for text in missing] + [f"unexpected warning {w!r}" for w in unexpected]
+
+
+def last_error_line(stderr: str) -> str:
+    """The line that says what went wrong: acceltrain's error, XLA's abort, the script's exception, else the
+    last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    exception = re.compile(r"^(\[\d+\] )?[\w.]*(Error|Exception|Interrupt)\b.*:")
+    for found in (lambda line: "acceltrain: error:" in line, lambda line: "Termination timeout" in line,
+                  lambda line: "Check failed" in line, exception.match):
+        hits = [line for line in lines if found(line)]
+        if hits:
+            return hits[-1][:300]
+    return lines[-1][:300] if lines else ""
