@@ -66,7 +66,7 @@ if settings.get("then_shard"):
 jax.block_until_ready([v.value for v in model.weights])
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 weights = sum(v.value.nbytes for v in model.weights)
-first = runtime._framework.first_device_bytes(model.weights) if not settings.get("then_shard") else None
+first = runtime.backend_module.first_device_bytes(model.weights) if not settings.get("then_shard") else None
 print(json.dumps({"peak_over_baseline": peak - before, "weights": weights, "first_device": first,
                   "distribution": runtime.distribution_name}))
 """ % {"width": WIDTH, "layers": LAYERS}

@@ -37,7 +37,7 @@ def _wide_data(n=256, features=WIDE[0], seed=0):
 
 def _first_device_share(runtime, variables) -> float:
     whole = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
-    return runtime._framework.first_device_bytes(variables) / whole
+    return runtime.backend_module.first_device_bytes(variables) / whole
 
 
 def _train(runtime, build, x, y, batch_size, epochs=2):
@@ -115,8 +115,8 @@ def test_indivisible_weights_are_replicated_with_a_warning(capsys):
 
     model = runtime.build(build)
     odd, cut = model.layers[0].kernel, model.layers[1].kernel
-    assert runtime._framework.first_device_bytes([odd]) == 5 * 3 * 4  # whole
-    assert runtime._framework.first_device_bytes([cut]) == 3 * 16 * 4 // 8
+    assert runtime.backend_module.first_device_bytes([odd]) == 5 * 3 * 4  # whole
+    assert runtime.backend_module.first_device_bytes([cut]) == 3 * 16 * 4 // 8
     err = capsys.readouterr().err
     assert "dense" in err and "of shape (5, 3) does not divide" in err and "replicated on every device" in err
     runtime.fit(model, np.ones((16, 5), np.float32), np.ones((16, 16), np.float32), batch_size=16, verbose=0)

@@ -78,7 +78,7 @@ def make_distribution(request: Request, kind: str, framework, found):
 def choose_for_model(runtime, build_model, layout_map=None) -> None:
     """Before `build_model()` runs for real: 'auto' weighs its training state against the device memory
     (fsdp if it does not fit one device); 'model' takes the model's own layout map and the model axis."""
-    request, framework = runtime.sharding_request, runtime._framework
+    request, framework = runtime.sharding_request, runtime.backend_module
     if request.layout_map is not None or not hasattr(framework, "abstract_state"):
         return  # the user's own layout stands; TensorFlow has no sharding to choose
     memory_known = request.device_memory is not None
@@ -104,7 +104,7 @@ def measure(runtime, build_model) -> dict:
     from acceltrain import precision
 
     with precision.scope(runtime.precision):
-        weights, slot_bytes = runtime._framework.abstract_state(build_model)
+        weights, slot_bytes = runtime.backend_module.abstract_state(build_model)
     shapes = [(shape, dtype) for _, shape, dtype, _ in weights]
     trainable = [trains for *_, trains in weights]
     trainable_bytes = sharding.state_bytes(shapes, 0, trainable=trainable)["gradients"]
@@ -136,7 +136,7 @@ def _replace(runtime, kind: str, distribution, reason: str) -> None:
     runtime.sharding_request.chosen = kind
     runtime.decisions["distribution"] = f"{runtime.distribution_name} {kind} ({reason})"
     if runtime.num_processes > 1:
-        runtime._framework.shard_inputs_per_process(distribution)
+        runtime.backend_module.shard_inputs_per_process(distribution)
 
 
 # --- After building: what was sharded, loudly --------------------------------------------------------
@@ -147,7 +147,7 @@ def report(runtime, model) -> None:
     that matches no weight. Under 'auto' with a device memory, a model built in scope() (not measured
     before building) that would not fit stops here."""
     request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of the fit hook)
-    framework = getattr(runtime, "_framework", None)
+    framework = getattr(runtime, "backend_module", None)
     if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
         return
     request.reported.add(model)
