@@ -1,9 +1,11 @@
 """`acceltrain plan`: the targets table, the recommendation, and the training step compiled for a TPU by
 libtpu's compile-only client on this CPU (skipped where libtpu is not installed; it is in `dev`)."""
 
+import functools
 import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +171,49 @@ def test_without_libtpu_a_tpu_plan_is_an_estimate_and_says_how_to_get_the_compil
     monkeypatch.setattr(step, "libtpu_installed", lambda: False)
     result = plan("tpu-v5e-8", distribution="data")
     assert result.compiled_for == "estimate" and "acceltrain[tpu]" in result.notes[0]
+
+
+WIDE_MLP = f"{SCRIPTS / 'wide_mlp.py'}:build"
+
+
+@pytest.mark.parametrize("distribution", ["data", "fsdp"])
+def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(distribution, monkeypatch, runtime):
+    """The plan for the 8 simulated devices of this process against what `acceltrain train` would place there.
+
+    Like with like: the compiler's argument bytes less the input batch are the weights and optimizer
+    variables it lays out; the real arrays' first-device shards hold exactly those. The planner's own
+    figure adds the compiler's temporaries (the gradients, XLA's update buffers, the activations), so it
+    sits between placement.measure's training state (weights, gradients, slots) and 1.3 x that: measured
+    1.25 x for data parallel (a second weight-sized buffer in Adam's update, a quarter of the state) and
+    1.03 x for fsdp.
+    """
+    import acceltrain
+    from acceltrain import placement
+    from acceltrain.commands.train import _load_user_model
+    from acceltrain.planning import plan, step
+
+    compiled = []
+    compile_step = step.compile_step
+    monkeypatch.setattr(step, "compile_step", lambda *a, **k: compiled.append(compile_step(*a, **k)) or compiled[-1])
+    batch_size = 64
+    result = plan("here", model=WIDE_MLP, batch_size=batch_size, distribution=distribution, device_memory="64MiB")
+    (candidate,) = result.candidates
+    assert candidate.fits and result.recommended == distribution and result.compiled_for == "cpu"
+
+    placed = acceltrain.connect(simulate_devices=8, distribution=distribution, verbose=False)
+    path, function = WIDE_MLP.rsplit(":", 1)
+    build = functools.partial(_load_user_model, Path(path), function)
+    state = placement.measure(placed, build)
+    expected_state = state["replicated"] if distribution == "data" else state["by_degree"][8]
+    model = placed.build(build)
+    with placed.scope():
+        model.optimizer.build(model.trainable_variables)  # as fit does: Adam's slots take their weights' layouts
+    held = placed.backend_module.first_device_bytes(model.weights + model.optimizer.variables)
+    gradients = placed.backend_module.first_device_bytes(model.trainable_weights)
+
+    per_device_batch = batch_size // 8
+    batch_bytes = per_device_batch * 512 * 4 + per_device_batch * 4  # float32 features, int32 labels
+    assert compiled[0].argument_bytes - batch_bytes == held  # the same weights and slots, to the byte
+    # measure() counts slots from their shapes, leaving out Adam's scalar step counter (8 bytes).
+    assert held + gradients - expected_state == 8
+    assert expected_state <= candidate.bytes_per_device <= 1.3 * expected_state

@@ -1,0 +1,12 @@
+"""A 2.1M-parameter MLP with Adam (tests/test_placement.py's WIDE): its training state is 32.1 MiB replicated,
+4.0 MiB a device under fsdp over 8. For `acceltrain plan --model` and `acceltrain train --model`."""
+
+
+def build():
+    import keras
+
+    model = keras.Sequential([keras.Input((512,)), keras.layers.Dense(1024, activation="relu"),
+                              keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(512, activation="relu"),
+                              keras.layers.Dense(10)], name="wide_mlp")
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
