@@ -233,3 +233,20 @@ def test_sharding_inputs_exit_2_naming_the_flag_before_anything_starts(tmp_path,
     assert re.search(message, captured.err), captured.err
     assert "Traceback" not in captured.err and "must not run" not in captured.err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("job, plan_job", [
+    ([], "mnist-mlp"),
+    (["--model", "WIDE:build"], "--model WIDE:build"),
+])
+def test_a_job_that_fits_nowhere_names_its_plan_line(tmp_path, small_mnist, capsys, job, plan_job):
+    from tests.support import SCRIPTS
+
+    wide = str(SCRIPTS / "wide_mlp.py")
+    job = [arg.replace("WIDE", wide) for arg in job]
+    code, _, stderr = _train(capsys, *job, "--data", small_mnist, "--device-memory", "64KiB", "--simulate-devices", 8,
+                             "--batch-size", 64, "--out", tmp_path / "run")
+    assert code == 2 and "does not fit even sharded over 8 device(s)" in stderr
+    assert (f"`XLA_FLAGS=--xla_force_host_platform_device_count=8 acceltrain plan --target here "
+            f"{plan_job.replace('WIDE', wide)} --batch-size 64 --device-memory 64KiB`") in stderr
+    assert not (tmp_path / "run").exists()

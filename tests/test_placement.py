@@ -84,14 +84,67 @@ def test_auto_keeps_data_parallel_when_the_model_fits(capsys):
     runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="1GiB")
     runtime.build(_wide_mlp)
     assert runtime.distribution_name == "DataParallel"
-    assert "32.1 MiB to replicate fits 768.0 MiB usable per device" in capsys.readouterr().err
+    banner = capsys.readouterr().err
+    assert "32.1 MiB to replicate fits 768.0 MiB usable per device" in banner and "acceltrain plan" not in banner
+
+
+def _hardware(device_kind, count, simulated=False):
+    from acceltrain.hardware import Hardware
+
+    platform = "cpu" if device_kind == "cpu" else "tpu" if device_kind.startswith("TPU") else "gpu"
+    return Hardware(platform, device_kind, tuple(f"{platform}:{i}" for i in range(count)), simulated)
+
+
+def _top_level_build():
+    """Stands in for a user's model function: runtime.build(_top_level_build)."""
+
+
+@pytest.mark.parametrize("hardware, memory, source, job, build, expected", [
+    # On hardware that is rented by name: that name, with its own memory.
+    (("TPU v5 lite", 8), 16 * 1024**3, "the hardware", {"recipe": "mnist-mlp", "batch_size": 1200}, None,
+     "acceltrain plan --target tpu-v5e-8 mnist-mlp --batch-size 1200"),
+    # The user's --device-memory stands; a --model path with a space is quoted for the shell.
+    (("NVIDIA H100 80GB HBM3", 8), 40 * 1024**3, "device_memory=", {"model": "my models.py:build", "batch_size": 64},
+     None, "acceltrain plan --target h100-8 --model 'my models.py:build' --batch-size 64 --device-memory 40GiB"),
+    # A GPU the targets table lacks: this machine, with the memory 'auto' used.
+    (("Tesla T4", 2), 15 * 1024**3, "the hardware", {"model": "m.py:build"}, None,
+     "acceltrain plan --target here --model m.py:build --device-memory 15GiB"),
+    # A library user's top-level function is its --model; a memory in bytes stays exact.
+    (("cpu", 1), 1_500_000_000, "device_memory=", {}, _top_level_build,
+     f"acceltrain plan --target here --model {__file__}:_top_level_build --device-memory 1500000000"),
+    # A lambda (or a model built in scope()): the Python call, the model's function left to fill in.
+    (("cpu", 8, True), 24 * 1024**2, "device_memory=", {}, lambda: None,
+     "acceltrain.plan('here', model='FILE.py:FUNCTION', device_memory='24MiB') with FILE.py:FUNCTION returning the "
+     "compiled model"),
+])
+def test_the_plan_line_for_this_job_on_this_hardware(hardware, memory, source, job, build, expected):
+    from types import SimpleNamespace
+
+    from acceltrain import placement
+
+    request = placement.Request(device_memory=memory, memory_source=source, job=job)
+    runtime = SimpleNamespace(sharding_request=request, hardware=_hardware(*hardware))
+    assert placement.plan_command(runtime, build) == expected
 
 
 def test_auto_stops_before_training_when_nothing_fits():
     runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
     with pytest.raises(UsageError, match=r"does not fit even sharded over 8 device\(s\): .* needs 4\.0 MiB per device, "
-                                         r"has 1\.5 MiB usable.*more devices"):
+                                         r"has 1\.5 MiB usable.*more devices") as stopped:
         runtime.build(_wide_mlp)
+    # The line that checks it before renting: this module's function, on as many simulated devices.
+    assert (f"Check it against hardware before renting: `XLA_FLAGS=--xla_force_host_platform_device_count=8 acceltrain "
+            f"plan --target here --model {__file__}:_wide_mlp --device-memory 2MiB`") in str(stopped.value)
+
+
+def test_auto_names_plan_when_the_state_leaves_the_activations_little_room(capsys):
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="48MiB")
+    runtime.build(_wide_mlp)
+    assert runtime.distribution_name == "DataParallel"
+    banner = capsys.readouterr().err
+    assert "32.1 MiB to replicate fits 36.0 MiB usable per device (48.0 MiB less 25% headroom) (device memory from " \
+           "device_memory=); that is 89% of it, and the activations are not counted: `XLA_FLAGS=" in banner
+    assert f"--model {__file__}:_wide_mlp --device-memory 48MiB` compiles the step and counts them" in banner
 
 
 def test_a_model_built_in_scope_that_cannot_fit_stops_at_fit():
@@ -99,7 +152,8 @@ def test_a_model_built_in_scope_that_cannot_fit_stops_at_fit():
     with runtime.scope():
         model = _wide_mlp()
     x, y = _wide_data(64)
-    with pytest.raises(UsageError, match=r"built in scope\(\), before 'auto' could measure it.*runtime.build"):
+    with pytest.raises(UsageError, match=r"built in scope\(\), before 'auto' could measure it.*runtime.build.*"
+                                         r"acceltrain\.plan\('here', model='FILE\.py:FUNCTION', device_memory='24MiB'\)"):
         runtime.fit(model, x, y, batch_size=64)
 
 

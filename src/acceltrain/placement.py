@@ -4,7 +4,9 @@
 Neutral: the numbers come from `acceltrain.sharding`, the arrays from the backend module.
 """
 
+import inspect
 import re
+import shlex
 import weakref
 from dataclasses import dataclass, field
 
@@ -13,6 +15,11 @@ from acceltrain.errors import UsageError
 
 # A weight bigger than this left whole on every device is worth a warning: each device pays for it.
 WARN_REPLICATED_BYTES = 1024**2
+
+# 'auto' weighs the training state (weights, gradients, slots), not the activations, against the memory
+# less its headroom. A state over this share of that budget leaves the activations little room: the
+# banner then names `acceltrain plan`, which compiles the step and counts them.
+CLOSE_TO_FULL = 0.8
 
 
 @dataclass
@@ -26,6 +33,7 @@ class Request:
     layout_map: object = None  # the user's keras.distribution.LayoutMap
     chosen: str = "none"
     reported: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # models already reported
+    job: dict = field(default_factory=dict)  # recipe / model / batch_size, for the `acceltrain plan` line
 
 
 def check_request(distribution, device_memory, mesh_shape) -> Request:
@@ -85,9 +93,10 @@ def choose_for_model(runtime, build_model, layout_map=None) -> None:
     if request.kind == "auto" and memory_known:
         state = measure(runtime, build_model)
         by_degree = {runtime.num_devices: state["at_all_devices"]} if runtime.num_devices > 1 else {}
-        choice, degree, reason = sharding.choose_sharding(state["replicated"], by_degree, runtime.num_devices,
-                                                          request.device_memory)
-        log.info(f"{sharding.format_params(state['params'])}, {reason} (device memory from {request.memory_source})")
+        choice, degree, reason = _choose_sharding(runtime, build_model, state["replicated"], by_degree)
+        needs = by_degree[degree] if choice == "fsdp" else state["replicated"]
+        log.info(f"{sharding.format_params(state['params'])}, {reason} (device memory from {request.memory_source})"
+                 + _close_to_full_note(runtime, build_model, needs))
         if choice == "fsdp":
             _replace(runtime, "fsdp", framework.make_distribution("fsdp", runtime.hardware.devices), reason)
     elif request.chosen == "model" and (layout_map is not None or (memory_known and not request.mesh_shape)):
@@ -121,14 +130,97 @@ def measure(runtime, build_model) -> dict:
 
 def _model_axis_that_fits(runtime, build_model) -> int | None:
     state = measure(runtime, build_model)
-    request = runtime.sharding_request
-    try:
-        _, degree, reason = sharding.choose_sharding(state["replicated"], state["by_degree"], runtime.num_devices,
-                                                     request.device_memory)
-    except UsageError:
-        raise
+    _, degree, reason = _choose_sharding(runtime, build_model, state["replicated"], state["by_degree"])
     log.info(f"model axis {degree}: {sharding.format_params(state['params'])}, {reason}")
     return degree if degree > 1 else None
+
+
+def _choose_sharding(runtime, build_model, bytes_replicated: int, by_degree: dict) -> tuple[str, int, str]:
+    """sharding.choose_sharding, its "does not fit" naming the `acceltrain plan` line that checks the job."""
+    try:
+        return sharding.choose_sharding(bytes_replicated, by_degree, runtime.num_devices,
+                                        runtime.sharding_request.device_memory)
+    except UsageError as error:
+        raise UsageError(f"{error} {check_before_renting(runtime, build_model)}") from None
+
+
+def _close_to_full_note(runtime, build_model, needs: int) -> str:
+    budget = runtime.sharding_request.device_memory * (1 - sharding.DEFAULT_HEADROOM)
+    if needs <= CLOSE_TO_FULL * budget:
+        return ""
+    return (f"; that is {needs / budget:.0%} of it, and the activations are not counted: "
+            f"`{plan_command(runtime, build_model)}` compiles the step and counts them")
+
+
+# --- Check before renting: the `acceltrain plan` line for this job ---------------------------------
+
+def describe_job(runtime, *, recipe: str | None = None, model: str | None = None,
+                 batch_size: int | None = None) -> None:
+    """What the CLI knows of the job (a recipe name, or --model FILE.py:FUNCTION; the global batch), so that a
+    model that does not fit names the exact `acceltrain plan` line for it."""
+    runtime.sharding_request.job = {"recipe": recipe, "model": model, "batch_size": batch_size}
+
+
+def check_before_renting(runtime, build_model=None) -> str:
+    """The sentence a "does not fit" ends with: how to check this job against hardware before renting it."""
+    return (f"Check it against hardware before renting: `{plan_command(runtime, build_model)}` compiles its "
+            "training step for a --target and says what would fit (tpu-v5e-16, tpu-v4-128, h100-8 ... or here).")
+
+
+def plan_command(runtime, build_model=None) -> str:
+    """The `acceltrain plan` command line for this job on this hardware, or, where the model's function is not
+    known (a model built in scope(), a lambda), the acceltrain.plan() call with the job's numbers.
+
+    The target is this hardware's rental name (8 "TPU v5 lite" devices: tpu-v5e-8); a CPU, or a kind the
+    targets table lacks, is `here`, with the device memory 'auto' used (and, for simulated devices, as many
+    of them).
+    """
+    request, found = runtime.sharding_request, runtime.hardware
+    target = None if found.platform == "cpu" else _rental_name(found.device_kind, found.num_devices)
+    memory = None
+    if target is None or request.memory_source == "device_memory=":
+        memory = _size_argument(request.device_memory) if request.device_memory else None
+    job = dict(request.job) or {"model": _model_function(build_model)}
+    if job.get("recipe") or job.get("model"):
+        words = ["acceltrain", "plan", "--target", target or "here"]
+        words += [job["recipe"]] if job.get("recipe") else ["--model", job["model"]]
+        words += ["--batch-size", str(job["batch_size"])] if job.get("batch_size") else []
+        words += ["--device-memory", memory] if memory else []
+        if found.simulated:  # `plan` sees the devices JAX starts with: simulate the same ones
+            words.insert(0, f"XLA_FLAGS=--xla_force_host_platform_device_count={found.num_devices}")
+        return shlex.join(words)
+    arguments = [repr(target or "here"), "model='FILE.py:FUNCTION'"]
+    arguments += [f"batch_size={job['batch_size']}"] if job.get("batch_size") else []
+    arguments += [f"device_memory={memory!r}"] if memory else []
+    return f"acceltrain.plan({', '.join(arguments)}) with FILE.py:FUNCTION returning the compiled model"
+
+
+def _rental_name(device_kind: str, num_devices: int) -> str | None:
+    from acceltrain.planning import targets
+
+    return targets.rental_name(device_kind, num_devices)
+
+
+def _model_function(build_model) -> str | None:
+    """"FILE.py:NAME" for a function defined at the top of a module file (not __main__: `plan` would import
+    the script and run it); None for anything else (a lambda, a closure, a partial)."""
+    name = getattr(build_model, "__name__", "")
+    top_level = inspect.isfunction(build_model) and name.isidentifier() and build_model.__qualname__ == name  # not <lambda>
+    if not top_level or build_model.__module__ == "__main__":
+        return None
+    try:
+        path = inspect.getsourcefile(build_model)
+    except TypeError:
+        return None
+    return f"{path}:{name}" if path and path.endswith(".py") else None
+
+
+def _size_argument(nbytes: int) -> str:
+    """Bytes as --device-memory takes them, exactly: 24MiB, 16GiB, or a number of bytes."""
+    for unit, size in (("GiB", sharding.GIB), ("MiB", sharding.MIB), ("KiB", 1024)):
+        if nbytes % size == 0:
+            return f"{nbytes // size}{unit}"
+    return str(nbytes)
 
 
 def _replace(runtime, kind: str, distribution, reason: str) -> None:
@@ -197,5 +289,5 @@ def _check_fits_replicated(runtime, model) -> None:
             f"{model.name}: its training state needs {sharding.format_bytes(state['replicated'])} replicated, over the "
             f"{sharding.format_bytes(budget)} usable per device, and it was built in scope(), before 'auto' could "
             "measure it. Build it with runtime.build(build_model) (acceltrain train does), or pass "
-            "distribution='fsdp' (--distribution fsdp)."
+            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime)}"
         )

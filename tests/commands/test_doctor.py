@@ -131,6 +131,26 @@ def test_format_marks_each_line_and_counts():
     assert doctor.summary(checks) == "1 ok, 0 warnings, 1 failure"
 
 
+def test_the_plan_compiler_check_says_compiled_or_estimated_and_how_to_get_libtpu():
+    import importlib.util
+    import tomllib
+
+    from tests.support import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extra = next(name for name, requirements in extras.items() if any(r.startswith("jax[tpu]") for r in requirements))
+    jax_requires = ["numpy>=1.26", 'libtpu==0.0.42.*; extra == "tpu"']
+    status, message, fix = doctor.check_plan_compiler({"libtpu": None, "jax": "0.10.2"}, jax_requires)
+    assert status == OK and "estimates TPU targets" in message and fix.startswith(f"pip install 'acceltrain[{extra}]'")
+    status, message, fix = doctor.check_plan_compiler({"libtpu": "0.0.42.1", "jax": "0.10.2"}, jax_requires)
+    assert (status, fix) == (OK, "") and "compiles TPU steps on this machine: libtpu 0.0.42.1, as jax 0.10.2 asks " \
+                                         "(libtpu==0.0.42.*)" in message
+    status, message, fix = doctor.check_plan_compiler({"libtpu": "0.0.40", "jax": "0.10.2"}, jax_requires)
+    assert status == WARN and "expects libtpu==0.0.42.*" in message and "jax[tpu]==0.10.2" in fix
+    here = doctor.check_plan_compiler()  # this environment: dev brings libtpu
+    assert here[0] == OK and ("compiles" if importlib.util.find_spec("libtpu") else "estimates") in here[1]
+
+
 def test_a_tensorflow_tpu_resolver_error_points_to_tpu_local():
     def resolver(platform):
         raise RuntimeError("Please provide a TPU Name to connect to (TPU_NAME is not set).")

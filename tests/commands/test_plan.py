@@ -36,6 +36,14 @@ def test_targets_by_rental_name(name, devices, memory, topology):
     assert target.peak_flops_per_device > 0
 
 
+@pytest.mark.parametrize("device_kind, count, name", [
+    ("TPU v5 lite", 8, "tpu-v5e-8"), ("TPU v4", 4, "tpu-v4-8"), ("TPU v3", 8, "tpu-v3-8"), ("TPU v5", 4, "tpu-v5p-8"),
+    ("NVIDIA H200", 1, "h200-1"), ("TPU v5 lite", 3, None), ("Tesla T4", 1, None), ("cpu", 8, None),
+])
+def test_the_rental_name_of_the_hardware_here(device_kind, count, name):
+    assert targets.rental_name(device_kind, count) == name
+
+
 @pytest.mark.parametrize("name", ["tpu-v9-8", "tpu-v5e-3", "tpu-v4-7", "h100-9", "laptop"])
 def test_unknown_targets_are_refused_with_the_valid_names(name):
     with pytest.raises(UsageError, match="Valid|holds 1 to"):

@@ -57,6 +57,7 @@ def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: 
         ("tensorflow", lambda: check_backend("tensorflow")),
         ("tpu", check_tpu),
         ("gpu", check_gpus),
+        ("plan compiler", check_plan_compiler),
         ("compile cache", check_compile_cache),
         ("output folder", lambda: check_output_folder(out)),
         ("dry run", lambda: check_dry_run(backend=backend, simulate_devices=simulate_devices,
@@ -72,7 +73,7 @@ def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: 
     return results
 
 
-NAME_WIDTH = len("output folder")  # the longest check name, so the messages line up
+NAME_WIDTH = len("output folder")  # the longest check names, so the messages line up
 
 
 def format_check(check: Check) -> str:
@@ -99,13 +100,8 @@ def version_floors() -> tuple[tuple[int, ...], dict[str, str]]:
     checkout, else the installed package's metadata (built from the same file)."""
     import re
 
-    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            import tomli as tomllib
-        project = tomllib.loads(pyproject.read_text())["project"]
+    project = _source_tree_project()
+    if project is not None:
         python = project["requires-python"]
         requirements = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
     else:
@@ -120,6 +116,18 @@ def version_floors() -> tuple[tuple[int, ...], dict[str, str]]:
             name = {"tensorflow-cpu": "tensorflow"}.get(found[1].lower(), found[1].lower())
             floors.setdefault(name, found[3])
     return tuple(int(part) for part in python.strip().removeprefix(">=").split(".")), floors
+
+
+def _source_tree_project() -> dict | None:
+    """pyproject.toml's [project] table in a checkout; None when installed (then: the package metadata)."""
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(pyproject.read_text())["project"]
 
 
 def check_python(version_info=sys.version_info) -> tuple[str, str, str]:
@@ -318,6 +326,64 @@ def _jax_device_count(platform_name: str) -> int:
         errors = [line for line in result.stderr.splitlines() if "Error" in line or "error" in line]
         raise RuntimeError(errors[-1] if errors else _last_line(result.stderr))
     return int(result.stdout.strip().splitlines()[-1])
+
+
+def check_plan_compiler(versions: dict[str, str | None] | None = None,
+                        jax_requires: list[str] | None = None) -> tuple[str, str, str]:
+    """Whether `acceltrain plan` compiles TPU steps here (libtpu's compile-only client) or only estimates.
+
+    From the installed versions: libtpu is not loaded here (on a TPU machine that would hold the TPU), so
+    a libtpu that is installed but broken shows only when plan compiles. `versions` ({"libtpu", "jax"}) and
+    `jax_requires` (jax's requirements, as its metadata lists them) are there for tests.
+    """
+    if versions is None:
+        versions = {"libtpu": _installed_version("libtpu") if _findable("libtpu") else None,
+                    "jax": _installed_version("jax")}
+    if jax_requires is None:
+        jax_requires = _requirements_of("jax")
+    extra = _extra_requiring("jax[tpu]")
+    install = f"pip install 'acceltrain[{extra}]'" if extra else "pip install 'jax[tpu]'"
+    libtpu, jax = versions.get("libtpu"), versions.get("jax")
+    if not libtpu:
+        return OK, "acceltrain plan estimates TPU targets from shapes: libtpu (its TPU compiler) is not installed", \
+            f"{install} (libtpu, ~680 MB) to have plan compile the step for the TPU on this machine"
+    pins = [requirement.split(";")[0].strip() for requirement in jax_requires
+            if requirement.replace(" ", "").startswith("libtpu") and 'extra=="tpu"' in requirement.replace(" ", "")]
+    pin = pins[0].removeprefix("libtpu").strip() if pins else None
+    if pin and not _version_matches(libtpu, pin):
+        return WARN, f"libtpu {libtpu} is installed, but jax {jax} expects libtpu{pin}: plan's TPU compile may fail", \
+            f"pip install -U 'jax[tpu]=={jax}' (the libtpu of this jax)"
+    agreed = f", as jax {jax} asks (libtpu{pin})" if pin else ""
+    return OK, f"acceltrain plan compiles TPU steps on this machine: libtpu {libtpu}{agreed}", ""
+
+
+def _requirements_of(distribution: str) -> list[str]:
+    try:
+        return importlib.metadata.requires(distribution) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+
+
+def _extra_requiring(requirement: str) -> str | None:
+    """The first of acceltrain's extras (pyproject.toml's optional-dependencies) that lists `requirement`."""
+    project = _source_tree_project()
+    if project is not None:
+        extras = project["optional-dependencies"]
+        return next((name for name, requirements in extras.items()
+                     if any(r.replace(" ", "").startswith(requirement) for r in requirements)), None)
+    for line in _requirements_of("acceltrain"):  # installed: 'jax[tpu]>=0.4.35; extra == "tpu"'
+        found = re.search(r'extra\s*==\s*"([^"]+)"', line)
+        if found and line.replace(" ", "").startswith(requirement):
+            return found[1]
+    return None
+
+
+def _version_matches(version: str, pin: str) -> bool:
+    """"0.0.42.1" against "==0.0.42.*" (or "==0.0.42.1"); any other kind of pin counts as met."""
+    if not pin.startswith("=="):
+        return True
+    wanted = pin[2:].strip()
+    return version.startswith(wanted[:-1]) if wanted.endswith("*") else version == wanted
 
 
 # --- A dry run --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, recipes, sharding
+from acceltrain import data, datasets, decisions, log, placement, recipes, sharding
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every
@@ -57,6 +57,8 @@ def train_and_evaluate(config: TrainConfig) -> dict:
                           device_memory=config.device_memory)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
+    placement.describe_job(runtime, recipe=None if model_file else recipe.NAME, model=config.model,
+                           batch_size=batch_size)  # a model that does not fit names its `acceltrain plan` line
     if model_file:
         x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
 

@@ -89,6 +89,26 @@ def resolve(name: str) -> Target:
                      "e.g. tpu-v5e-32 or tpu-v4-256). Pass a name as Cloud TPU or a GPU box is rented under.")
 
 
+def rental_name(device_kind: str, num_devices: int) -> str | None:
+    """The --target name of `num_devices` JAX devices of `device_kind` ("TPU v5 lite", 8 -> "tpu-v5e-8"), or
+    None where there is none (a CPU, a kind not in the tables, a count no slice or box has)."""
+    name = None
+    for version, family in TPU_FAMILIES.items():
+        if device_kind in (family.device_kind, f"TPU {version}"):
+            chips = num_devices // family.devices_per_chip
+            name = f"tpu-{version}-{chips * 2 if family.cores_in_name else chips}"
+            break
+    else:
+        for model in GPU_FAMILIES:
+            if model in device_kind.lower():
+                name = f"{model}-{num_devices}"
+                break
+    try:
+        return resolve(name).name if name else None
+    except UsageError:
+        return None
+
+
 def _tpu(name: str, version: str, count: int) -> Target:
     family = TPU_FAMILIES[version]
     chips = count // 2 if family.cores_in_name else count
