@@ -19,6 +19,17 @@ needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
                                   reason="libtpu not installed (pip install 'acceltrain[tpu]')")
 
 
+@pytest.fixture
+def libtpu_env(monkeypatch):
+    """The variables plan sets for the process before libtpu loads, set here so the test puts them back."""
+    import os
+
+    from acceltrain.planning import step
+
+    for name, value in step.LIBTPU_ENV:
+        monkeypatch.setenv(name, os.environ.get(name, value))
+
+
 @pytest.mark.parametrize("name, devices, memory, topology", [
     ("tpu-v5e-8", 8, 16 * GIB, "v5e:2x4"),
     ("v5litepod-16", 16, 16 * GIB, "v5e:4x4"),
@@ -85,7 +96,7 @@ def test_plan_names_its_python_arguments():
         plan("tpu-v5e-8", distribution="pipeline")
 
 
-def test_an_uncompiled_model_is_refused():
+def test_an_uncompiled_model_is_refused(runtime):
     from acceltrain.planning import plan
 
     with pytest.raises(UsageError, match="not compiled"):
@@ -106,7 +117,7 @@ def test_mnist_on_v5e_8_is_data_parallel_and_fits(cli):
 
 
 @needs_libtpu
-def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip():
+def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip(libtpu_env, runtime):
     from acceltrain.planning import plan
 
     result = plan("tpu-v5e-8", model=BIG_MLP, batch_size=1024, distribution="data")
@@ -121,7 +132,7 @@ def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip():
 
 
 @needs_libtpu
-def test_a_1_4b_mlp_fits_sharded_and_its_flops_are_6_params_batch():
+def test_a_1_4b_mlp_fits_sharded_and_its_flops_are_6_params_batch(libtpu_env, runtime):
     from acceltrain.planning import plan
 
     # The model layout (batch 2 x model 4) compiles faster here than fsdp (41 s vs 59 s measured), and its

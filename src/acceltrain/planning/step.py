@@ -245,6 +245,10 @@ def _flops(cost) -> float:
 
 # --- libtpu's compile-only devices -------------------------------------------------------------
 
+# Set for the process (where not set already) before libtpu loads: see topology_devices.
+LIBTPU_ENV = (("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"), ("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"))
+
+
 def topology_devices(topology: str) -> list:
     """libtpu's compile-only devices for a topology name ("v5e:2x4"), with libtpu's start-up chatter on
     stderr kept out of the way (shown only if it fails).
@@ -255,8 +259,7 @@ def topology_devices(topology: str) -> list:
     """
     from jax.experimental import topologies
 
-    for name, value in (("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"), ("TPU_SKIP_MDS_QUERY", "1"),
-                        ("TPU_WORKER_HOSTNAMES", "localhost")):
+    for name, value in LIBTPU_ENV:
         os.environ.setdefault(name, value)
     with _stderr_kept() as kept:
         try:
