@@ -201,10 +201,10 @@ def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(distribution,
 
     Like with like: the compiler's argument bytes less the input batch are the weights and optimizer
     variables it lays out; the real arrays' first-device shards hold exactly those. The planner's own
-    figure adds the compiler's temporaries (the gradients, XLA's update buffers, the activations), so it
-    sits between placement.measure's training state (weights, gradients, slots) and 1.3 x that: measured
-    1.25 x for data parallel (a second weight-sized buffer in Adam's update, a quarter of the state) and
-    1.03 x for fsdp.
+    figure adds the compiler's temporaries (the gradients, XLA's buffers, the activations), so it sits
+    between placement.measure's training state (weights, gradients, slots) and 1.3 x that: measured 1.25 x
+    for data parallel (temporaries of twice the weights: the gradients and one more weight-sized buffer,
+    a quarter of Adam's state) and 1.03 x for fsdp.
     """
     import acceltrain
     from acceltrain import placement
