@@ -39,7 +39,8 @@ def test_fit_trims_casts_and_checks_when_checked():
     x, y = np.zeros((100, 3)), np.arange(100) % 4  # float64: cast once
     fit = inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 4))
     assert len(fit.x) == 96 and fit.x.dtype == np.float32 and fit.steps_per_epoch == 3
-    assert fit.notes == [("trimmed", "left out the last 4 training samples so the final batch divides over 8 replicas")]
+    assert fit.notes == [("trimmed", "left out the last 4 training samples so the final batch divides over 8 replicas "
+                                      "(the same ones every epoch: Keras shuffles the rest)")]
     with pytest.raises(UsageError, match="labels from 0 to 3.*2 classes"):
         inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
 
