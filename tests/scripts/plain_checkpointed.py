@@ -1,7 +1,7 @@
 """A plain Keras script (no acceltrain in it), for `acceltrain run --checkpoint-dir`: trains a small
 classifier on fixed random data and writes its final weights to OUT.npz.
 
-    python plain_checkpointed.py OUT.npz [--dataset] [--epochs 3] [--init-seed 0]
+    python plain_checkpointed.py OUT.npz [--dataset] [--epochs 3] [--init-seed 0] [--steps-per-epoch N]
 
 --dataset feeds a reshuffling tf.data.Dataset instead of numpy arrays. Each step sleeps a little (a
 callback), so a test can signal the run while it trains.
@@ -18,6 +18,7 @@ parser.add_argument("out")
 parser.add_argument("--dataset", action="store_true")
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--init-seed", type=int, default=0, help="the first layer's initial weights")
+parser.add_argument("--steps-per-epoch", type=int, help="passed on to fit (arrays)")
 args = parser.parse_args()
 
 keras.utils.set_random_seed(1)
@@ -44,6 +45,6 @@ if args.dataset:
                         verbose=2)
 else:
     history = model.fit(x, y, batch_size=32, epochs=args.epochs, validation_split=1 / 6, callbacks=[Slowly()],
-                        verbose=2)
+                        verbose=2, steps_per_epoch=args.steps_per_epoch)
 print("final loss", history.history["loss"][-1])
 np.savez(args.out, *model.get_weights())
