@@ -190,14 +190,17 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="train the script's fit calls resumably, checkpointing into DIR (the Nth fit into "
                              "DIR/fit-N); SIGTERM or Ctrl-C writes a checkpoint and stops")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest good checkpoints in --checkpoint-dir")
-    parser.add_argument("--checkpoint-every", metavar="N [epochs|steps]", help="how often to checkpoint (default: 1 epoch)")
-    parser.add_argument("--keep-checkpoints", type=int, metavar="K", help="keep the newest K checkpoints of each fit (default: 2)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest good checkpoints in --checkpoint-dir")
+    parser.add_argument("--checkpoint-every", metavar="N [epochs|steps]",
+                        help="how often to checkpoint (default: 1 epoch)")
+    parser.add_argument("--keep-checkpoints", type=int, metavar="K",
+                        help="keep the newest K checkpoints of each fit (default: 2)")
 
 
 def _checkpoint_flags(args) -> dict:
-    return {"checkpoint_dir": args.checkpoint_dir, "resume": args.resume, "checkpoint_every": args.checkpoint_every,
-            "keep_checkpoints": args.keep_checkpoints}
+    names = ("checkpoint_dir", "resume", "checkpoint_every", "keep_checkpoints")
+    return {name: getattr(args, name) for name in names}
 
 
 def _run(args) -> int:

@@ -14,8 +14,9 @@ SCRIPT = support.SCRIPTS / "plain_checkpointed.py"
 
 
 def _run(folder, out, *flags, script_args=(), resume=False):
-    return support.run_cli("run", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every", "10 steps",
-                           *(["--resume"] if resume else []), *flags, SCRIPT, out, *script_args, timeout=300)
+    return support.run_cli("run", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every",
+                           "10 steps", *(["--resume"] if resume else []), *flags, SCRIPT, out, *script_args,
+                           timeout=300)
 
 
 def _sigterm_once_training(folder, out, script_args=()):

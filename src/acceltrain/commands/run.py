@@ -82,7 +82,8 @@ def _resume_command(flags, script: Path, argv) -> str:
     from acceltrain.commands.launch import ENV_LAUNCHER_PID
 
     verb = "launch" if os.environ.get(ENV_LAUNCHER_PID) else "run"
-    return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {shlex.join([str(script), *argv])}"
+    script_and_args = shlex.join([str(script), *argv])
+    return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {script_and_args}"
 
 
 def _never_outlive_the_job() -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from acceltrain import checks, data
 from acceltrain.errors import UsageError, positive_int
-from acceltrain.training.checkpoint import Every
 
 DEFAULT_EVERY = "1 epoch"
 DEFAULT_KEEP = 2
@@ -58,6 +57,8 @@ def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | No
                 raise UsageError(f"Received {flag} without --checkpoint-dir. Pass --checkpoint-dir DIR too (the "
                                  f"folder the checkpoints go in), or leave out {flag}.")
         return None
+    from acceltrain.training.checkpoint import Every  # numpy only, though training/ is imported after connect()
+
     every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every
     Every.parse(every, "--checkpoint-every")
     keep = positive_int(DEFAULT_KEEP if keep_checkpoints is None else keep_checkpoints, "--keep-checkpoints")
