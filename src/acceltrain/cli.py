@@ -42,6 +42,7 @@ EXAMPLES = {
         "  acceltrain run train.py --epochs 3                 # your script, unchanged, on the best hardware here\n"
         "  acceltrain run --simulate-devices 8 train.py       # on 8 CPU devices, data parallel\n"
         "  srun acceltrain run train.py                       # one process per SLURM task, found by itself\n"
+        "  acceltrain run --checkpoint-dir ckpt train.py      # SIGTERM/Ctrl-C: checkpoint, stop; then add --resume\n"
         "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
     ),
     "launch": (
@@ -144,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
     run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
     _add_stall_timeout(run)
+    _add_checkpoint_flags(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
@@ -151,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_connect_flags(launch)
     _add_stall_timeout(launch)
     _add_memory_flag(launch)
+    _add_checkpoint_flags(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
@@ -183,6 +186,23 @@ def _add_script_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's own arguments")
 
 
+def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="train the script's fit calls resumably, checkpointing into DIR (the Nth fit into "
+                             "DIR/fit-N); SIGTERM or Ctrl-C writes a checkpoint and stops")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the newest good checkpoints in --checkpoint-dir")
+    parser.add_argument("--checkpoint-every", metavar="N [epochs|steps]",
+                        help="how often to checkpoint (default: 1 epoch)")
+    parser.add_argument("--keep-checkpoints", type=int, metavar="K",
+                        help="keep the newest K checkpoints of each fit (default: 2)")
+
+
+def _checkpoint_flags(args) -> dict:
+    names = ("checkpoint_dir", "resume", "checkpoint_every", "keep_checkpoints")
+    return {name: getattr(args, name) for name in names}
+
+
 def _run(args) -> int:
     _check_device_memory(args)
     from acceltrain.commands.run import run_script
@@ -190,7 +210,7 @@ def _run(args) -> int:
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory)
+                      device_memory=args.device_memory, **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
@@ -198,7 +218,7 @@ def _launch(args) -> int:
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
                   backend=args.backend, distribution=args.distribution, stall_timeout=args.stall_timeout,
-                  device_memory=args.device_memory)
+                  device_memory=args.device_memory, **_checkpoint_flags(args))
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:

@@ -91,13 +91,15 @@ INTERFACE = (
 def hooked_fit(backend: str, hook):
     """Inside, each `fit` and `evaluate` of every model of `backend` first calls
     `hook(name, model, args, kwargs)`, which returns the (args, kwargs) to call Keras with, and each
-    `predict` is `hook.predict(method, model, args, kwargs)`. The previous methods are restored on exit.
-    The same for both backends: only the trainer class differs (keras_internals.trainer_class)."""
+    `predict` is `hook.predict(method, model, args, kwargs)`; so is each `fit` `hook.fit(...)` where the hook
+    has one (acceltrain run's, which may train through Runtime.fit instead). The previous methods are
+    restored on exit. The same for both backends: only the trainer class differs (keras_internals.trainer_class)."""
     from acceltrain.backends import keras_internals
 
     def wrap(name, method):
-        if name == "predict":
-            return lambda model, *args, **kwargs: hook.predict(method, model, args, kwargs)
+        if name == "predict" or (name == "fit" and hasattr(hook, "fit")):
+            replaced = getattr(hook, name)
+            return lambda model, *args, **kwargs: replaced(method, model, args, kwargs)
 
         def wrapper(model, *args, **kwargs):
             args, kwargs = hook(name, model, args, kwargs)

@@ -29,9 +29,13 @@ ENV_LAUNCHER_PID = "ACCELTRAIN_LAUNCHER_PID"  # tells a launched process whose d
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
            backend: str | None = None, distribution: str = "auto", stall_timeout: float | None = None,
-           device_memory: str | None = None) -> int:
+           device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
+           checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
-    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N)."""
+    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The checkpoint flags are
+    passed on to each process (`acceltrain run --checkpoint-dir`)."""
+    from acceltrain.commands import run_checkpoints
+
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
@@ -42,6 +46,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     decisions.check_distribution(distribution, backend_name)
     if device_memory is not None:
         sharding.parse_bytes(device_memory, "--device-memory")
+    checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -54,6 +59,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
     command += ["--stall-timeout", f"{stall_timeout:g}"]
+    if checkpointing is not None:
+        command += checkpointing.as_args()
     command += [script, *argv]
     log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
     children = []

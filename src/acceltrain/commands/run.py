@@ -8,12 +8,17 @@
    (`checks.py`) and, in a multi-process job, fed this process's slice of the data; 4. the script runs
    as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
    calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
+
+With --checkpoint-dir, each of the script's fit calls trains through Runtime.fit's checkpointed path
+instead, exact and resumable (run_checkpoints.py).
 """
 
 import contextlib
 import functools
 import inspect
+import os
 import runpy
+import shlex
 import sys
 import traceback
 from collections import Counter
@@ -22,19 +27,23 @@ from pathlib import Path
 import numpy as np
 
 from acceltrain import checks, data, inputs, log, placement
-from acceltrain.errors import UsageError
+from acceltrain.commands import run_checkpoints
+from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, inputs_prepared, predict_prepared
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
                distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
                coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               stall_timeout: float | None = None, device_memory: str | None = None) -> int:
-    """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code."""
+               stall_timeout: float | None = None, device_memory: str | None = None, checkpoint_dir=None,
+               resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
+    """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
+    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py)."""
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
+    checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                       stall_timeout=stall_timeout, device_memory=device_memory)
@@ -47,7 +56,9 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.callback(runtime.close)  # last out: the script's models stop following their placement
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
-        stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime)))
+        checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
+            runtime, checkpointing, _resume_command(checkpointing, script, argv))
+        stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime, checkpointed)))
         if runtime.process_index > 0:
             stack.enter_context(_saving_elsewhere(runtime.process_index))
         calls = stack.enter_context(KerasCalls(runtime).watching())  # outermost: sees each call as the script made it
@@ -56,14 +67,23 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         except SystemExit as exit:
             calls.tell_summary()
             return _exit_code(exit.code)
-        except UsageError:
-            raise  # acceltrain's own message (a fit check), printed by the CLI
+        except AcceltrainError:
+            raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
         except Exception as error:  # the script's own failure: its traceback, from its own frames
             _print_script_traceback(error, script)
             calls.tell_whose(error, script)
             return 1
     calls.tell_summary()
     return 0
+
+
+def _resume_command(flags, script: Path, argv) -> str:
+    """How the user continues a stopped run: their command plus --resume (launch's, for a launched process)."""
+    from acceltrain.commands.launch import ENV_LAUNCHER_PID
+
+    verb = "launch" if os.environ.get(ENV_LAUNCHER_PID) else "run"
+    script_and_args = shlex.join([str(script), *argv])
+    return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {script_and_args}"
 
 
 def _never_outlive_the_job() -> None:
@@ -200,8 +220,8 @@ class KerasCalls:
             before = keras_internals.variable_values(model) if outermost else []
             try:
                 return method(model, *args, **kwargs)
-            except UsageError:
-                raise
+            except AcceltrainError:
+                raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
             except Exception as error:
                 if outermost and self.failed is None:
                     rerun = keras_internals.put_back_values(before)
@@ -285,11 +305,13 @@ class FitGuard:
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
     samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
     divides over the replicas, and in a multi-process job each process given its own share, so
-    `batch_size` stays the global batch.
+    `batch_size` stays the global batch. With `checkpointed` (--checkpoint-dir), the script's fit calls
+    are trained by it instead (Runtime.fit's resumable path).
     """
 
-    def __init__(self, runtime):
+    def __init__(self, runtime, checkpointed=None):
         self.runtime = runtime
+        self.checkpointed = checkpointed
         self.warned: set[str] = set()
         self.placement_told = False
 
@@ -314,6 +336,16 @@ class FitGuard:
             self._check_batch(arguments.get("batch_size"))
             self._prepare_evaluate(arguments)
         return (), arguments
+
+    def fit(self, method, model, args, kwargs):
+        """fit: Keras's `method` on the prepared inputs, or, with --checkpoint-dir, the checkpointed fit."""
+        from acceltrain.backends import keras_internals
+
+        if self.checkpointed is None or inputs_prepared():  # inputs_prepared: Runtime.fit's own epochs
+            args, kwargs = self("fit", model, args, kwargs)
+            return method(model, *args, **kwargs)
+        placement.report(self.runtime, model)
+        return self.checkpointed.fit(model, keras_internals.bound_arguments(method, model, args, kwargs))
 
     def _watched(self, method, args, kwargs) -> dict:
         """kwargs with the watchdog's StallWatch among the callbacks, where the watchdog is on."""

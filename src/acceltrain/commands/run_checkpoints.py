@@ -1,0 +1,192 @@
+"""`acceltrain run --checkpoint-dir DIR SCRIPT.py`: the script's fit calls made exact and resumable.
+
+    flags = check_flags("ckpt", resume=False, checkpoint_every="200 steps", keep_checkpoints=None)
+
+Each `model.fit` the script makes goes through Runtime.fit's checkpointed path (training/resumable.py)
+with the script's own arguments: SIGTERM or SIGINT finishes the step, writes a checkpoint and stops the
+script with the resume hint; the same command plus --resume continues exactly where it stopped.
+
+- The Nth fit call of the script keeps its checkpoints in DIR/fit-N. On --resume every fit restores
+  its own: one that had finished trains no further (its final weights are restored), the one that was
+  stopped continues, those that had not started start. So a script with several fits (pretraining,
+  then fine-tuning) resumes too, provided it makes them in the same order each run.
+- What exact resume cannot honour is refused before training, naming the argument: inputs that cannot
+  be rewound (a generator, a keras.utils.PyDataset), `steps_per_epoch`, `initial_epoch`,
+  `sample_weight`, `shuffle="batch"`. The way out is to run without --checkpoint-dir.
+- Differences from the script's plain fit, all of Runtime.fit's path: each epoch's order is drawn
+  from (seed 0, epoch) rather than by Keras; the few samples that would make a last batch uneven over
+  the replicas are left out of each epoch after its shuffle; the run stops with TrainingDiverged when
+  the loss is NaN or stuck at chance. The script's callbacks see one training run
+  (`on_train_begin` and `on_train_end` once), though Keras's fit is called once an epoch; on resume,
+  their own state (EarlyStopping's patience count) starts afresh.
+"""
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceltrain import checks, data
+from acceltrain.errors import UsageError, positive_int
+
+DEFAULT_EVERY = "1 epoch"
+DEFAULT_KEEP = 2
+
+
+@dataclass(frozen=True)
+class CheckpointFlags:
+    """--checkpoint-dir and its companions, checked."""
+
+    folder: Path
+    resume: bool = False
+    every: str = DEFAULT_EVERY
+    keep: int = DEFAULT_KEEP
+
+    def as_args(self) -> list[str]:
+        """The same flags for `acceltrain run` (what `launch` passes on to each process)."""
+        return ["--checkpoint-dir", str(self.folder), "--checkpoint-every", self.every,
+                "--keep-checkpoints", str(self.keep), *(["--resume"] if self.resume else [])]
+
+
+def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | None = None,
+                keep_checkpoints: int | None = None) -> CheckpointFlags | None:
+    """The flags checked before anything starts or is written; None without --checkpoint-dir."""
+    if checkpoint_dir is None:
+        given = {"--resume": resume, "--checkpoint-every": checkpoint_every, "--keep-checkpoints": keep_checkpoints}
+        for flag, value in given.items():
+            if value not in (None, False):
+                raise UsageError(f"Received {flag} without --checkpoint-dir. Pass --checkpoint-dir DIR too (the "
+                                 f"folder the checkpoints go in), or leave out {flag}.")
+        return None
+    from acceltrain.training.checkpoint import Every  # numpy only, though training/ is imported after connect()
+
+    every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every
+    Every.parse(every, "--checkpoint-every")
+    keep = positive_int(DEFAULT_KEEP if keep_checkpoints is None else keep_checkpoints, "--keep-checkpoints")
+    folder = Path(checkpoint_dir)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"Received --checkpoint-dir {checkpoint_dir!r}, which is a file. Pass a folder (new, "
+                         "or one an earlier run checkpointed into, with --resume).")
+    held = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+    if held and not resume:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise UsageError(f"Received --checkpoint-dir {checkpoint_dir!r}, which already holds files ({shown}). "
+                         "Pass --resume to continue from its checkpoints, or a new or empty folder to start over.")
+    return CheckpointFlags(folder, bool(resume), every, keep)
+
+
+class CheckpointedFits:
+    """The script's own fit calls, each trained by Runtime.fit with checkpoints in its own DIR/fit-N."""
+
+    def __init__(self, runtime, flags: CheckpointFlags, resume_command: str):
+        self.runtime = runtime
+        self.flags = flags
+        self.resume_command = resume_command  # said when a signal stops the script
+        self.fits = 0
+
+    def fit(self, model, arguments: dict):
+        """Keras's fit(**arguments) on `model`, resumable: returns the whole run's History."""
+        from acceltrain.training.resumable import Interrupted
+
+        kwargs = runtime_fit_arguments(arguments)
+        kwargs["steps_per_execution"] = model.steps_per_execution  # the script's own, as a plain fit keeps it
+        self.fits += 1
+        folder = self.flags.folder / f"fit-{self.fits}"
+        callbacks = kwargs.pop("callbacks")
+        try:
+            with _one_run_for(callbacks) as end_of_run:
+                history = self.runtime.fit(model, callbacks=callbacks, checkpoint_dir=folder,
+                                           resume=self.flags.resume, checkpoint_every=self.flags.every,
+                                           keep_checkpoints=self.flags.keep, **kwargs)
+                end_of_run({name: values[-1] for name, values in history.history.items() if values})
+        except Interrupted as stopped:
+            stopped.args = (f"{stopped.args[0].split(' Resume with')[0]} Resume with the same command plus "
+                            f"--resume ({self.resume_command}).",)
+            raise
+        return history
+
+
+def runtime_fit_arguments(arguments: dict) -> dict:
+    """Runtime.fit's keyword arguments for a script's Keras fit(**arguments); what exact resume cannot
+    honour raises UsageError naming it."""
+    arguments = dict(arguments)
+    x = arguments.get("x")
+    if not (data.is_arrays(x) or data.is_dataset(x)):
+        _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays or a tf.data.Dataset to the "
+                "step a checkpoint was written at; a generator or keras.utils.PyDataset cannot be rewound")
+    given = {"steps_per_epoch": arguments.get("steps_per_epoch") is not None,
+             "initial_epoch": arguments.get("initial_epoch", 0) != 0,
+             "sample_weight": arguments.get("sample_weight") is not None}
+    for name in (name for name, is_given in given.items() if is_given):
+        _refuse(f"{name}={_short(arguments[name])}", _WHY[name])
+    if not isinstance(arguments.get("callbacks") or [], (list, tuple)):
+        _refuse("callbacks=<a CallbackList>", "each epoch's fit needs the script's callbacks as a list")
+    if arguments.get("shuffle") == "batch":
+        _refuse("shuffle='batch'", "each epoch's order is drawn whole from (seed, epoch)")
+    for name in ("steps_per_epoch", "initial_epoch", "sample_weight"):
+        arguments.pop(name, None)
+    split = arguments.pop("validation_split", 0.0) or 0.0
+    if split:
+        if not data.is_arrays(x):
+            _refuse(f"validation_split={split}", "a dataset cannot be split by a fraction (Keras refuses it too)")
+        arguments.update(_split_off_validation(x, arguments.get("y"), split))
+    if data.is_arrays(x) and arguments.get("batch_size") is None:
+        arguments["batch_size"] = checks.KERAS_DEFAULT_BATCH_SIZE  # Keras's default, made explicit
+    arguments["callbacks"] = list(arguments.get("callbacks") or ())
+    return arguments
+
+
+_WHY = {
+    "steps_per_epoch": "an epoch is one pass over the data, numbered so a checkpoint can say where it stopped",
+    "initial_epoch": "where training starts is the newest checkpoint's business (--resume)",
+    "sample_weight": "the weights would not follow each epoch's order",
+}
+
+
+def _refuse(received: str, why: str) -> None:
+    raise UsageError(f"Received model.fit({received}) under --checkpoint-dir, which cannot resume it exactly: "
+                     f"{why}. Run without --checkpoint-dir to train as the script says.")
+
+
+def _short(value) -> str:
+    return f"<array of {len(value)}>" if hasattr(value, "__len__") and not isinstance(value, str) else repr(value)
+
+
+def _split_off_validation(x, y, split: float) -> dict:
+    """Keras's validation_split, made here: the last fraction of the samples, before any shuffle."""
+    cut = int(data.num_samples(x) * (1 - split))
+    return {"x": data.take(x, slice(0, cut)), "y": None if y is None else data.take(y, slice(0, cut)),
+            "validation_data": (data.take(x, slice(cut, None)), None if y is None else data.take(y, slice(cut, None)))}
+
+
+@contextlib.contextmanager
+def _one_run_for(callbacks):
+    """Inside, each callback's on_train_begin runs at the first epoch's fit only and its on_train_end only
+    when `end_of_run(logs)` is called: Runtime.fit calls Keras's fit once an epoch, the script's callbacks
+    expect one training run. Set on the instances (their class, and so Keras's isinstance and async checks,
+    unchanged), and taken off after."""
+    ended = []
+
+    def once(callback):
+        begin, begun = callback.on_train_begin, []
+
+        def on_train_begin(logs=None):
+            if not begun:
+                begun.append(True)
+                begin(logs)
+
+        callback.on_train_begin = on_train_begin
+        callback.on_train_end = lambda logs=None: None
+
+    def end_of_run(logs):
+        ended.append(logs)
+
+    for callback in callbacks:
+        once(callback)
+    try:
+        yield end_of_run
+    finally:
+        for callback in callbacks:
+            del callback.on_train_begin, callback.on_train_end
+        if ended:
+            for callback in callbacks:
+                callback.on_train_end(ended[0])

@@ -1,0 +1,225 @@
+"""`acceltrain run --checkpoint-dir`: a plain script's fit stopped by SIGTERM and resumed with --resume ends
+with the weights of an uninterrupted run (each run a fresh process, on 2 simulated devices)."""
+
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from tests import support
+
+SCRIPT = support.SCRIPTS / "plain_checkpointed.py"
+
+
+def _run(folder, out, *flags, script_args=(), resume=False):
+    return support.run_cli("run", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every",
+                           "10 steps", *(["--resume"] if resume else []), *flags, SCRIPT, out, *script_args,
+                           timeout=300)
+
+
+def _sigterm_once_training(folder, out, script_args=()):
+    """The run started, SIGTERMed once its first checkpoint is written (so it is training); its result."""
+    process = subprocess.Popen(
+        support.command("run", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every", "10 steps",
+                        SCRIPT, out, *script_args),
+        env=support.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list((folder / "fit-1").glob("epoch-*")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before it could be signalled:\n" + process.stderr.read()
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.returncode, stdout, stderr
+
+
+def _weights(path):
+    with np.load(path) as saved:
+        return [saved[name] for name in sorted(saved.files, key=lambda n: int(n.split("_")[1]))]
+
+
+def _assert_stopped_and_resumed_like_uninterrupted(tmp_path, script_args=(), epochs=3):
+    script_args = [*script_args, "--epochs", str(epochs)]
+    whole = _run(tmp_path / "whole", tmp_path / "whole.npz", script_args=script_args)
+    assert whole.returncode == 0, whole.stderr
+
+    code, _, stderr = _sigterm_once_training(tmp_path / "stopped", tmp_path / "stopped.npz", script_args)
+    # The kill landed while it trained: the handler of the checkpointed fit took it and saved mid-run.
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "SIGTERM received: finishing this step and writing a checkpoint" in stderr
+    assert f"Resume with the same command plus --resume (acceltrain run ... --checkpoint-dir {tmp_path / 'stopped'} " \
+           f"--resume {SCRIPT}" in stderr
+    assert not (tmp_path / "stopped.npz").exists()  # the script did not go on past its fit
+    assert not (tmp_path / "stopped" / "fit-1" / f"epoch-{epochs:04d}-step-00000").exists()  # nor did its fit end
+
+    # Born with other weights: only a restored checkpoint can bring it back to the same end.
+    resumed = _run(tmp_path / "stopped", tmp_path / "stopped.npz", script_args=[*script_args, "--init-seed", "7"],
+                   resume=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from epoch-" in resumed.stderr
+    # Same mesh, same CPU: the same steps on the same batches in the same order, so bit-identical.
+    for got, expected in zip(_weights(tmp_path / "stopped.npz"), _weights(tmp_path / "whole.npz"), strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.multi_device
+def test_a_plain_script_stopped_by_sigterm_resumes_to_the_uninterrupted_weights(tmp_path):
+    _assert_stopped_and_resumed_like_uninterrupted(tmp_path, epochs=2)
+
+
+@pytest.mark.slow
+@pytest.mark.multi_device
+def test_a_plain_tf_data_script_stopped_by_sigterm_resumes_to_the_uninterrupted_weights(tmp_path):
+    _assert_stopped_and_resumed_like_uninterrupted(tmp_path, ["--dataset"])
+
+
+@pytest.mark.multi_device
+def test_a_fit_argument_exact_resume_cannot_honour_stops_the_script_before_training(tmp_path):
+    run = _run(tmp_path / "checkpoints", tmp_path / "out.npz", script_args=["--steps-per-epoch", "5"])
+
+    assert run.returncode == 2, run.stderr
+    assert "Received model.fit(steps_per_epoch=5) under --checkpoint-dir" in run.stderr
+    assert "Run without --checkpoint-dir" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "out.npz").exists()
+
+
+# --- The flags, checked before anything starts (in this process: no framework is started) -------------
+
+@pytest.mark.parametrize("verb", ["run", "launch"])
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--checkpoint-every", "often"], "Received --checkpoint-every 'often'. Expected a count and a unit"),
+        (["--checkpoint-every", "0 steps"], "Received --checkpoint-every '0 steps'"),
+        (["--keep-checkpoints", "0"], "Received --keep-checkpoints 0. Expected a whole number of at least 1"),
+        (["--resume", "--no-dir"], "Received --resume without --checkpoint-dir. Pass --checkpoint-dir DIR too"),
+        (["--checkpoint-every", "5 steps", "--no-dir"], "Received --checkpoint-every without --checkpoint-dir"),
+        (["--keep-checkpoints", "3", "--no-dir"], "Received --keep-checkpoints without --checkpoint-dir"),
+    ],
+)
+def test_a_bad_checkpoint_flag_is_named_and_nothing_is_written(tmp_path, capsys, verb, flags, says):
+    from acceltrain.cli import main
+
+    folder = tmp_path / "checkpoints"
+    where = [] if "--no-dir" in flags else ["--checkpoint-dir", str(folder)]
+    processes = ["--processes", "2"] if verb == "launch" else []
+    code = main([verb, *processes, *where, *(f for f in flags if f != "--no-dir"), str(SCRIPT), "out.npz"])
+
+    assert code == 2 and says in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_dir_that_is_a_file_or_holds_files_without_resume_is_refused(tmp_path, capsys):
+    from acceltrain.cli import main
+
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "used" / "fit-1").mkdir(parents=True)
+
+    assert main(["run", "--checkpoint-dir", str(tmp_path / "a_file"), str(SCRIPT), "out.npz"]) == 2
+    assert f"Received --checkpoint-dir '{tmp_path / 'a_file'}', which is a file" in capsys.readouterr().err
+    assert main(["run", "--checkpoint-dir", str(tmp_path / "used"), str(SCRIPT), "out.npz"]) == 2
+    assert "which already holds files (fit-1). Pass --resume to continue" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a_file", "fit-1", "used"]
+
+
+def test_launch_passes_the_checkpoint_flags_on_to_each_process():
+    from acceltrain.commands.run_checkpoints import check_flags
+
+    flags = check_flags("ckpt", resume=True, checkpoint_every="20 steps", keep_checkpoints=3)
+
+    assert flags.as_args() == ["--checkpoint-dir", "ckpt", "--checkpoint-every", "20 steps", "--keep-checkpoints", "3",
+                               "--resume"]
+
+
+# --- The script's fit arguments, as Runtime.fit's checkpointed path takes them (numpy only) -------------
+
+def _arrays(n=120):
+    return np.arange(n, dtype="float32")[:, None], np.arange(n) % 4
+
+
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ({"x": iter([])}, "Received model.fit(x of type list_iterator) under --checkpoint-dir"),
+        ({"steps_per_epoch": 10}, "Received model.fit(steps_per_epoch=10)"),
+        ({"initial_epoch": 2}, "Received model.fit(initial_epoch=2)"),
+        ({"sample_weight": np.ones(120)}, "Received model.fit(sample_weight=<array of 120>)"),
+        ({"shuffle": "batch"}, "Received model.fit(shuffle='batch')"),
+    ],
+)
+def test_what_exact_resume_cannot_honour_is_refused_with_the_way_out(given, says):
+    from acceltrain.commands.run_checkpoints import runtime_fit_arguments
+    from acceltrain.errors import UsageError
+
+    x, y = _arrays()
+    with pytest.raises(UsageError, match="Run without --checkpoint-dir") as error:
+        runtime_fit_arguments({"x": x, "y": y, **given})
+    assert says in str(error.value)
+
+
+def test_the_scripts_own_arguments_are_kept_and_validation_split_made_as_keras_does():
+    from acceltrain.commands.run_checkpoints import runtime_fit_arguments
+
+    x, y = _arrays()
+    got = runtime_fit_arguments({"x": x, "y": y, "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0},
+                                 "validation_split": 0.25, "validation_freq": 2, "callbacks": ("the script's",)})
+
+    assert len(got["x"]) == len(got["y"]) == 90 and got["x"][-1, 0] == 89  # the first 75%, unshuffled
+    np.testing.assert_array_equal(got["validation_data"][0][:, 0], np.arange(90, 120))
+    assert got["batch_size"] == 32  # Keras's default, made explicit for Runtime.fit
+    assert {k: got[k] for k in ("epochs", "verbose", "shuffle", "class_weight", "validation_freq", "callbacks")} == {
+        "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0}, "validation_freq": 2,
+        "callbacks": ["the script's"]}
+
+
+class _Callback:
+    def __init__(self):
+        self.calls = []
+
+    def on_train_begin(self, logs=None):
+        self.calls.append(("begin", logs))
+
+    def on_train_end(self, logs=None):
+        self.calls.append(("end", logs))
+
+
+class _Runtime:
+    """Runtime.fit as the checkpointed path calls Keras: once an epoch, each call a training run to Keras."""
+
+    def __init__(self):
+        self.folders = []
+
+    def fit(self, model, callbacks, checkpoint_dir, epochs=1, **kwargs):
+        from types import SimpleNamespace
+
+        self.folders.append(checkpoint_dir)
+        for epoch in range(epochs):
+            for callback in callbacks:
+                callback.on_train_begin()
+                callback.on_train_end({"loss": epoch})
+        return SimpleNamespace(history={"loss": list(range(epochs))})
+
+
+def test_each_fit_has_its_own_folder_and_the_scripts_callbacks_see_one_training_run(tmp_path, monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from acceltrain.commands.run_checkpoints import CheckpointedFits, CheckpointFlags
+
+    # resumable (imported for its Interrupted) imports Keras: not started in this process
+    monkeypatch.setitem(sys.modules, "acceltrain.training.resumable", SimpleNamespace(Interrupted=KeyboardInterrupt))
+    runtime, callback = _Runtime(), _Callback()
+    fits = CheckpointedFits(runtime, CheckpointFlags(tmp_path), "acceltrain run ...")
+    model = SimpleNamespace(steps_per_execution=1)
+    x, y = _arrays()
+    fits.fit(model, {"x": x, "y": y, "epochs": 3, "callbacks": [callback]})
+    fits.fit(model, {"x": x, "y": y, "epochs": 2})
+
+    assert runtime.folders == [tmp_path / "fit-1", tmp_path / "fit-2"]
+    assert callback.calls == [("begin", None), ("end", {"loss": 2})]
+    assert "on_train_begin" not in vars(callback) and "on_train_end" not in vars(callback)  # its own methods again
