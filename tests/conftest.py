@@ -19,9 +19,12 @@ from tests.support import write_small_mnist  # noqa: E402
 
 SIMULATED_DEVICES = 8
 
-# Set once per process by the frameworks themselves as they first start (JAX's TPU/libtpu set-up, Keras's
-# JAX backend), whichever test that happens in: not a leak of that test's, and needed afterwards.
-SET_BY_FRAMEWORK_START = {"TF_FORCE_GPU_ALLOW_GROWTH", "TPU_LIBRARY_PATH", "TPU_SKIP_MDS_QUERY"}
+# Set once per process by the libraries themselves as they are first imported or started (JAX's TPU/libtpu
+# set-up, TensorFlow's import, h5py's), whichever test that happens in: not a leak of that test's, and
+# needed afterwards.
+SET_BY_FRAMEWORK_START = {"TF_FORCE_GPU_ALLOW_GROWTH", "TPU_LIBRARY_PATH", "TPU_SKIP_MDS_QUERY",
+                          "TF2_BEHAVIOR", "TPU_ML_PLATFORM", "TPU_ML_PLATFORM_VERSION",
+                          "ENABLE_RUNTIME_UPTIME_TELEMETRY", "HDF5_PLUGIN_PATH"}
 
 
 @pytest.fixture(autouse=True)
