@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from acceltrain import __version__, log
+from acceltrain import __version__, backends, log
 from acceltrain.errors import AcceltrainError
 
 EXAMPLES = {
@@ -69,6 +69,21 @@ def main(argv=None) -> int:
     log.set_quiet(getattr(args, "quiet", False))
     log.set_verbose(getattr(args, "verbose", False))
     try:
+        code = _run_verb(args)
+    except Exception:
+        if not backends.one_of_several_processes():
+            raise
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if code != 0 and backends.one_of_several_processes():
+        _leave_the_job_now(code)
+    return code
+
+
+def _run_verb(args) -> int:
+    try:
         return args.run(args)
     except AcceltrainError as error:
         if log.is_verbose():
@@ -80,6 +95,24 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("acceltrain: interrupted", file=sys.stderr)
         return 130
+
+
+def _leave_the_job_now(code: int) -> None:
+    """End a failed process of a jax.distributed job at once, its error already printed.
+
+    A normal exit waits in jax.distributed's shutdown barrier for every other process, while they may be
+    waiting for this one in a collective (an evaluate, a load_weights): neither would ever end, and
+    `acceltrain launch`, which stops the job when a process exits non-zero, would never see this one exit.
+    Leaving without the barrier lets the launcher stop the others, or, without a launcher, lets their
+    jax.distributed heartbeat end them. os._exit skips atexit handlers and buffered output: flushed first.
+    """
+    import logging
+    import os
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _parser() -> argparse.ArgumentParser:

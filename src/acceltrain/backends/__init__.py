@@ -69,6 +69,15 @@ def jax_compilation_cache_dir(env=None) -> str | None:
     return os.path.join(base, "acceltrain", "jax")
 
 
+def one_of_several_processes() -> bool:
+    """Whether this process has joined a jax.distributed job of more than one process. Starts nothing:
+    False where JAX was never imported (TensorFlow runs one process only)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 
