@@ -97,19 +97,29 @@ def _run_verb(args) -> int:
         return 130
 
 
-def _leave_the_job_now(code: int) -> None:
-    """End a failed process of a jax.distributed job at once, its error already printed.
+# How long a failed process of a job of several processes waits for the others at the exit barrier. Long
+# enough for processes that fail the same way (one script error in every process) to arrive together, a
+# few seconds apart; short, since a process whose peers are stuck in a collective waits this long in vain.
+ENDING_GRACE_SECONDS = 10.0
 
-    A normal exit waits in jax.distributed's shutdown barrier for every other process, while they may be
-    waiting for this one in a collective (an evaluate, a load_weights): neither would ever end, and
-    `acceltrain launch`, which stops the job when a process exits non-zero, would never see this one exit.
-    Leaving without the barrier lets the launcher stop the others, or, without a launcher, lets their
-    jax.distributed heartbeat end them. os._exit skips atexit handlers and buffered output: flushed first.
+
+def _leave_the_job_now(code: int) -> None:
+    """End a failed process of a jax.distributed job, its error already printed, within ENDING_GRACE_SECONDS.
+
+    A normal exit waits in jax.distributed's shutdown barrier for every other process, with no end, while
+    they may be waiting for this one in a collective (an evaluate, a load_weights): neither would ever end,
+    and `acceltrain launch`, which stops the job when a process exits non-zero, would never see this one
+    exit. So the barrier gets the grace only: processes that failed alike end together, each showing its
+    own error, and a process whose peers are stuck leaves, for the launcher to stop them (or, without a
+    launcher, their jax.distributed heartbeat). os._exit skips atexit handlers and buffers: flushed first.
     """
     import logging
     import os
 
     logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    backends.shut_down_jax_job(ENDING_GRACE_SECONDS)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -6,6 +6,7 @@ import os
 import keras
 import numpy as np
 
+print(f"ready {os.getpid()}", flush=True)
 x = np.random.default_rng(0).random((512, 8), dtype=np.float32)
 y = (x.sum(axis=1) > 4).astype("int32")
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="softmax")])

@@ -78,6 +78,26 @@ def one_of_several_processes() -> bool:
     return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
 
 
+def shut_down_jax_job(seconds: float) -> bool:
+    """jax.distributed.shutdown(), a barrier every process of the job reaches at its exit, waited for at
+    most `seconds`: True when every process reached it, False when one did not (it is stuck, or gone)."""
+    import sys
+    import threading
+
+    jax = sys.modules["jax"]
+    done = threading.Event()
+
+    def shut_down():
+        try:
+            jax.distributed.shutdown()
+        except Exception:  # noqa: BLE001  (another process failed the barrier: not every one reached it)
+            return
+        done.set()
+
+    threading.Thread(target=shut_down, name="acceltrain-shutdown", daemon=True).start()
+    return done.wait(seconds)
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 

@@ -164,7 +164,7 @@ def _saving_whole(runtime):
                 return method(model, **arguments)  # Keras asks before overwriting, as it does plainly
             else:
                 _write_then_rename(runtime.process_index, method, model, arguments, path)
-                how = "written by every process, each its own copy renamed onto the path once whole"
+                how = "written by every process, each to a temporary name renamed onto the path once whole"
             if name not in told:
                 told.append(name)
                 log.info(f"process {runtime.process_index}: model.{name}({str(filepath)!r}) {how}")
