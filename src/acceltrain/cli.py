@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from acceltrain import __version__, log
+from acceltrain import __version__, backends, log
 from acceltrain.errors import AcceltrainError
 
 EXAMPLES = {
@@ -70,6 +70,21 @@ def main(argv=None) -> int:
     log.set_quiet(getattr(args, "quiet", False))
     log.set_verbose(getattr(args, "verbose", False))
     try:
+        code = _run_verb(args)
+    except Exception:
+        if not backends.one_of_several_processes():
+            raise
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if code != 0 and backends.one_of_several_processes():
+        _leave_the_job_now(code)
+    return code
+
+
+def _run_verb(args) -> int:
+    try:
         return args.run(args)
     except AcceltrainError as error:
         if log.is_verbose():
@@ -81,6 +96,34 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("acceltrain: interrupted", file=sys.stderr)
         return 130
+
+
+# How long a failed process of a job of several processes waits for the others at the exit barrier. Long
+# enough for processes that fail the same way (one script error in every process) to arrive together, a
+# few seconds apart; short, since a process whose peers are stuck in a collective waits this long in vain.
+ENDING_GRACE_SECONDS = 10.0
+
+
+def _leave_the_job_now(code: int) -> None:
+    """End a failed process of a jax.distributed job, its error already printed, within ENDING_GRACE_SECONDS.
+
+    A normal exit waits in jax.distributed's shutdown barrier for every other process, with no end, while
+    they may be waiting for this one in a collective (an evaluate, a load_weights): neither would ever end,
+    and `acceltrain launch`, which stops the job when a process exits non-zero, would never see this one
+    exit. So the barrier gets the grace only: processes that failed alike end together, each showing its
+    own error, and a process whose peers are stuck leaves, for the launcher to stop them (or, without a
+    launcher, their jax.distributed heartbeat). os._exit skips atexit handlers and buffers: flushed first.
+    """
+    import logging
+    import os
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    backends.shut_down_jax_job(ENDING_GRACE_SECONDS)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _parser() -> argparse.ArgumentParser:

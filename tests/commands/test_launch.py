@@ -38,9 +38,9 @@ def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tm
     assert accuracies["[0]"] == accuracies["[1]"]  # one job: both report the global metric
     # Each process shuffles its own half, so the order differs from one process's: close, not equal.
     assert abs(accuracies["[0]"] - support.accuracy(one.stdout)) < 0.02
-    # Only process 0 wrote the model; process 1 saved into a folder it threw away.
+    # Each process wrote its own copy to a temporary name and renamed it onto the path: one whole file left.
     assert (tmp_path / "model.keras").stat().st_size > 100_000
-    assert "[1] acceltrain: process 1: model.save(" in job.stderr
+    assert "[1] acceltrain: process 1: model.save(" in job.stderr and "renamed onto the path once whole" in job.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
 
 
@@ -195,6 +195,41 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_the_st
     assert time.monotonic() - started < 240  # start-up, then 15 s: not a job that hung until its test timeout
 
 
+@pytest.mark.multi_device
+def test_a_process_whose_script_fails_ends_the_job_showing_its_error_and_leaving_no_process():
+    """Process 1's script raises after fit while process 0 goes on to evaluate, a collective process 1 never
+    joins. Process 1 must not wait at exit in jax.distributed's shutdown barrier (for process 0, which waits
+    for it): it exits, and the launcher stops process 0. A hang check: the bound is generous."""
+    started = time.monotonic()
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", support.SCRIPTS / "fails_after_fit.py",
+                          timeout=240)
+    seconds = time.monotonic() - started
+    pids = [int(line.split()[-1]) for line in job.stdout.splitlines() if "] ready " in line]
+
+    assert job.returncode == 1, job.stderr[-3000:]
+    assert "[1] RuntimeError: process 1's script failed after fit" in job.stderr
+    # The first to fail is named, not process 0, whose evaluate fails within milliseconds for want of it (or is
+    # stopped by the launcher, whichever comes first).
+    assert "acceltrain: warning: process 1 exited with code 1;" in job.stderr
+    assert "unreachable" not in job.stdout
+    assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
+    assert seconds < 120, f"the job took {seconds:.0f} s to end: it waited for something"
+
+
+@pytest.mark.multi_device
+def test_saving_weights_split_over_processes_is_refused_before_anything_is_written(tmp_path):
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--distribution", "fsdp",
+                          support.SCRIPTS / "saves_sharded.py", tmp_path, timeout=300)
+
+    assert job.returncode == 2, job.stderr[-3000:]
+    for index in (0, 1):
+        assert f"[{index}] kernel split over processes: True" in job.stdout  # the case this test is about
+        assert re.search(rf"\[{index}\] acceltrain: error: Received model.save\('.*m.keras'\) in a job of 2 processes, "
+                         r"with \d+ of the \d+ weights split over the processes' devices", job.stderr), job.stderr[-3000:]
+    assert "Traceback" not in job.stderr
+    assert list(tmp_path.iterdir()) == []  # before: half a .keras file, then JAX's "non-addressable" error
+
+
 SHAPES_FAST = ["seed_shape", "fit_validation_split_verbose_2", "fit_callbacks", "evaluate_dict_verbose_1"]
 SHAPES_MORE = ["fit_batch_size_verbose_1", "fit_validation_data_verbose_0", "save"]
 
@@ -208,9 +243,11 @@ def test_keras_entry_points_in_a_two_process_job_finish_with_the_same_global_num
     for shape in shapes:
         lines = {line.split("] ", 1)[1] for line in job.stdout.splitlines() if f"] {shape}: ok" in line}
         assert len(lines) == 1, f"{shape}: {lines}"  # printed by both processes, the same
+    # Both processes wrote each path (a temporary name renamed onto it): the files, whole, and nothing else.
+    # seed_shape and save load their files back and print the weights' digest: the same in both processes.
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == (["best.keras", "seed.weights.h5"] if shapes == SHAPES_FAST
-                       else ["model.keras", "model.weights.h5"])  # process 0 wrote; process 1 threw its copy away
+                       else ["model.keras", "model.weights.h5"])
 
 
 @pytest.mark.multi_device

@@ -333,3 +333,84 @@ def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
     assert run.returncode == 1 and "TypeError" in run.stderr
     assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
             "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-1]
+
+
+# --- Saving in a job of several processes: each process its own whole copy ----------------------------
+
+def _process_1_of_2(split=()):
+    """What _saving_whole reads of a Runtime: process 1 of 2, with `split` the weights no process holds whole."""
+    from types import SimpleNamespace
+
+    framework = SimpleNamespace(split_over_processes=lambda variables: list(split))
+    return SimpleNamespace(num_processes=2, process_index=1, distribution_name="FSDP", backend_module=framework)
+
+
+@pytest.fixture
+def tensorflow_may_start():
+    """Keras's model.save imports TensorFlow, which sets environment variables as it starts (TF2_BEHAVIOR,
+    HDF5_PLUGIN_PATH ...): put back after the test, so the check for leaked variables looks at acceltrain's."""
+    import os
+
+    before = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(before)
+
+
+def _small_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("adam", "mse")
+    return model
+
+
+def test_every_process_saves_its_own_copy_renamed_onto_the_path(runtime, tmp_path, tensorflow_may_start):
+    import keras
+
+    from acceltrain.commands.run import _saving_whole
+
+    model = _small_model()
+    with _saving_whole(_process_1_of_2()):
+        model.save(tmp_path / "m.keras")
+        model.save_weights(tmp_path / "m.weights.h5")
+        model.save(tmp_path / "m.keras")  # a ModelCheckpoint's next epoch: replaced whole
+        model.save(tmp_path / "unzipped", zipped=False)  # a folder: no rename; process 0 writes it
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.keras", "m.weights.h5"]  # no partial file left
+    loaded = keras.models.load_model(tmp_path / "m.keras")  # process 1 reads back what it saved
+    assert all((a == b).all() for a, b in zip(loaded.get_weights(), model.get_weights()))
+
+
+def test_a_save_that_fails_half_way_leaves_the_last_whole_file_and_nothing_else(runtime, tmp_path, monkeypatch,
+                                                                                 tensorflow_may_start):
+    import keras
+
+    from acceltrain.commands.run import _saving_whole
+
+    def half_then_fail(model, filepath, overwrite=True, max_shard_size=None):
+        with open(filepath, "wb") as file:
+            file.write(b"half a file")
+        raise OSError("No space left on device")
+
+    (tmp_path / "m.weights.h5").write_bytes(b"the last whole copy")
+    monkeypatch.setattr(keras.Model, "save_weights", half_then_fail)
+    with _saving_whole(_process_1_of_2()), pytest.raises(OSError, match="No space left"):
+        _small_model().save_weights(tmp_path / "m.weights.h5")
+
+    assert [p.name for p in tmp_path.iterdir()] == ["m.weights.h5"]
+    assert (tmp_path / "m.weights.h5").read_bytes() == b"the last whole copy"
+
+
+def test_weights_split_over_processes_are_refused_before_anything_is_written(runtime, tmp_path, tensorflow_may_start):
+    from acceltrain.commands.run import _saving_whole
+    from acceltrain.errors import UsageError
+
+    with _saving_whole(_process_1_of_2(split=["sequential/dense/kernel"])), pytest.raises(UsageError) as refused:
+        _small_model().save(tmp_path / "m.keras")
+
+    assert str(refused.value).startswith(f"Received model.save('{tmp_path / 'm.keras'}') in a job of 2 processes, "
+                                         "with 1 of the ")
+    assert "(FSDP; e.g. sequential/dense/kernel)" in str(refused.value)
+    assert "--distribution data" in str(refused.value) and "Nothing was written." in str(refused.value)
+    assert not list(tmp_path.iterdir())

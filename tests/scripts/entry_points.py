@@ -38,7 +38,15 @@ def seed_shape():
     m.fit(x, y, epochs=2, steps_per_epoch=20)
     loss, acc = m.evaluate(x_test, y_test, verbose=0)
     m.save_weights(out / "seed.weights.h5")
-    return f"{acc:.4f}"
+    m.load_weights(out / "seed.weights.h5")  # each process reads back a whole file, of the same weights
+    return f"{acc:.4f} weights {_digest(m)}"
+
+
+def _digest(m):
+    """The model's weights, in a few characters: equal in every process when its copies are identical."""
+    import hashlib
+
+    return hashlib.sha256(b"".join(w.tobytes() for w in m.get_weights())).hexdigest()[:12]
 
 
 def fit_batch_size_verbose_1():
@@ -83,7 +91,8 @@ def save():
     m.fit(x, y, batch_size=128, epochs=1, verbose=0)
     m.save(out / "model.keras")
     m.save_weights(out / "model.weights.h5")
-    return "saved"
+    loaded = keras.models.load_model(out / "model.keras")
+    return f"saved, loaded back: weights {_digest(loaded)}"
 
 
 for shape in sys.argv[2:]:

@@ -69,6 +69,35 @@ def jax_compilation_cache_dir(env=None) -> str | None:
     return os.path.join(base, "acceltrain", "jax")
 
 
+def one_of_several_processes() -> bool:
+    """Whether this process has joined a jax.distributed job of more than one process. Starts nothing:
+    False where JAX was never imported (TensorFlow runs one process only)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+
+
+def shut_down_jax_job(seconds: float) -> bool:
+    """jax.distributed.shutdown(), a barrier every process of the job reaches at its exit, waited for at
+    most `seconds`: True when every process reached it, False when one did not (it is stuck, or gone)."""
+    import sys
+    import threading
+
+    jax = sys.modules["jax"]
+    done = threading.Event()
+
+    def shut_down():
+        try:
+            jax.distributed.shutdown()
+        except Exception:  # noqa: BLE001  (another process failed the barrier: not every one reached it)
+            return
+        done.set()
+
+    threading.Thread(target=shut_down, name="acceltrain-shutdown", daemon=True).start()
+    return done.wait(seconds)
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 

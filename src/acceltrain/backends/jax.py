@@ -20,7 +20,9 @@ SPLITS_UNEVEN_BATCHES = False
 OWN = ("enable_compilation_cache", "distribution_of",
        # sharding (fsdp, model): JAX only; placement.py checks for them by name
        "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
-       "first_device_bytes", "device_memory", "abstract_state")
+       "first_device_bytes", "device_memory", "abstract_state",
+       # saving in a job of several processes (acceltrain run): only JAX runs one
+       "split_over_processes")
 
 
 # --- Start-up ---------------------------------------------------------------------------------
@@ -532,6 +534,17 @@ def devices_spanned(variable) -> int:
     """How many devices (of all processes) hold a part or a copy of a Keras variable."""
     sharding = getattr(getattr(variable, "value", variable), "sharding", None)
     return len(sharding.device_set) if sharding is not None else 1
+
+
+def split_over_processes(variables) -> list[str]:
+    """The paths of the variables no process holds whole: parts of them are on other processes' devices
+    (fsdp or model parallel over hosts), so reading one on the host fails ("spans non-addressable devices")."""
+    split = []
+    for variable in variables:
+        array = getattr(variable, "value", variable)
+        if isinstance(array, jax.Array) and not (array.is_fully_addressable or array.is_fully_replicated):
+            split.append(getattr(variable, "path", str(variable)))
+    return split
 
 
 def fit_hook(hook):

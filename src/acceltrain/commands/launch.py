@@ -87,6 +87,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
 
 
 def _watch(children, received, stalled=()) -> int:
+    ended = _exits_in_order(children)
     while True:
         if stalled:  # a process's watchdog fired: every process's stacks, before any of them ends
             stalled.clear()
@@ -97,11 +98,11 @@ def _watch(children, received, stalled=()) -> int:
                      f"{STOP_GRACE_SECONDS:.0f} s to stop before they are killed")
             _stop(children, first=signum)
             return 128 + signum  # as a shell reports a process ended by that signal
-        codes = [child.poll() for child in children]
-        failed = [(index, code) for index, code in enumerate(codes) if code not in (None, 0)]
+        exits = list(ended)
+        failed = [(index, code) for index, code in exits if code != 0]
         if failed:
-            index, code = failed[0]
-            running = [i for i, c in enumerate(codes) if c is None]
+            index, code = failed[0]  # the first to fail: the others may have failed for want of it
+            running = sorted(set(range(len(children))) - {i for i, _ in exits})
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
                 how = "stalled"
@@ -112,9 +113,20 @@ def _watch(children, received, stalled=()) -> int:
                 log.warn(f"process {index} {how}; no other process was still running")
             _stop(children)
             return code if code in (2, watchdog.EXIT_STALLED) else 1
-        if all(code == 0 for code in codes):
+        if len(exits) == len(children):
             return 0
         time.sleep(POLL_SECONDS)
+
+
+def _exits_in_order(children) -> list:
+    """(index, exit code) of each child, appended as it ends, by a thread per child: when one process fails
+    and another fails at once for want of it (its collective's peer gone), the first is the one to name,
+    and a poll every POLL_SECONDS would often see both at the same time."""
+    ended: list = []
+    for index, child in enumerate(children):
+        threading.Thread(target=lambda index=index, child=child: ended.append((index, child.wait())),
+                         name=f"acceltrain-wait-{index}", daemon=True).start()
+    return ended
 
 
 def _ask_for_stacks(children) -> None:

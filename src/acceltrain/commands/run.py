@@ -59,8 +59,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
             runtime, checkpointing, _resume_command(checkpointing, script, argv))
         stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime, checkpointed)))
-        if runtime.process_index > 0:
-            stack.enter_context(_saving_elsewhere(runtime.process_index))
+        if runtime.num_processes > 1:
+            stack.enter_context(_saving_whole(runtime))
         calls = stack.enter_context(KerasCalls(runtime).watching())  # outermost: sees each call as the script made it
         try:
             runpy.run_path(str(script), run_name="__main__")
@@ -151,30 +151,94 @@ def _is_acceltrains(filename: str) -> bool:
 
 
 @contextlib.contextmanager
-def _saving_elsewhere(process_index: int):
-    """Only process 0 writes the model: two writers of one path on a shared disk would corrupt it.
+def _saving_whole(runtime):
+    """In a job of several processes every process writes its own model.save/save_weights, as each host of
+    a plain multi-host script does, so each reads back what it saved (load_model after a ModelCheckpoint
+    into a TemporaryDirectory, whose path differs from process to process).
 
-    The other processes still save, to a temporary folder thrown away after: reading variables spread
-    over all processes' devices is a collective step every process must take, or process 0 waits forever.
+    Each copy is written under a temporary name in the target folder, then renamed onto the path (atomic
+    on one file system). Where the processes share the folder (one machine, a shared disk) the path is
+    replaced once per process, each time by a whole file of the same weights: they are replicated, every
+    process holds them all, and JAX checks they agree when they are loaded back. A reader never sees half
+    a file, and nothing else is left there. Weights split over the processes (fsdp) are refused before
+    anything is written: no process holds them whole, and Keras's save would fail half-way through a file.
+    What is not one local file (a folder with zipped=False, shards with max_shard_size, a remote path) is
+    written by process 0 alone, the others writing theirs into a folder thrown away after; a file object
+    is each process's own.
     """
-    import tempfile
-
     from acceltrain.backends import keras_internals
 
     told = []
 
-    def elsewhere(name, method):
+    def whole(name, method):
         def save(model, filepath, *args, **kwargs):
-            with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-                method(model, str(Path(folder) / Path(str(filepath)).name), *args, **kwargs)
-            if not told:
+            _refuse_split_weights(runtime, model, name, filepath)
+            if not isinstance(filepath, (str, os.PathLike)):
+                return method(model, filepath, *args, **kwargs)  # a file object: this process's own
+            arguments = keras_internals.bound_arguments(method, model, (filepath, *args), kwargs)
+            path = _one_local_file(arguments)
+            if path is None:
+                how = _write_by_process_0(runtime.process_index, method, model, arguments)
+            elif path.exists() and arguments.get("overwrite") is False:
+                return method(model, **arguments)  # Keras asks before overwriting, as it does plainly
+            else:
+                _write_then_rename(runtime.process_index, method, model, arguments, path)
+                how = "written by every process, each to a temporary name renamed onto the path once whole"
+            if name not in told:
                 told.append(name)
-                log.info(f"process {process_index}: model.{name}({str(filepath)!r}) left to process 0, which writes")
+                log.info(f"process {runtime.process_index}: model.{name}({str(filepath)!r}) {how}")
 
         return save
 
-    with keras_internals.saving_replaced(elsewhere):
+    with keras_internals.saving_replaced(whole):
         yield
+
+
+def _refuse_split_weights(runtime, model, name: str, filepath) -> None:
+    optimizer = getattr(model, "optimizer", None)
+    variables = [*model.variables, *(optimizer.variables if optimizer is not None and name == "save" else [])]
+    split = runtime.backend_module.split_over_processes(variables)
+    if split:
+        raise UsageError(
+            f"Received model.{name}({str(filepath)!r}) in a job of {runtime.num_processes} processes, with {len(split)} "
+            f"of the {len(variables)} weights split over the processes' devices ({runtime.distribution_name}; e.g. "
+            f"{split[0]}): no process holds them whole, and Keras's {name} writes each weight whole from one host. "
+            "Valid here: weights every process holds whole (--distribution data), or checkpoints written in shards, "
+            "each process its own (acceltrain train, or Runtime.fit(checkpoint_dir=...): Orbax). Nothing was written.")
+
+
+def _one_local_file(arguments) -> Path | None:
+    """The path, when Keras writes one file on this machine's file system there; else None."""
+    filepath = str(arguments.get("filepath"))
+    if "://" in filepath:
+        return None  # a remote path (gs://, hf://): no atomic rename there
+    if arguments.get("zipped") is False or arguments.get("max_shard_size") is not None:
+        return None  # a folder, or several files
+    path = Path(filepath)
+    return path if path.parent.is_dir() else None  # no folder: Keras fails (or not) as it does plainly
+
+
+def _write_then_rename(process_index: int, method, model, arguments, path: Path) -> None:
+    # The same name at the end: Keras reads the format from the file's extension.
+    partial = path.with_name(f".acceltrain-partial-{process_index}-{os.getpid()}-{path.name}")
+    try:
+        method(model, **{**arguments, "filepath": str(partial), "overwrite": True})
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)  # a failed write leaves nothing behind
+
+
+def _write_by_process_0(process_index: int, method, model, arguments) -> str:
+    """Process 0 writes the path; the others save too (the weights are read in every process's save, in
+    the same order), into a folder thrown away after, so no two processes write one path."""
+    import tempfile
+
+    if process_index == 0:
+        method(model, **arguments)
+        return "written by process 0"
+    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
+        method(model, **{**arguments, "filepath": str(Path(folder) / Path(str(arguments["filepath"])).name)})
+    return "left to process 0, which writes"
 
 
 class KerasCalls:
