@@ -74,7 +74,7 @@ class Shape:
 SHAPES = [
     # to_categorical gives float64 labels: true, and the fix is one line.
     Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True,
-          warnings=("y is float64: Keras casts every batch to float32",)),
+          warnings=("y is float64: Keras converts the whole array to float32 at the start of every epoch",)),
     Shape("functional_two_in_two_out.py", "functional, two inputs and two outputs, a loss and a metric per output"),
     Shape("autoencoder_predict.py", "convolutional autoencoder `fit(x, x)`, then `predict` on 10 images",
           mnist=True),
