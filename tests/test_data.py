@@ -75,3 +75,13 @@ def test_repeat_to_replicas_keeps_every_metric_exact():
     assert (len(x2) % 16) % 8 == 0  # every batch divides
     # A mean over the repeated set is the mean over the set.
     assert np.isclose(x2.mean(), x.mean()) and np.isclose(y2.mean(), y.mean())
+
+
+def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_does():
+    x, y = np.arange(20).reshape(10, 2), np.arange(10)
+    (x_train, y_train, weights), (x_val, y_val) = data.split_validation(x, y, None, 0.2)
+
+    np.testing.assert_array_equal(y_train, np.arange(8))
+    np.testing.assert_array_equal(y_val, [8, 9])
+    np.testing.assert_array_equal(x_val, [[16, 17], [18, 19]])
+    assert weights is None and len(x_train) == 8

@@ -165,6 +165,14 @@ def take(x, indices):
     return None if x is None else _map(lambda a: a[indices], x)
 
 
+def split_validation(x, y, sample_weight, fraction: float):
+    """Keras's `validation_split`, made here: ((x, y, sample_weight) to train on, (x, y) to validate on),
+    the validation part the last `fraction` of the samples, before any shuffle, as Keras cuts it."""
+    cut = int(num_samples(x) * (1 - fraction))
+    return (take(x, slice(0, cut)), take(y, slice(0, cut)), take(sample_weight, slice(0, cut))), \
+        (take(x, slice(cut, None)), take(y, slice(cut, None)))
+
+
 # --- tf.data datasets -------------------------------------------------------------------------
 # Recognised and handled through the dataset's own methods, so this module still imports no
 # framework (on JAX, Keras reads tf.data too). A dataset brings its own global batch.

@@ -115,10 +115,9 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     elif checked:
         data.check_batch_size(batch_size, runtime.num_replicas)
     if validation_split and data.is_arrays(x):
-        # Split as Keras does (the last fraction, before shuffling), so both halves are prepared here.
-        cut = int(data.num_samples(x) * (1 - validation_split))
-        validation_data = (data.take(x, slice(cut, None)), data.take(y, slice(cut, None)))
-        fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, cut)) for a in (x, y, sample_weight))
+        # Split as Keras does, so both halves are prepared here.
+        (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
+                                                                                   validation_split)
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil(data.num_samples(fit.x) / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))

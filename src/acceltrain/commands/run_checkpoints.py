@@ -153,9 +153,8 @@ def _short(value) -> str:
 
 def _split_off_validation(x, y, split: float) -> dict:
     """Keras's validation_split, made here: the last fraction of the samples, before any shuffle."""
-    cut = int(data.num_samples(x) * (1 - split))
-    return {"x": data.take(x, slice(0, cut)), "y": None if y is None else data.take(y, slice(0, cut)),
-            "validation_data": (data.take(x, slice(cut, None)), None if y is None else data.take(y, slice(cut, None)))}
+    (x, y, _), validation_data = data.split_validation(x, y, None, split)
+    return {"x": x, "y": y, "validation_data": validation_data}
 
 
 @contextlib.contextmanager
