@@ -41,3 +41,29 @@ def test_shuffle_false_is_kept_with_checkpoints(runtime, tmp_path, epoch_orders,
     assert "ignored" not in capsys.readouterr().err
     for order in epoch_orders:
         np.testing.assert_array_equal(order, np.arange(96))
+
+
+def test_the_callbacks_see_one_training_run_though_keras_fit_is_called_once_an_epoch(runtime, tmp_path):
+    import keras
+
+    class Recording(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def on_train_begin(self, logs=None):
+            self.calls.append(("begin", logs))
+
+        def on_train_end(self, logs=None):
+            self.calls.append(("end", logs))
+
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(96)
+    callback = Recording()
+    history = runtime.fit(model, x, y, batch_size=32, epochs=3, verbose=0, callbacks=[callback],
+                          checkpoint_dir=tmp_path / "ckpt")
+
+    assert [name for name, _ in callback.calls] == ["begin", "end"]
+    assert callback.calls[1][1]["loss"] == history.history["loss"][-1]  # the last epoch's logs
+    assert "on_train_begin" not in vars(callback) and "on_train_end" not in vars(callback)  # its own methods again

@@ -17,11 +17,10 @@ script with the resume hint; the same command plus --resume continues exactly wh
   from (seed 0, epoch) rather than by Keras; the few samples that would make a last batch uneven over
   the replicas are left out of each epoch after its shuffle; the run stops with TrainingDiverged when
   the loss is NaN or stuck at chance. The script's callbacks see one training run
-  (`on_train_begin` and `on_train_end` once), though Keras's fit is called once an epoch; on resume,
-  their own state (EarlyStopping's patience count) starts afresh.
+  (`on_train_begin` and `on_train_end` once: resumable._one_training_run), though Keras's fit is called
+  once an epoch; on resume, their own state (EarlyStopping's patience count) starts afresh.
 """
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,18 +90,12 @@ class CheckpointedFits:
         kwargs["steps_per_execution"] = model.steps_per_execution  # the script's own, as a plain fit keeps it
         self.fits += 1
         folder = self.flags.folder / f"fit-{self.fits}"
-        callbacks = kwargs.pop("callbacks")
         try:
-            with _one_run_for(callbacks) as end_of_run:
-                history = self.runtime.fit(model, callbacks=callbacks, checkpoint_dir=folder,
-                                           resume=self.flags.resume, checkpoint_every=self.flags.every,
-                                           keep_checkpoints=self.flags.keep, **kwargs)
-                end_of_run({name: values[-1] for name, values in history.history.items() if values})
+            return self.runtime.fit(model, checkpoint_dir=folder, resume=self.flags.resume,
+                                    checkpoint_every=self.flags.every, keep_checkpoints=self.flags.keep, **kwargs)
         except Interrupted as stopped:
-            stopped.args = (f"{stopped.args[0].split(' Resume with')[0]} Resume with the same command plus "
-                            f"--resume ({self.resume_command}).",)
-            raise
-        return history
+            raise Interrupted(stopped.signum, stopped.checkpoint,
+                              f"the same command plus --resume ({self.resume_command})") from None
 
 
 def runtime_fit_arguments(arguments: dict) -> dict:
@@ -155,37 +148,3 @@ def _split_off_validation(x, y, split: float) -> dict:
     """Keras's validation_split, made here: the last fraction of the samples, before any shuffle."""
     (x, y, _), validation_data = data.split_validation(x, y, None, split)
     return {"x": x, "y": y, "validation_data": validation_data}
-
-
-@contextlib.contextmanager
-def _one_run_for(callbacks):
-    """Inside, each callback's on_train_begin runs at the first epoch's fit only and its on_train_end only
-    when `end_of_run(logs)` is called: Runtime.fit calls Keras's fit once an epoch, the script's callbacks
-    expect one training run. Set on the instances (their class, and so Keras's isinstance and async checks,
-    unchanged), and taken off after."""
-    ended = []
-
-    def once(callback):
-        begin, begun = callback.on_train_begin, []
-
-        def on_train_begin(logs=None):
-            if not begun:
-                begun.append(True)
-                begin(logs)
-
-        callback.on_train_begin = on_train_begin
-        callback.on_train_end = lambda logs=None: None
-
-    def end_of_run(logs):
-        ended.append(logs)
-
-    for callback in callbacks:
-        once(callback)
-    try:
-        yield end_of_run
-    finally:
-        for callback in callbacks:
-            del callback.on_train_begin, callback.on_train_end
-        if ended:
-            for callback in callbacks:
-                callback.on_train_end(ended[0])

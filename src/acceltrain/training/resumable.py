@@ -27,12 +27,12 @@ from acceltrain.errors import AcceltrainError, UsageError
 class Interrupted(AcceltrainError):
     """Training stopped on SIGTERM or SIGINT after writing a checkpoint."""
 
-    def __init__(self, signum: int, checkpoint):
+    def __init__(self, signum: int, checkpoint, resume: str = "resume=True (CLI: the same command with --resume)"):
         self.signum = signum
         self.checkpoint = checkpoint
         self.exit_code = 128 + signum  # what a shell reports for a process ended by that signal
         super().__init__(f"Stopped by {signal.Signals(signum).name}; a checkpoint is saved in {checkpoint}. "
-                         "Resume with resume=True (CLI: the same command with --resume).")
+                         f"Resume with {resume}.")
 
 
 def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
@@ -66,7 +66,9 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     # In a multi-process JAX job, jax.distributed catches SIGTERM itself, so that every process learns
     # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
     sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
-    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected():
+    last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
+    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected(), \
+            _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
@@ -103,6 +105,44 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     history.epoch_seconds = list(state.epoch_seconds)
     history.set_model(model)
     return history
+
+
+@contextlib.contextmanager
+def _one_training_run(callbacks, last_logs):
+    """Inside, the callbacks see one training run, as from one Keras fit, though Keras's fit is called once
+    an epoch here: each one's on_train_begin runs at the first epoch's fit only, its on_train_end once, when
+    the run ends or is interrupted (a checkpoint written), with `last_logs()`. So EarlyStopping keeps its
+    patience and a TensorBoard writer stays open across epochs. Set on the instances (their class, and so
+    Keras's isinstance and async checks, unchanged), and taken off after."""
+    own = {id(callback): (callback, callback.on_train_begin, callback.on_train_end) for callback in callbacks}
+    for callback, begin, _ in own.values():
+        callback.on_train_begin = _first_call_only(begin)
+        callback.on_train_end = lambda logs=None: None
+    ended = False
+    try:
+        yield
+        ended = True
+    except Interrupted:
+        ended = True
+        raise
+    finally:
+        for callback, _, _ in own.values():
+            del callback.on_train_begin, callback.on_train_end
+        if ended:
+            logs = last_logs()
+            for _, _, end in own.values():
+                end(logs)
+
+
+def _first_call_only(method):
+    called = []
+
+    def first(logs=None):
+        if not called:
+            called.append(True)
+            method(logs)
+
+    return first
 
 
 def _oldest_epoch(checkpoints) -> int:
