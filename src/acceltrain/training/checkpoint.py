@@ -116,12 +116,7 @@ class Checkpoints:
 
     def latest(self) -> tuple[Path, State] | None:
         """The newest checkpoint that reads back whole; damaged ones are reported and skipped."""
-        for candidate in reversed(self.list()):
-            try:
-                return candidate, read_state(candidate)
-            except (OSError, ValueError, TypeError) as error:
-                log.warn(f"skipping damaged checkpoint {candidate.name}: {error}")
-        return None
+        return newest_readable(self.list(), read_state)
 
     def restore_latest(self, model) -> tuple[Path, State] | None:
         """Restore the newest good checkpoint into `model`; returns it and its State, or None if there is none."""
@@ -152,6 +147,17 @@ def open_checkpoints(folder: Path, keep: int, backend: str, process_index: int =
 
         return ShardedCheckpoints(folder, keep)
     return Checkpoints(folder, keep, writer=process_index == 0)
+
+
+def newest_readable(folders: list[Path], read) -> tuple[Path, State] | None:
+    """The newest of `folders` (oldest first) whose State `read(folder)` reads back, with it; damaged ones
+    are reported and skipped."""
+    for candidate in reversed(folders):
+        try:
+            return candidate, read(candidate)
+        except (OSError, ValueError, TypeError) as error:
+            log.warn(f"skipping damaged checkpoint {candidate.name}: {error}")
+    return None
 
 
 def read_state(folder: Path) -> State:

@@ -28,7 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from acceltrain import log
-from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.errors import AcceltrainError, positive_int
 from acceltrain.training import checkpoint
 from acceltrain.training.checkpoint import State
 
@@ -40,8 +40,7 @@ class ShardedCheckpoints:
     """The checkpoints folder of one run on JAX: save (in the background), list, restore the newest good one."""
 
     def __init__(self, folder: Path, keep: int = 2):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise UsageError(f"Received keep_checkpoints={keep!r}. Expected a whole number of at least 1.")
+        positive_int(keep, "keep_checkpoints")
         self.folder = Path(folder).absolute()  # Orbax wants absolute paths
         self.keep = keep
         self._checkpointer = None
@@ -109,12 +108,7 @@ class ShardedCheckpoints:
 
     def latest(self) -> tuple[Path, State] | None:
         """The newest checkpoint whose state reads back; its arrays are checked when restored."""
-        for candidate in reversed(self.list()):
-            try:
-                return candidate, _read_state(candidate)
-            except (OSError, ValueError, TypeError) as error:
-                log.warn(f"skipping damaged checkpoint {candidate.name}: {error}")
-        return None
+        return checkpoint.newest_readable(self.list(), _read_state)
 
     def restore_latest(self, model) -> tuple[Path, State] | None:
         """Restore the newest checkpoint that loads whole into `model`; damaged ones are reported and skipped."""
