@@ -81,12 +81,14 @@ def main():
                 devices, args.timeout)}
     results = {name: [] for name in jobs}
     reference = {}
+    loads = []  # the 1-minute load average as each 8-device run starts: how shared the machine was
     with tempfile.TemporaryDirectory() as scratch:
         for name, job in jobs.items():  # 1 device first: the accuracy to match
             reference[name] = job(1, Path(scratch) / f"one-{len(reference)}")
             print(f"{name}, 1 device: {reference[name][:3]}", flush=True)
         for run in range(args.runs):  # back to back, alternating
             for index, (name, job) in enumerate(jobs.items()):
+                loads.append(os.getloadavg()[0])
                 result = job(args.devices, Path(scratch) / f"run-{run}-{index}")
                 results[name].append(result)
                 print(f"{name}, run {run + 1}: {result[:3]}", flush=True)
@@ -109,8 +111,8 @@ def main():
 `python benchmarks/stress_simulated.py --runs {args.runs}{f' --epochs {args.epochs}' if args.epochs else ''}` on
 {machine()}, {time.strftime('%Y-%m-%d')}. Each run a fresh process, back to back: the default job ({epochs},
 seed 0) and a small convnet (2 epochs on 6,400 MNIST images), {args.devices} simulated devices, against one run of
-each on 1 device. The machine was shared with other work while it ran, so the seconds are noisy; the counts are
-what matters.
+each on 1 device. The 1-minute load average was {min(loads):.1f} to {max(loads):.1f} as the runs started ({os.cpu_count()}
+logical CPUs), so the seconds are noisy; the counts are what matters.
 
 | job | finished | failures (exit code; 134 is XLA's abort) | test accuracy % on {args.devices}, mean (min–max) | on 1 device | difference, points | median seconds a run |
 |---|---|---|---|---|---|---|
