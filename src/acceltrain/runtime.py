@@ -16,6 +16,7 @@ from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, hardware, inputs, log, placement, watchdog
 from acceltrain.errors import UsageError, positive_int
+from acceltrain.version import __version__
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
@@ -207,7 +208,7 @@ class Runtime:
             "simulated_devices": self.hardware.simulated,
             "devices": list(self.hardware.devices),
             "decisions": dict(self.decisions),
-            "versions": {"python": _platform.python_version(), "acceltrain": _version(), **self._framework.versions()},
+            "versions": {"python": _platform.python_version(), "acceltrain": __version__, **self._framework.versions()},
         }
 
     def __str__(self) -> str:
@@ -316,10 +317,11 @@ class Runtime:
 
     def _checkpointing(self, checkpoint_dir, checkpoint_every, keep_checkpoints, prepared):
         """(checkpoints, Every) for checkpoint_dir, or None without one: Orbax's on JAX, .weights.h5 on
-        TensorFlow (checkpoint.open_checkpoints)."""
+        TensorFlow (resumable.open_checkpoints)."""
         if checkpoint_dir is None:
             return None
-        from acceltrain.training.checkpoint import Every, open_checkpoints
+        from acceltrain.training.checkpoint import Every
+        from acceltrain.training.resumable import open_checkpoints
 
         checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
         return checkpoints, Every.parse(checkpoint_every, name="checkpoint_every")
@@ -433,8 +435,3 @@ def _set_steps_per_execution(model, steps: int) -> None:
         model.steps_per_execution = steps
         keras_internals.forget_compiled_functions(model)
 
-
-def _version() -> str:
-    from acceltrain import __version__
-
-    return __version__

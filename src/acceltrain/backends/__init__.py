@@ -8,8 +8,6 @@ import importlib
 import importlib.util
 import os
 
-BACKENDS = ("jax", "tensorflow")
-
 
 def load(name: str):
     """Import the backend module `name` after pointing Keras at it (KERAS_BACKEND is read on import)."""

@@ -234,6 +234,28 @@ def _steps_must_not_overlap(distribution) -> bool:
     return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
 
 
+@functools.cache
+def _one_step_at_a_time():
+    """The callback that makes Keras wait for each step's metrics before it starts the next step, for
+    _steps_must_not_overlap. (A class made on first use: Keras is imported only after connect().)"""
+    import keras
+
+    class OneStepAtATime(keras.callbacks.Callback):
+        """Keras dispatches batch ends to a thread pool unless a callback overrides them without being
+        `async_safe`; overriding them is the whole point."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+        def on_test_batch_end(self, batch, logs=None):
+            pass
+
+        def on_predict_batch_end(self, batch, logs=None):
+            pass
+
+    return OneStepAtATime
+
+
 def release(distribution) -> None:
     """The runtime of `distribution` is closed: forget it, and when no runtime is open, let plain fit be
     Keras's own again."""
@@ -311,9 +333,8 @@ def _follow_model_placement() -> None:
             in_force = distribution or keras.distribution.distribution()
             if in_force is not None and _steps_must_not_overlap(in_force):
                 from acceltrain.backends import with_callback
-                from acceltrain.training.callbacks import OneStepAtATime
 
-                kwargs = with_callback(method, args, kwargs, OneStepAtATime())
+                kwargs = with_callback(method, args, kwargs, _one_step_at_a_time()())
                 _tell_one_step_at_a_time(in_force)
             with scope(distribution):
                 return method(model, *args, **kwargs)

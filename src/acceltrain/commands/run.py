@@ -20,13 +20,12 @@ import os
 import runpy
 import shlex
 import sys
-import traceback
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, inputs, log, placement
+from acceltrain import checks, data, inputs, log, placement, user_model
 from acceltrain.commands import run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, inputs_prepared, predict_prepared
@@ -70,7 +69,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         except AcceltrainError:
             raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
         except Exception as error:  # the script's own failure: its traceback, from its own frames
-            _print_script_traceback(error, script)
+            user_model.print_traceback(error, script)
             calls.tell_whose(error, script)
             return 1
     calls.tell_summary()
@@ -118,36 +117,6 @@ def _exit_code(code) -> int:
         return code
     print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1, as Python does
     return 1
-
-
-def _print_script_traceback(error: BaseException, script: Path) -> None:
-    """The traceback as a plain run prints it: from the script's first frame on, without runpy's frames
-    before it or acceltrain's between (the hooks it puts around Keras's fit in backends/)."""
-    tb = error.__traceback__
-    target = str(script.resolve())
-    while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
-        tb = tb.tb_next
-    shown = traceback.TracebackException(type(error), error, tb or error.__traceback__)
-    for exception in _chain(shown):
-        exception.stack = traceback.StackSummary.from_list(
-            [frame for frame in exception.stack if not _is_acceltrains(frame.filename)])
-    print("".join(shown.format()), end="", file=sys.stderr)
-
-
-def _chain(exception: traceback.TracebackException):
-    """The exception and those it was raised from or while handling."""
-    seen = []
-    while exception is not None and exception not in seen:
-        seen.append(exception)
-        exception = exception.__cause__ or exception.__context__
-    return seen
-
-
-_PACKAGE = Path(__file__).resolve().parent.parent
-
-
-def _is_acceltrains(filename: str) -> bool:
-    return Path(filename).resolve().is_relative_to(_PACKAGE)
 
 
 @contextlib.contextmanager

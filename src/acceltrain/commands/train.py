@@ -6,7 +6,6 @@ Everything the user can get wrong is checked before training starts, and nothing
 output folder until training has finished.
 """
 
-import importlib.util
 import math
 import sys
 import time
@@ -17,7 +16,7 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, placement, recipes, sharding
+from acceltrain import data, datasets, decisions, log, placement, recipes, sharding, user_model
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every
@@ -34,7 +33,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     batch_size = positive_int(config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE, "--batch-size")
     if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
         raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
-    model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
+    load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")
     decisions.check_distribution(config.distribution, config.backend)
@@ -57,13 +56,13 @@ def train_and_evaluate(config: TrainConfig) -> dict:
                           device_memory=config.device_memory)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
-    placement.describe_job(runtime, recipe=None if model_file else recipe.NAME, model=config.model,
+    placement.describe_job(runtime, recipe=None if load_model else recipe.NAME, model=config.model,
                            batch_size=batch_size)  # a model that does not fit names its `acceltrain plan` line
-    if model_file:
+    if load_model:
         x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
 
         def build():
-            model = _load_user_model(model_file, function_name)
+            model = load_model()
             if not model.compiled:
                 _compile_for_labels(model, y_train, config.learning_rate)
             elif config.learning_rate is not None:
@@ -183,40 +182,6 @@ def _recipe_inputs(recipe, x, y, split):
         return recipe.preprocess(x, y)
     except ValueError as error:
         raise UsageError(f"x_{split} of shape {x.shape} does not fit the {recipe.NAME} recipe ({error}).") from None
-
-
-# --- --model FILE.py:FUNCTION -----------------------------------------------------------------
-
-def _parse_model_spec(spec: str) -> tuple[Path, str]:
-    file, _, function = spec.rpartition(":")
-    if not file or not function.isidentifier():
-        raise UsageError(f"Received --model {spec!r}. Expected FILE.py:FUNCTION, e.g. --model models.py:build.")
-    path = Path(file)
-    if not path.is_file():
-        raise UsageError(f"Received --model {spec!r}, but {file!r} is not a file. Pass the path of a .py file.")
-    return path, function
-
-
-def _load_user_model(path: Path, function_name: str):
-    """Import the file and call FUNCTION() for a keras.Model. The file's own errors name the file."""
-    import keras
-
-    module_spec = importlib.util.spec_from_file_location(f"acceltrain_user_model_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:
-        raise UsageError(f"Importing the model file {str(path)!r} failed: {type(error).__name__}: {error}") from error
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        found = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_"))
-        raise UsageError(f"{str(path)!r} has no function {function_name!r}. Functions there: "
-                         f"{', '.join(found) or 'none'}. Pass --model {path}:NAME.")
-    model = function()
-    if not isinstance(model, keras.Model):
-        raise UsageError(f"{path}:{function_name}() returned {type(model).__name__}, not a Keras model. "
-                         "Return a keras.Model (Sequential, functional or subclassed).")
-    return model
 
 
 def optimizer_summary(model) -> str:

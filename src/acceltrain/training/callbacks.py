@@ -88,24 +88,6 @@ class EpochTimer(keras.callbacks.Callback):
         self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
 
 
-class OneStepAtATime(keras.callbacks.Callback):
-    """Makes Keras wait for each step's metrics before it starts the next step.
-
-    Keras dispatches batch ends to a thread pool unless a callback overrides them without being
-    `async_safe`; overriding them here is the whole point (backends/jax.py::_steps_must_not_overlap says
-    why several CPU devices need it).
-    """
-
-    def on_train_batch_end(self, batch, logs=None):
-        pass
-
-    def on_test_batch_end(self, batch, logs=None):
-        pass
-
-    def on_predict_batch_end(self, batch, logs=None):
-        pass
-
-
 class StallWatch(keras.callbacks.Callback):
     """Beats the stall watchdog (acceltrain/watchdog.py) at each finished step and each change of phase,
     and arms it only while a fit, evaluate or predict runs.

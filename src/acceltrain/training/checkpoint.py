@@ -136,19 +136,6 @@ class Checkpoints:
         return False
 
 
-def open_checkpoints(folder: Path, keep: int, backend: str, process_index: int = 0):
-    """The checkpoints of a run: Orbax's sharded, asynchronous ones on JAX; .weights.h5 on TensorFlow.
-
-    The .weights.h5 format gathers the whole model on process 0 and writes while training waits; JAX
-    runs can be sharded over many hosts, which Orbax was made for.
-    """
-    if backend == "jax":
-        from acceltrain.training.sharded_checkpoint import ShardedCheckpoints
-
-        return ShardedCheckpoints(folder, keep)
-    return Checkpoints(folder, keep, writer=process_index == 0)
-
-
 def newest_readable(folders: list[Path], read) -> tuple[Path, State] | None:
     """The newest of `folders` (oldest first) whose State `read(folder)` reads back, with it; damaged ones
     are reported and skipped."""

@@ -107,6 +107,19 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     return history
 
 
+def open_checkpoints(folder, keep: int, backend: str, process_index: int = 0):
+    """The checkpoints of a run: Orbax's sharded, asynchronous ones on JAX; .weights.h5 on TensorFlow.
+
+    The .weights.h5 format gathers the whole model on process 0 and writes while training waits; JAX
+    runs can be sharded over many hosts, which Orbax was made for.
+    """
+    if backend == "jax":
+        from acceltrain.training.sharded_checkpoint import ShardedCheckpoints
+
+        return ShardedCheckpoints(folder, keep)
+    return Checkpoints(folder, keep, writer=process_index == 0)
+
+
 @contextlib.contextmanager
 def _one_training_run(callbacks, last_logs):
     """Inside, the callbacks see one training run, as from one Keras fit, though Keras's fit is called once
