@@ -256,22 +256,6 @@ def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime
     assert jax_backend.distribution_of(model) is not None
 
 
-def test_closing_the_last_runtime_gives_keras_its_own_fit_back():
-    script = (
-        "from keras.src.backend.jax.trainer import JAXTrainer\n"
-        "kerass_own = JAXTrainer.fit\n"
-        "import acceltrain\n"
-        "from acceltrain.backends import jax as backend\n"
-        "with acceltrain.connect(simulate_devices=2, verbose=False) as runtime:\n"
-        "    assert JAXTrainer.fit is not kerass_own and len(backend._distributions_by_mesh) == 1\n"
-        "assert JAXTrainer.fit is kerass_own and not backend._distributions_by_mesh\n"
-        "print('restored')\n")
-    from tests import support
-
-    done = support.python("-c", script, timeout=120, KERAS_BACKEND="jax")
-    assert done.returncode == 0 and "restored" in done.stdout, done.stderr
-
-
 def test_fit_trims_sample_weights_with_the_samples(runtime):
     with runtime.scope():
         model = _mlp()

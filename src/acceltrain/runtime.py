@@ -9,7 +9,6 @@ This module never imports a framework: it calls the backend module connect() cho
 """
 
 import contextlib
-import contextvars
 import os
 import platform as _platform
 from pathlib import Path
@@ -122,28 +121,14 @@ def _check_platform(platform, tpu, simulate_devices) -> str:
     return platform
 
 
-# True while Runtime.fit/evaluate call Keras with inputs they have already prepared (checked, trimmed,
-# shared out per process), so `acceltrain run`'s hook on Keras's fit leaves them alone.
-_inputs_prepared = contextvars.ContextVar("acceltrain_inputs_prepared", default=False)
-
-
-def inputs_prepared() -> bool:
-    return _inputs_prepared.get()
-
-
-@contextlib.contextmanager
-def _preparing_inputs():
-    token = _inputs_prepared.set(True)
-    try:
-        yield
-    finally:
-        _inputs_prepared.reset(token)
-
-
 class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
     def __init__(self, framework, found: hardware.Hardware, distribution):
+        from acceltrain.backends import keras_internals
+
+        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
+        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
         self._framework = framework
         self.hardware = found
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
@@ -279,7 +264,7 @@ class Runtime:
         """
         from acceltrain.training.callbacks import DivergenceCheck, StallWatch
 
-        stall = StallWatch(self._watchdog_for(stall_timeout))
+        watched = [StallWatch(self._watchdog_for(stall_timeout)), *self._framework.step_callbacks(self.distribution)]
 
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
@@ -299,9 +284,9 @@ class Runtime:
         self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        with self.scope(), _preparing_inputs():
+        with self.scope():
             if checkpointing is None:
-                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, stall], verbose, fit_kwargs)
+                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, *watched], verbose, fit_kwargs)
             else:
                 from acceltrain.training import resumable
 
@@ -309,7 +294,7 @@ class Runtime:
                     model, prepared.x, prepared.y, batch_size=prepared.batch_size, epochs=epochs,
                     checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
                     num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
-                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, stall],
+                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, *watched],
                     process_share=prepared.share, num_processes=self.num_processes,
                     dataset_batches=prepared.steps_per_epoch if prepared.is_dataset else None, **fit_kwargs)
         divergence.raise_if_diverged()
@@ -341,7 +326,8 @@ class Runtime:
 
     @staticmethod
     def _fit_once(model, prepared, epochs, callbacks, verbose, fit_kwargs):
-        """One plain Keras fit over the prepared inputs, timing each epoch."""
+        """One plain Keras fit over the prepared inputs (Keras's own: no layer), timing each epoch."""
+        from acceltrain.backends import keras_internals
         from acceltrain.training.callbacks import EpochTimer
 
         timer = EpochTimer()
@@ -350,7 +336,7 @@ class Runtime:
             fit_kwargs = {**fit_kwargs, "sample_weight": sample_weight}
         if prepared.validation_batch_size is not None:
             fit_kwargs = {**fit_kwargs, "validation_batch_size": prepared.validation_batch_size}
-        history = model.fit(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
+        history = keras_internals.keras_method(model, "fit")(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
                             validation_data=prepared.validation_data, callbacks=[*callbacks, timer],
                             verbose=verbose, **fit_kwargs)
         history.epoch_seconds = timer.epoch_seconds
@@ -359,6 +345,8 @@ class Runtime:
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
+        from acceltrain.backends import keras_internals
+
         _check_compiled(model)
         prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
@@ -366,31 +354,41 @@ class Runtime:
         x, y, sample_weight = prepared.local()
         if sample_weight is not None:
             evaluate_kwargs["sample_weight"] = sample_weight
-        from acceltrain.training.callbacks import StallWatch
-
-        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), StallWatch(self.watchdog)]
-        with self.scope(), _preparing_inputs():
-            return model.evaluate(x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True,
-                                  callbacks=callbacks, **evaluate_kwargs)
+        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), *self._watched()]
+        with self.scope():
+            return keras_internals.keras_method(model, "evaluate")(
+                x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True, callbacks=callbacks,
+                **evaluate_kwargs)
 
     def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         if stall_timeout is None:
             return self.watchdog
         return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
 
+    def _watched(self) -> list:
+        """The callbacks of an evaluate or predict: the stall watch, one step at a time where needed."""
+        from acceltrain.training.callbacks import StallWatch
+
+        return [StallWatch(self.watchdog), *self._framework.step_callbacks(self.distribution)]
+
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
+        from acceltrain.backends import keras_internals
+
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
-        with self.scope(), _preparing_inputs():
-            return predict_prepared(self, model, type(model).predict, prepared, verbose=verbose, **predict_kwargs)
+        callbacks = [*(predict_kwargs.pop("callbacks", None) or ()), *self._watched()]
+        with self.scope():
+            return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
+                                    verbose=verbose, callbacks=callbacks, **predict_kwargs)
 
     # --- Closing --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Undo what connect() changed in Keras for this runtime (plain fit following a model's placement).
-        The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
-        self._framework.release(self.distribution)
+        """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
+        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
+        if self._stop_intercepting():  # False: closed already
+            self._framework.release(self.distribution)
 
     def __enter__(self) -> "Runtime":
         return self
@@ -400,17 +398,18 @@ class Runtime:
 
 
 def predict_prepared(runtime, model, predict, prepared, **predict_kwargs):
-    """Call Keras's `predict(model, ...)` on prepared inputs and give back exactly the set's outputs.
+    """Call `predict(x, batch_size=..., **predict_kwargs)` (`model`'s Keras predict) on prepared inputs and give
+    back exactly the set's outputs.
 
     In a job of several processes each process's outputs are joined from all of them (every process holds
     the whole result, as a plain predict does).
     """
     if prepared.num_samples is None:  # not arrays: Keras takes them as they are
-        return predict(model, prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
+        return predict(prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
     x, _, _ = prepared.local()
     gathered = runtime.num_processes > 1
     with runtime.backend_module.gathering_predictions(model) if gathered else contextlib.nullcontext():
-        outputs = predict(model, x, batch_size=prepared.local_batch_size, **predict_kwargs)
+        outputs = predict(x, batch_size=prepared.local_batch_size, **predict_kwargs)
     return prepared.finish(outputs, gathered=gathered)
 
 

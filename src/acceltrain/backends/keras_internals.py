@@ -4,9 +4,21 @@ Each function says which Keras behaviour it relies on; tests/backends/test_keras
 each still exists and behaves so, one test per name, so a Keras upgrade that changes one fails a named
 test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Imported only after connect()
 (it imports keras).
+
+The one door into Keras's fit/evaluate/predict is here too (`intercept`, below). While any runtime is open,
+every model's fit, evaluate and predict is one wrapper, which passes the call through LAYERS, outermost
+first, then to Keras's own method. LAYERS is the written-down order: each name is a slot that the code it
+belongs to fills for as long as it applies (`layers(name=layer)`); an empty slot is passed by. A layer is a
+function `layer(call, proceed)`: it reads `call` (a Call: the method's name, the model, the arguments, and
+`call.keras`, Keras's own method), and returns `proceed(call)`, `proceed(call.replace(...))` with the call
+changed, or a result of its own without proceeding. To add a layer: name its slot in LAYERS at its place,
+and fill it where it is made; no other layer changes. acceltrain's own calls (Runtime.fit/evaluate/predict,
+resumable's epochs, a failed call's plain rerun) call `keras_method(model, name)`, Keras's own, and pass
+no layer, so nothing enters twice.
 """
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 
@@ -88,6 +100,126 @@ def patched(owner, names, wrap):
     finally:
         for name, method in originals.items():
             setattr(owner, name, method)
+
+
+# --- The one interception of fit/evaluate/predict (see the module docstring) -------------------------
+
+# The layers a call passes, outermost first: the order is this list's.
+LAYERS = (
+    "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
+    "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
+    "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
+    "placement",      # every open runtime: the model's own distribution; one step at a time on CPU devices
+                      # (the backend module's follow_placement, filled by intercept())
+)
+CALLS = ("fit", "evaluate", "predict")
+
+_layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
+_keras_own: dict = {}  # {name: Keras's own method} while the interception is installed
+_runtimes_open = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One fit, evaluate or predict as it passes the layers."""
+
+    name: str  # "fit" | "evaluate" | "predict"
+    model: object
+    args: tuple
+    kwargs: dict
+    keras: object  # Keras's own method, unbound: keras(model, *args, **kwargs)
+
+    def replace(self, **changes) -> "Call":
+        return dataclasses.replace(self, **changes)
+
+    def arguments(self) -> dict:
+        """The arguments by Keras's names (x, y, batch_size ...): bound_arguments."""
+        return bound_arguments(self.keras, self.model, self.args, self.kwargs)
+
+    def with_callback(self, callback) -> "Call":
+        """The call with `callback` added to its callbacks. Left as it is where the callbacks came by position or
+        as a CallbackList the caller built, or already hold a callback of the same class.
+
+        Relies on: fit/evaluate/predict take `callbacks` as a list or a CallbackList.
+        """
+        names = list(inspect.signature(self.keras).parameters)[1:]  # less the model
+        if "callbacks" not in names or len(self.args) > names.index("callbacks"):
+            return self
+        callbacks = self.kwargs.get("callbacks")
+        if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+            return self  # a keras.callbacks.CallbackList: already configured by the caller
+        if any(type(c) is type(callback) for c in callbacks or ()):
+            return self
+        return self.replace(kwargs={**self.kwargs, "callbacks": [*(callbacks or ()), callback]})
+
+
+def intercept(backend: str, placement):
+    """connect(): the first open runtime installs the interception on `backend`'s trainer class, with `placement`
+    in its slot; returns the function that closes this runtime's share (once; True the first time), and the last
+    to close gives Keras its own methods back."""
+    global _runtimes_open
+    if _runtimes_open == 0:
+        trainer = trainer_class(backend)
+        for name in CALLS:
+            _keras_own[name] = getattr(trainer, name)
+            setattr(trainer, name, _intercepted(name, _keras_own[name]))
+        _layers["placement"] = placement
+    _runtimes_open += 1
+    closed = []
+
+    def close() -> bool:
+        global _runtimes_open
+        if closed:
+            return False
+        closed.append(True)
+        _runtimes_open -= 1
+        if _runtimes_open == 0:
+            trainer = trainer_class(backend)
+            for name in CALLS:
+                setattr(trainer, name, _keras_own.pop(name))
+            _layers["placement"] = None
+        return True
+
+    return close
+
+
+def _intercepted(name: str, keras_own):
+    @functools.wraps(keras_own)  # __wrapped__: Keras's own, and its signature
+    def method(model, *args, **kwargs):
+        if kwargs.get("_use_cached_eval_dataset"):
+            # Keras's fit validating through self.evaluate: inside a call that has passed the layers already.
+            # Relies on: the trainers' fit call evaluate(..., _use_cached_eval_dataset=True) for validation.
+            return keras_own(model, *args, **kwargs)
+        return _through([_layers[slot] for slot in LAYERS if _layers[slot] is not None],
+                        Call(name, model, args, kwargs, keras_own))
+
+    return method
+
+
+def _through(layers, call: Call):
+    if not layers:
+        return call.keras(call.model, *call.args, **call.kwargs)
+    return layers[0](call, lambda passed: _through(layers[1:], passed))
+
+
+@contextlib.contextmanager
+def layers(**filled):
+    """Inside, the named slots of LAYERS hold these layers (None: left empty); as they were on exit."""
+    unknown = sorted(set(filled) - set(LAYERS))
+    if unknown:
+        raise ValueError(f"Received layers {unknown}: no such slot. Name each in keras_internals.LAYERS, at its place.")
+    before = {slot: _layers[slot] for slot in filled}
+    _layers.update(filled)
+    try:
+        yield
+    finally:
+        _layers.update(before)
+
+
+def keras_method(model, name: str):
+    """Keras's own fit/evaluate/predict of `model`, bound, passing no layer: what acceltrain's own code calls.
+    (The trainer's: a subclass's own `fit` is the script's way in, which has passed the layers already.)"""
+    return functools.partial(_keras_own.get(name) or getattr(trainer_class(keras.backend.backend()), name), model)
 
 
 def bound_arguments(method, model, args, kwargs) -> dict:

@@ -74,13 +74,17 @@ def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | No
 
 
 class CheckpointedFits:
-    """The script's own fit calls, each trained by Runtime.fit with checkpoints in its own DIR/fit-N."""
+    """Layer "checkpointed" (keras_internals.LAYERS): the script's own fit calls, each trained by Runtime.fit
+    with checkpoints in its own DIR/fit-N instead of going on to Keras's fit."""
 
     def __init__(self, runtime, flags: CheckpointFlags, resume_command: str):
         self.runtime = runtime
         self.flags = flags
         self.resume_command = resume_command  # said when a signal stops the script
         self.fits = 0
+
+    def __call__(self, call, proceed):
+        return self.fit(call.model, call.arguments()) if call.name == "fit" else proceed(call)
 
     def fit(self, model, arguments: dict):
         """Keras's fit(**arguments) on `model`, resumable: returns the whole run's History."""

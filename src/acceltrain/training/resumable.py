@@ -81,7 +81,7 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
                 order = order[:num_samples - left_out][first_step * batch_size:]
                 x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
                 inputs = {"x": x_epoch, "y": y_epoch, "batch_size": batch_size // num_processes}
-            epoch_history = model.fit(
+            epoch_history = keras_internals.keras_method(model, "fit")(
                 **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=validation_data,
                 verbose=verbose, callbacks=[progress, saver, *callbacks], **fit_kwargs,
             )
