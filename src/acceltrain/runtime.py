@@ -269,12 +269,14 @@ class Runtime:
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
+        # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
         classes = inputs.classes_of(model)
-        weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too
-        # With checkpoints, each epoch leaves out its own few samples (after its shuffle): resumable.fit.
-        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes, sample_weight=weights,
-                                      validation_data=validation_data, trim=checkpoint_dir is None,
-                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None))
+        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes,
+                                      sample_weight=fit_kwargs.pop("sample_weight", None),
+                                      validation_data=validation_data,
+                                      validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
+                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
+                                      trim=checkpoint_dir is None)
         _tell(prepared.notes)
         if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
@@ -290,13 +292,9 @@ class Runtime:
             else:
                 from acceltrain.training import resumable
 
-                history = resumable.fit(
-                    model, prepared.x, prepared.y, batch_size=prepared.batch_size, epochs=epochs,
-                    checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
-                    num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
-                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, *watched],
-                    process_share=prepared.share, num_processes=self.num_processes,
-                    dataset_batches=prepared.steps_per_epoch if prepared.is_dataset else None, **fit_kwargs)
+                history = resumable.fit(model, prepared, epochs=epochs, checkpoints=checkpointing[0],
+                                        every=checkpointing[1], resume=resume, seed=self._seed, verbose=verbose,
+                                        callbacks=[*callbacks, divergence, *watched], **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
