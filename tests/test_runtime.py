@@ -41,6 +41,27 @@ def test_describe_is_json_and_str_is_one_line(runtime):
     assert "\n" not in str(runtime) and "8 replicas" in str(runtime)
 
 
+def test_connect_builds_the_runtime_whole(monkeypatch):
+    """Every attribute of a runtime is set by its constructor: connect() sets none after it, and changes none."""
+    import copy
+
+    made = {}
+    init = acceltrain.Runtime.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.update({name: (value, copy.copy(value) if isinstance(value, dict) else None)
+                     for name, value in vars(self).items()})
+
+    monkeypatch.setattr(acceltrain.Runtime, "__init__", recording)
+    with acceltrain.connect(simulate_devices=8, verbose=False) as runtime:
+        assert set(vars(runtime)) == set(made)
+        for name, value in vars(runtime).items():
+            assert value is made[name][0], f"{name} was replaced after the constructor"
+            if isinstance(value, dict):
+                assert value == made[name][1], f"{name} was changed after the constructor"
+
+
 def test_connect_prints_its_decision_with_the_reason(capsys):
     acceltrain.connect(simulate_devices=8)
     line = capsys.readouterr().err.strip()

@@ -9,6 +9,7 @@ This module never imports a framework: it calls the backend module connect() cho
 """
 
 import contextlib
+import dataclasses
 import os
 import platform as _platform
 from pathlib import Path
@@ -76,26 +77,26 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 4. Choose the distribution.
     kind, distribution_reason = decisions.choose_distribution(sharding_request.kind, found.num_devices)
-    placement.check_against_hardware(sharding_request, framework, found)
-    runtime = Runtime(framework, found, placement.make_distribution(sharding_request, kind, framework, found))
-    runtime.sharding_request = sharding_request  # Runtime.build weighs the model against it
-    runtime.watchdog = watchdog.Watchdog(stall_timeout, found.process_index)
+    sharding_request = placement.check_against_hardware(sharding_request, kind, framework, found)
+    distribution = placement.make_distribution(sharding_request, framework, found)
     if found.num_processes > 1:
-        framework.shard_inputs_per_process(runtime.distribution)  # each process feeds its own share
-    runtime.decisions = {
-        "backend": f"{backend_name} ({backend_reason})",
-        "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
-        "distribution": f"{runtime.distribution_name} ({distribution_reason})",
-        "processes": f"{found.num_processes} ({processes_reason})",
-    }
+        framework.shard_inputs_per_process(distribution)  # each process feeds its own share
 
     # 5. Choose the precision: bfloat16 compute where the hardware runs it natively.
     from acceltrain import precision
 
-    runtime.precision, precision_reason = decisions.choose_precision(
-        platform, framework.compute_capability(platform), precision.current_policy()
-    )
-    runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
+    compute, precision_reason = decisions.choose_precision(platform, framework.compute_capability(platform),
+                                                           precision.current_policy())
+
+    # 6. The runtime, whole: it intercepts Keras's fit/evaluate/predict while it is open.
+    runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
+                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index), decisions={
+                          "backend": f"{backend_name} ({backend_reason})",
+                          "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
+                          "distribution": f"{framework.distribution_name(distribution)} ({distribution_reason})",
+                          "processes": f"{found.num_processes} ({processes_reason})",
+                          "precision": f"{compute} ({precision_reason})",
+                      })
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
@@ -124,19 +125,20 @@ def _check_platform(platform, tpu, simulate_devices) -> str:
 class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
-    def __init__(self, framework, found: hardware.Hardware, distribution):
+    def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
+                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str]):
         from acceltrain.backends import keras_internals
 
-        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
-        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
         self._framework = framework
         self.hardware = found
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
-        self.decisions: dict[str, str] = {}
+        self.sharding_request = sharding_request  # what connect() was asked about sharding; Runtime.build weighs it
+        self.precision = precision  # Keras's dtype policy for models built under scope()
+        self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
+        self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
         self._seed = 0
-        self.precision = "float32"  # Keras's dtype policy for models built under scope()
-        self.watchdog = watchdog.Watchdog(0)  # connect() sets the one it was asked for
-        self.sharding_request = placement.Request()  # what connect() was asked about sharding
+        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
+        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -227,7 +229,7 @@ class Runtime:
         with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
-    def build(self, build_model, *, layout_map=None):
+    def build(self, build_model, *, layout_map=None, job: dict | None = None):
         """`build_model()` run with its weights born placed for this hardware: the model it returns.
 
         Under 'auto' with a device memory known (device_memory=, or the hardware's), the training state
@@ -235,13 +237,27 @@ class Runtime:
         chosen when it does not fit one device with headroom; a model that fits nowhere stops here with
         the numbers. `layout_map`: a function of a DeviceMesh giving a keras.distribution.LayoutMap
         (keras_hub's `Backbone.get_layout_map`), used under 'model'. Then it reports what share of the
-        weight bytes is sharded and warns about big weights left whole.
+        weight bytes is sharded and warns about big weights left whole. `job`: how `acceltrain plan` names this
+        job ({"recipe": NAME} or {"model": "FILE.py:FUNCTION"}, and "batch_size"), for the line a model that does
+        not fit ends with; default: build_model's own FILE.py:NAME where it is a function at a module's top.
         """
-        placement.choose_for_model(self, build_model, layout_map)
+        choice = placement.choose_for_model(self, build_model, layout_map, job)
+        if choice is not None:
+            self._use_distribution(*choice)
         with self.scope():
             model = build_model()
         placement.report(self, model)
         return model
+
+    def _use_distribution(self, kind: str, distribution, reason: str) -> None:
+        """Runtime.build's choice, made once the model is measured and before it is built, in place of the
+        distribution connect() made: the one change a runtime takes after connect()."""
+        self._framework.release(self.distribution)
+        self.distribution = distribution
+        self.sharding_request = dataclasses.replace(self.sharding_request, chosen=kind)
+        self.decisions = {**self.decisions, "distribution": f"{self.distribution_name} {kind} ({reason})"}
+        if self.num_processes > 1:
+            self._framework.shard_inputs_per_process(distribution)
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,

@@ -16,7 +16,7 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, placement, recipes, sharding, user_model
+from acceltrain import data, datasets, decisions, log, recipes, sharding, user_model
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every
@@ -56,8 +56,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
                           device_memory=config.device_memory)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
-    placement.describe_job(runtime, recipe=None if load_model else recipe.NAME, model=config.model,
-                           batch_size=batch_size)  # a model that does not fit names its `acceltrain plan` line
+    # A model that does not fit names its `acceltrain plan` line: the job as the CLI knows it.
+    job = {"model": config.model} if load_model else {"recipe": recipe.NAME}
+    job["batch_size"] = batch_size
     if load_model:
         x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
 
@@ -69,14 +70,14 @@ def train_and_evaluate(config: TrainConfig) -> dict:
                 log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
             return model
 
-        model = runtime.build(build)  # weights born placed; 'auto' measures the model first
+        model = runtime.build(build, job=job)  # weights born placed; 'auto' measures the model first
     else:
         x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
         x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
         steps_per_epoch = math.ceil(data.num_samples(x_train) / batch_size)  # x may be a dict of arrays
         model = runtime.build(
             lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch),
-            layout_map=getattr(recipe, "layout_map", None))
+            layout_map=getattr(recipe, "layout_map", None), job=job)
     data.check_arrays(x_test, y_test, name="x_test")
     outputs.check_free_space(out_dir, _bytes_needed(model, config.keep_checkpoints))
 
