@@ -87,12 +87,13 @@ class Fit(Prepared):
     validation_batch_size: int | None = None  # per process; None: Keras's default
     is_dataset: bool = False
 
-    def epoch(self, order, first_step: int = 0):
-        """(x, y, sample_weight) of one epoch, this process's share: the samples in `order` (a permutation of all
-        of them) less its last `left_out`, from global batch `first_step` on (a resumed epoch). The weights
-        follow their samples."""
+    def epoch(self, order, first_step: int = 0) -> dict:
+        """Keras's fit arguments for one epoch (x, y, sample_weight, batch_size), this process's share: the samples
+        in `order` (a permutation of all of them) less its last `left_out`, from global batch `first_step` on (a
+        resumed epoch). The weights follow their samples."""
         order = order[:len(order) - self.left_out][first_step * self.batch_size:]
-        return self.share(tuple(data.take(a, order) for a in (self.x, self.y, self.sample_weight)))
+        x, y, weights = self.share(tuple(data.take(a, order) for a in (self.x, self.y, self.sample_weight)))
+        return {"x": x, "y": y, "sample_weight": weights, "batch_size": self.local_batch_size}
 
 
 @dataclass

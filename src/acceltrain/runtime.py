@@ -89,14 +89,13 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                                                            precision.current_policy())
 
     # 6. The runtime, whole: it intercepts Keras's fit/evaluate/predict while it is open.
+    platform_reason = "simulated with simulate_devices" if found.simulated else platform_reason
+    said = {"backend": (backend_name, backend_reason), "platform": (platform, platform_reason),
+            "distribution": (framework.distribution_name(distribution), distribution_reason),
+            "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
     runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
-                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index), decisions={
-                          "backend": f"{backend_name} ({backend_reason})",
-                          "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
-                          "distribution": f"{framework.distribution_name(distribution)} ({distribution_reason})",
-                          "processes": f"{found.num_processes} ({processes_reason})",
-                          "precision": f"{compute} ({precision_reason})",
-                      })
+                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
+                      decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
@@ -278,10 +277,9 @@ class Runtime:
 
         `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
         """
-        from acceltrain.training.callbacks import DivergenceCheck, StallWatch
+        from acceltrain.training.callbacks import DivergenceCheck
 
-        watched = [StallWatch(self._watchdog_for(stall_timeout)), *self._framework.step_callbacks(self.distribution)]
-
+        watched = self._watched(stall_timeout)
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
@@ -346,13 +344,10 @@ class Runtime:
 
         timer = EpochTimer()
         x, y, sample_weight = prepared.local()
-        if sample_weight is not None:
-            fit_kwargs = {**fit_kwargs, "sample_weight": sample_weight}
-        if prepared.validation_batch_size is not None:
-            fit_kwargs = {**fit_kwargs, "validation_batch_size": prepared.validation_batch_size}
-        history = keras_internals.keras_method(model, "fit")(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
-                            validation_data=prepared.validation_data, callbacks=[*callbacks, timer],
-                            verbose=verbose, **fit_kwargs)
+        history = keras_internals.keras_method(model, "fit")(
+            x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, epochs=epochs,
+            validation_data=prepared.validation_data, validation_batch_size=prepared.validation_batch_size,
+            callbacks=[*callbacks, timer], verbose=verbose, **fit_kwargs)
         history.epoch_seconds = timer.epoch_seconds
         return history
 
@@ -366,24 +361,20 @@ class Runtime:
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
-        if sample_weight is not None:
-            evaluate_kwargs["sample_weight"] = sample_weight
         callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), *self._watched()]
         with self.scope():
             return keras_internals.keras_method(model, "evaluate")(
-                x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True, callbacks=callbacks,
-                **evaluate_kwargs)
+                x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
+                return_dict=True, callbacks=callbacks, **evaluate_kwargs)
 
-    def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
-        if stall_timeout is None:
-            return self.watchdog
-        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
-
-    def _watched(self) -> list:
-        """The callbacks of an evaluate or predict: the stall watch, one step at a time where needed."""
+    def _watched(self, stall_timeout=None) -> list:
+        """The callbacks each of this runtime's calls adds: the stall watch (`stall_timeout` in place of
+        connect()'s), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
 
-        return [StallWatch(self.watchdog), *self._framework.step_callbacks(self.distribution)]
+        stall = self.watchdog if stall_timeout is None else watchdog.Watchdog(watchdog.check_timeout(stall_timeout),
+                                                                              self.process_index)
+        return [StallWatch(stall), *self._framework.step_callbacks(self.distribution)]
 
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever

@@ -1,12 +1,7 @@
-"""The user's own code that acceltrain calls: a model function named `FILE.py:FUNCTION` (`train --model`,
-`plan --model`, acceltrain.plan(model=...)), and, when user code raises, its traceback from the user's frames.
-
-    build = user_model.builder("models.py:build")   # checked now; the file is imported when build() runs
-    model = build()
-
-A model function that raises stops with ModelFunctionFailed (exit 2): the CLI shows the function's own frames
-(print_traceback, as `acceltrain run` shows a script's) and one line naming the function.
-numpy-free and framework-free: Keras is imported only when the model is loaded.
+"""The user's code acceltrain calls: a model function `FILE.py:FUNCTION` (`train --model`, `plan --model`,
+acceltrain.plan(model=...)); and, when user code raises, its traceback from the user's own frames (print_traceback:
+a run script's, and a model function's, which stops with ModelFunctionFailed, exit 2). Keras is imported only
+when the model is loaded.
 """
 
 import importlib.util
@@ -26,21 +21,14 @@ class ModelFunctionFailed(UsageError):
         self.path, self.error = path, error
 
 
-def parse_spec(spec: str) -> tuple[Path, str]:
-    """(file, function) of "FILE.py:FUNCTION", the file checked to exist."""
+def builder(spec: str):
+    """A function of no arguments returning the keras.Model that FILE.py:FUNCTION() returns; `spec` checked now."""
     file, _, function = spec.rpartition(":")
     if not file or not function.isidentifier():
         raise UsageError(f"Received --model {spec!r}. Expected FILE.py:FUNCTION, e.g. --model models.py:build.")
-    path = Path(file)
-    if not path.is_file():
+    if not Path(file).is_file():
         raise UsageError(f"Received --model {spec!r}, but {file!r} is not a file. Pass the path of a .py file.")
-    return path, function
-
-
-def builder(spec: str):
-    """A function of no arguments returning the keras.Model that FILE.py:FUNCTION() returns; `spec` checked now."""
-    path, function_name = parse_spec(spec)
-    return lambda: load(path, function_name)
+    return lambda: load(Path(file), function)
 
 
 def load(path: Path, function_name: str):
@@ -80,9 +68,10 @@ def print_traceback(error: BaseException, file: Path) -> None:
     while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
         tb = tb.tb_next
     shown = traceback.TracebackException(type(error), error, tb or error.__traceback__)
+    package = Path(__file__).resolve().parent  # by module path: a checkout may be named acceltrain too
     for exception in _chain(shown):
         exception.stack = traceback.StackSummary.from_list(
-            [frame for frame in exception.stack if not is_acceltrains(frame.filename)])
+            [frame for frame in exception.stack if not Path(frame.filename).resolve().is_relative_to(package)])
     print("".join(shown.format()), end="", file=sys.stderr)
 
 
@@ -93,11 +82,3 @@ def _chain(exception: traceback.TracebackException):
         seen.append(exception)
         exception = exception.__cause__ or exception.__context__
     return seen
-
-
-PACKAGE = Path(__file__).resolve().parent
-
-
-def is_acceltrains(filename: str) -> bool:
-    """Whether a frame's file is acceltrain's own code (by module path: a checkout may be named acceltrain too)."""
-    return Path(filename).resolve().is_relative_to(PACKAGE)

@@ -205,8 +205,8 @@ def test_each_fit_has_its_own_folder_and_the_scripts_callbacks(tmp_path, monkeyp
     fits = CheckpointedFits(runtime, CheckpointFlags(tmp_path), "acceltrain run ...")
     model = SimpleNamespace(steps_per_execution=1)
     x, y = _arrays()
-    fits.fit(model, {"x": x, "y": y, "epochs": 3, "callbacks": [callback]})
-    fits.fit(model, {"x": x, "y": y, "epochs": 2})
+    for arguments in ({"x": x, "y": y, "epochs": 3, "callbacks": [callback]}, {"x": x, "y": y, "epochs": 2}):
+        fits(SimpleNamespace(name="fit", model=model, arguments=lambda arguments=arguments: arguments), proceed=None)
 
     assert runtime.folders == [tmp_path / "fit-1", tmp_path / "fit-2"]
     assert runtime.callbacks == [[callback], []]

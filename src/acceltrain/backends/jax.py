@@ -235,13 +235,12 @@ def _steps_must_not_overlap(distribution) -> bool:
 
 @functools.cache
 def _one_step_at_a_time():
-    """The callback that makes Keras wait for each step's metrics before it starts the next step, for
-    _steps_must_not_overlap. (A class made on first use: Keras is imported only after connect().)"""
+    """The callback class that makes Keras wait for each step's metrics before the next (made on first use)."""
     import keras
 
     class OneStepAtATime(keras.callbacks.Callback):
         """Keras dispatches batch ends to a thread pool unless a callback overrides them without being
-        `async_safe`; overriding them is the whole point."""
+        `async_safe`: overriding them is the whole point."""
 
         def on_train_batch_end(self, batch, logs=None):
             pass
@@ -300,14 +299,10 @@ def distribution_of(model):
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit/evaluate/predict` runs
-    under the distribution the model was built in, one step at a time where steps must not overlap.
-
-    Keras on JAX reads the distribution from global state at fit time, not from the model, so a model
-    built under `Runtime.scope()` but fit outside it would get unsharded batches. TensorFlow keeps the
-    strategy on the model; this gives JAX the same behaviour. A model built outside any acceltrain
-    distribution runs as Keras runs it.
-    """
+    """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit` runs under the
+    distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
+    model, as TensorFlow does), one step at a time where steps must not overlap. A model built outside any
+    acceltrain distribution runs as Keras runs it."""
     import keras
 
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
@@ -317,26 +312,21 @@ def follow_placement(call, proceed):
         return proceed(call)
 
 
+_told = set()  # what this process has said once
+
+
 def step_callbacks(distribution) -> list:
     """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
     CPU devices (_steps_must_not_overlap), said once."""
     if distribution is None or not _steps_must_not_overlap(distribution):
         return []
-    _tell_one_step_at_a_time(distribution)
-    return [_one_step_at_a_time()()]
-
-
-_told = set()  # what this process has said once
-
-
-def _tell_one_step_at_a_time(distribution) -> None:
     if "one step" not in _told:
         _told.add("one step")
         from acceltrain import log
 
-        devices = distribution.device_mesh.devices.size
-        log.info(f"{devices} CPU devices: Keras runs one step at a time here (it waits for each step's metrics), "
-                 "as XLA's CPU collectives can deadlock when steps overlap")
+        log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
+                 "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
+    return [_one_step_at_a_time()()]
 
 
 # --- Sharding: weights cut over devices (fsdp, model) ---------------------------------------------

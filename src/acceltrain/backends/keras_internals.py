@@ -5,16 +5,13 @@ each still exists and behaves so, one test per name, so a Keras upgrade that cha
 test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Imported only after connect()
 (it imports keras).
 
-The one door into Keras's fit/evaluate/predict is here too (`intercept`, below). While any runtime is open,
-every model's fit, evaluate and predict is one wrapper, which passes the call through LAYERS, outermost
-first, then to Keras's own method. LAYERS is the written-down order: each name is a slot that the code it
-belongs to fills for as long as it applies (`layers(name=layer)`); an empty slot is passed by. A layer is a
-function `layer(call, proceed)`: it reads `call` (a Call: the method's name, the model, the arguments, and
-`call.keras`, Keras's own method), and returns `proceed(call)`, `proceed(call.replace(...))` with the call
-changed, or a result of its own without proceeding. To add a layer: name its slot in LAYERS at its place,
-and fill it where it is made; no other layer changes. acceltrain's own calls (Runtime.fit/evaluate/predict,
-resumable's epochs, a failed call's plain rerun) call `keras_method(model, name)`, Keras's own, and pass
-no layer, so nothing enters twice.
+The one door into Keras's fit/evaluate/predict is here too (`intercept`): while any runtime is open, each
+call passes LAYERS, outermost first, then Keras's own method. Each name in LAYERS is a slot, filled by the
+code it belongs to while it applies (`layers(name=layer)`); an empty one is passed by. A layer is
+`layer(call, proceed)`: it reads the Call and returns `proceed(call)`, `proceed(call.replace(...))`, or a
+result of its own. To add one: name its slot in LAYERS at its place and fill it where it is made; no other
+layer changes. acceltrain's own calls (Runtime.fit/evaluate/predict, resumable's epochs, a failed call's
+plain rerun) call `keras_method(model, name)`, Keras's own, and pass no layer: nothing enters twice.
 """
 
 import contextlib
@@ -109,14 +106,13 @@ LAYERS = (
     "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
     "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
     "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
-    "placement",      # every open runtime: the model's own distribution; one step at a time on CPU devices
-                      # (the backend module's follow_placement, filled by intercept())
+    "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
 CALLS = ("fit", "evaluate", "predict")
 
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
-_keras_own: dict = {}  # {name: Keras's own method} while the interception is installed
-_runtimes_open = 0
+_open: list = []  # a share per open runtime: the interception is installed while there is one
+_installed = contextlib.ExitStack()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,28 +151,20 @@ class Call:
 
 def intercept(backend: str, placement):
     """connect(): the first open runtime installs the interception on `backend`'s trainer class, with `placement`
-    in its slot; returns the function that closes this runtime's share (once; True the first time), and the last
-    to close gives Keras its own methods back."""
-    global _runtimes_open
-    if _runtimes_open == 0:
-        trainer = trainer_class(backend)
-        for name in CALLS:
-            _keras_own[name] = getattr(trainer, name)
-            setattr(trainer, name, _intercepted(name, _keras_own[name]))
+    in its slot. Returns the function that closes this runtime's share (True the first time only); the last
+    share closed gives Keras its own methods back."""
+    if not _open:
+        _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
         _layers["placement"] = placement
-    _runtimes_open += 1
-    closed = []
+    share = object()
+    _open.append(share)
 
     def close() -> bool:
-        global _runtimes_open
-        if closed:
+        if share not in _open:
             return False
-        closed.append(True)
-        _runtimes_open -= 1
-        if _runtimes_open == 0:
-            trainer = trainer_class(backend)
-            for name in CALLS:
-                setattr(trainer, name, _keras_own.pop(name))
+        _open.remove(share)
+        if not _open:
+            _installed.close()
             _layers["placement"] = None
         return True
 
@@ -184,7 +172,6 @@ def intercept(backend: str, placement):
 
 
 def _intercepted(name: str, keras_own):
-    @functools.wraps(keras_own)  # __wrapped__: Keras's own, and its signature
     def method(model, *args, **kwargs):
         if kwargs.get("_use_cached_eval_dataset"):
             # Keras's fit validating through self.evaluate: inside a call that has passed the layers already.
@@ -219,7 +206,8 @@ def layers(**filled):
 def keras_method(model, name: str):
     """Keras's own fit/evaluate/predict of `model`, bound, passing no layer: what acceltrain's own code calls.
     (The trainer's: a subclass's own `fit` is the script's way in, which has passed the layers already.)"""
-    return functools.partial(_keras_own.get(name) or getattr(trainer_class(keras.backend.backend()), name), model)
+    method = getattr(trainer_class(keras.backend.backend()), name)
+    return functools.partial(method.__wrapped__ if _open else method, model)  # the interception wraps Keras's own
 
 
 def bound_arguments(method, model, args, kwargs) -> dict:

@@ -80,9 +80,9 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
 
 def _resume_command(flags, script: Path, argv) -> str:
     """How the user continues a stopped run: their command plus --resume (launch's, for a launched process)."""
-    from acceltrain.commands.launch import ENV_LAUNCHER_PID
+    from acceltrain import cluster
 
-    verb = "launch" if os.environ.get(ENV_LAUNCHER_PID) else "run"
+    verb = "launch" if cluster.launcher_pid() is not None else "run"
     script_and_args = shlex.join([str(script), *argv])
     return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {script_and_args}"
 
@@ -200,15 +200,14 @@ def _write_then_rename(process_index: int, method, model, arguments, path: Path)
 
 
 def _write_by_process_0(process_index: int, method, model, arguments) -> str:
-    """Process 0 writes the path; the others save too (the weights are read in every process's save, in
-    the same order), into a folder thrown away after, so no two processes write one path."""
-    import tempfile
+    """Process 0 writes the path; the others save where nobody looks, so no two processes write one path."""
+    from acceltrain.training.checkpoint import save_where_nobody_looks
 
     if process_index == 0:
         method(model, **arguments)
         return "written by process 0"
-    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-        method(model, **{**arguments, "filepath": str(Path(folder) / Path(str(arguments["filepath"])).name)})
+    save_where_nobody_looks(lambda path: method(model, **{**arguments, "filepath": str(path)}),
+                            Path(str(arguments["filepath"])).name)
     return "left to process 0, which writes"
 
 
@@ -220,8 +219,6 @@ class KerasCalls:
     input preparation) and no global distribution, so the user learns whose error it is. The rerun is skipped
     in a multi-process job: one process alone would wait forever in the others' collectives.
     """
-
-    NAMES = ("fit", "evaluate", "predict")
 
     def __init__(self, runtime):
         self.runtime = runtime
@@ -299,7 +296,7 @@ class KerasCalls:
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
         if self.counts:
-            made = ", ".join(f"{self.counts[name]} {name}" for name in self.NAMES if self.counts[name])
+            made = ", ".join(f"{self.counts[name]} {name}" for name in ("fit", "evaluate", "predict") if self.counts[name])
             log.info(f"run: the script's Keras calls ({made}) ran on {where}")
         else:
             log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "

@@ -85,18 +85,17 @@ class CheckpointedFits:
         self.fits = 0
 
     def __call__(self, call, proceed):
-        return self.fit(call.model, call.arguments()) if call.name == "fit" else proceed(call)
-
-    def fit(self, model, arguments: dict):
-        """Keras's fit(**arguments) on `model`, resumable: returns the whole run's History."""
+        """A fit: Keras's fit(**arguments) trained resumable, the whole run's History returned."""
         from acceltrain.training.resumable import Interrupted
 
-        kwargs = runtime_fit_arguments(arguments)
-        kwargs["steps_per_execution"] = model.steps_per_execution  # the script's own, as a plain fit keeps it
+        if call.name != "fit":
+            return proceed(call)
+        kwargs = runtime_fit_arguments(call.arguments())
+        kwargs["steps_per_execution"] = call.model.steps_per_execution  # the script's own, as a plain fit keeps it
         self.fits += 1
         folder = self.flags.folder / f"fit-{self.fits}"
         try:
-            return self.runtime.fit(model, checkpoint_dir=folder, resume=self.flags.resume,
+            return self.runtime.fit(call.model, checkpoint_dir=folder, resume=self.flags.resume,
                                     checkpoint_every=self.flags.every, keep_checkpoints=self.flags.keep, **kwargs)
         except Interrupted as stopped:
             raise Interrupted(stopped.signum, stopped.checkpoint,

@@ -81,10 +81,7 @@ class Checkpoints:
         """Write a checkpoint atomically, then delete all but the newest `keep`."""
         final = self.folder / f"epoch-{state.epoch:04d}-step-{state.step:05d}"
         if not self.writer:
-            # Reading the weights is a step every process of the job takes (or process 0 waits for ever):
-            # save them too, where nobody looks, and throw them away.
-            with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-                model.save_weights(Path(folder) / WEIGHTS)
+            save_where_nobody_looks(model.save_weights, WEIGHTS)
             return final
         partial = self.folder / f".{final.name}.{os.getpid()}.partial"
         try:
@@ -134,6 +131,14 @@ class Checkpoints:
     def preempted_at(self, step: int) -> bool:
         """Single-process jobs learn of SIGTERM from their own signal handler (see resumable)."""
         return False
+
+
+def save_where_nobody_looks(save, name: str) -> None:
+    """In a job of several processes, a process that does not write a file still saves it: reading the weights
+    is a step every process takes (or process 0 waits for ever). `save(path)` writes it into a folder thrown
+    away after."""
+    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
+        save(Path(folder) / name)
 
 
 def newest_readable(folders: list[Path], read) -> tuple[Path, State] | None:

@@ -68,10 +68,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             if feed:  # a dataset: the next batches of the one iterator the run reads
                 inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
             else:  # arrays: this epoch's order, from the step reached on
-                num_samples = data.num_samples(prepared.x)
-                order = epoch_order(state.seed, epoch, num_samples) if shuffle else np.arange(num_samples)
-                x, y, weights = prepared.epoch(order, first_step)
-                inputs = {"x": x, "y": y, "sample_weight": weights, "batch_size": prepared.local_batch_size}
+                n = data.num_samples(prepared.x)
+                inputs = prepared.epoch(epoch_order(state.seed, epoch, n) if shuffle else np.arange(n), first_step)
             epoch_history = keras_internals.keras_method(model, "fit")(
                 **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=prepared.validation_data,
                 validation_batch_size=prepared.validation_batch_size, verbose=verbose,
