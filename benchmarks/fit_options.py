@@ -57,6 +57,7 @@ def main():
     x, y = mnist_mlp.preprocess(splits.x_train, splits.y_train)
     x_device, y_device = jax.device_put(x), jax.device_put(y)
     steady = {label: [] for label in OPTIONS}
+    epochs_seen = {label: [] for label in OPTIONS}  # every epoch of every run, the first (compiling) included
     for round_ in range(rounds):
         for label, (option, _) in OPTIONS.items():
             keras.utils.set_random_seed(round_)
@@ -76,13 +77,14 @@ def main():
                 # (the progress bar's output is dropped, not its cost)
                 runtime.fit(model, *inputs, batch_size=BATCH_SIZE, epochs=epochs, verbose=option.get("verbose", 0),
                             callbacks=callbacks, checkpoint_dir=folder if option.get("checkpoints") else None)
-            seconds = [b - a for a, b in zip(ends, ends[1:])][1:]
-            steady[label].append(statistics.median(seconds))
+            seconds = [b - a for a, b in zip(ends, ends[1:])]
+            epochs_seen[label].append(seconds)
+            steady[label].append(statistics.median(seconds[1:]))
             print(f"round {round_ + 1}: {label}: {steady[label][-1]:.3f} s", file=sys.stderr, flush=True)
     run.save(SECTION, {"rounds": rounds, "epochs": epochs, "batch_size": BATCH_SIZE,
                        "steps_per_epoch": len(x) // BATCH_SIZE, "runtime": str(runtime),
-                       "options": [{"label": label, "adds_work": OPTIONS[label][1], "steady_seconds": values}
-                                   for label, values in steady.items()]})
+                       "options": [{"label": label, "adds_work": OPTIONS[label][1], "steady_seconds": values,
+                                    "epoch_seconds": epochs_seen[label]} for label, values in steady.items()]})
 
 
 # --- Rendering ----------------------------------------------------------------------------------

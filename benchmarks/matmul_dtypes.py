@@ -44,19 +44,20 @@ def main():
         a, b = (jax.random.normal(jax.random.key(i), (n, n), dtype) for i in (1, 2))
         matmul(a, b).block_until_ready()  # compile
         operands[jnp.dtype(dtype).name] = (a, b)
-    per_round = {name: [] for name in operands}
+    per_round, seconds = {name: [] for name in operands}, {name: [] for name in operands}
     for _ in range(rounds):
         for name, (a, b) in operands.items():
-            best = 0.0
+            timed = []
             for _ in range(PRODUCTS_PER_ROUND):
                 start = time.perf_counter()
                 matmul(a, b).block_until_ready()
-                best = max(best, 2 * n**3 / (time.perf_counter() - start))
-            per_round[name].append(best)
+                timed.append(time.perf_counter() - start)
+            seconds[name].append(timed)
+            per_round[name].append(2 * n**3 / min(timed))
     platform = jax.default_backend()
     policy, reason = decisions.choose_precision(platform, None)
     run.save(SECTION, {"size": n, "rounds": rounds, "products_per_round": PRODUCTS_PER_ROUND, "platform": platform,
-                       "flops_per_second": per_round, "acceltrain_chooses": {"policy": policy, "reason": reason}})
+                       "flops_per_second": per_round, "product_seconds": seconds, "acceltrain_chooses": {"policy": policy, "reason": reason}})
 
 
 # --- Rendering ----------------------------------------------------------------------------------

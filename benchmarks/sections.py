@@ -29,12 +29,12 @@ class Section:
 # Minutes: from the old sections' own timings where they gave them (stress, corpus, plan-cost), else from
 # their settings and the epoch times they reported; `run_all.py` prints each run's wall time to correct them.
 SECTIONS = (
-    Section("learning-rate", "learning_rate.py", (), 14),
+    Section("learning-rate", "learning_rate.py", (), 12),
     Section("epoch-speed", "epoch_speed.py", (), 3),
     Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 4),
     Section("fit-options", "fit_options.py", (), 4),
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),
-    Section("checkpoint-cost", "checkpoint_cost.py", (), 10),
+    Section("checkpoint-cost", "checkpoint_cost.py", (), 8),
     Section("sharding-memory", "sharding_memory.py", (), 4),
     Section("plan-cost", "plan_cost.py", (), 6),
     Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 8),
