@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `acceltrain bench` on the NVIDIA H200 the device tool lends: plain Keras (JAX, steps_per_execution=1,
-# since that machine has no TensorFlow), acceltrain, the hand-written loop and the bf16 matmul ceiling.
-# About 3-5 minutes; stops itself at 7 (issue #5 asks for under 8).
+# The section "epoch-speed-gpu": benchmarks/epoch_speed.py (`acceltrain bench`) on the NVIDIA H200 the device
+# tool lends: plain Keras (JAX, steps_per_execution=1, since that machine has no TensorFlow), acceltrain, the
+# hand-written loop and the bf16 matmul ceiling. About 3-5 minutes; stops itself at 7 (issue #5 asks for
+# under 8). Its record comes back as $OUT/epoch-speed-gpu.json: commit it as
+# benchmarks/results/epoch-speed-gpu.json, then `python benchmarks/render.py`.
 #
 # NOT YET RUN: this task was lent no device. Written for the machine as /work/.library/device/ describes
 # it (Python 3.12, JAX 0.11 with CUDA 13, no TensorFlow, no Keras, no network).
@@ -14,7 +16,7 @@
 #        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex==0.1.0 optree==0.20.0
 # 2. The device tool sends the checkout the session started in (the merged tree), src/ included:
 #      run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=480)
-# 3. What comes back under $OUT: bench-gpu.txt (the table), bench-gpu.json (every field), env.txt.
+# 3. What comes back under $OUT: epoch-speed-gpu.json (the record), bench-gpu.txt (the run's output), env.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/acceltrain-gpu-check}
 mkdir -p "$OUT"
@@ -30,7 +32,7 @@ export XDG_CACHE_HOME=/tmp/acceltrain-cache  # a bare machine: start cold, as a 
 } 2>&1 | tee "$OUT/env.txt"
 
 # 10 epochs of 50 steps: on the GPU an epoch is milliseconds, so more of them steady the median.
-timeout 420 python3 -m acceltrain bench mnist-mlp --epochs 10 --repeats 2 --json "$OUT/bench-gpu.json" 2>&1 \
+timeout 420 python3 benchmarks/epoch_speed.py --section epoch-speed-gpu --epochs 10 --repeats 2 --results "$OUT" 2>&1 \
   | tee "$OUT/bench-gpu.txt"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 124 ] && echo "gpu_check: bench ran past 7 minutes and was stopped" >&2

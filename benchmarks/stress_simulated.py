@@ -1,13 +1,14 @@
 """Do simulated devices hold up? The default job and a small convnet, each run N times back to back on 8
 simulated CPU devices, counting how many finished, against one run of each on 1 device.
 
-    python benchmarks/stress_simulated.py [--runs 10] [--devices 8] [--epochs E] [--timeout 1800]
+    python benchmarks/stress_simulated.py [--runs 10] [--devices 8] [--epochs E] [--timeout 1800] [--quick]
 
 Each run is a fresh `acceltrain` process, as a user starts it: `acceltrain train --simulate-devices 8`
 (the default job; `--epochs` shortens it) and `acceltrain run --simulate-devices 8
-tests/scripts/small_convnet.py`. A run that exits non-zero counts as failed (134: XLA's abort), one past
-`--timeout` as hung. Writes the section "stress-simulated" of BENCHMARKS.md. Not a test: it takes many
-minutes, and the counts it reports are what this machine did in this run.
+tests/scripts/small_convnet.py` (2 epochs on 6,400 MNIST images). A run that exits non-zero counts as
+failed (134: XLA's abort), one past `--timeout` as hung. Records the section "stress-simulated". Not a test:
+it takes many minutes, and the counts it reports are what this machine did in this run. --quick: 1 run
+of each, 1 epoch of the default job.
 """
 
 import argparse
@@ -20,10 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from _report import machine, write_section
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks import _results  # noqa: E402
+
+SECTION = "stress-simulated"
+REPO = _results.REPO
 CONVNET = REPO / "tests" / "scripts" / "small_convnet.py"
+DEFAULT_JOB = "default job (`acceltrain train`)"
+CONVNET_JOB = "small convnet (`acceltrain run tests/scripts/small_convnet.py`)"
 
 
 def acceltrain(*args, timeout: float):
@@ -59,12 +66,14 @@ def convnet(devices: int, timeout: float):
     return outcome, seconds, accuracy, stderr
 
 
-def summary(results) -> dict:
-    outcomes = [r[0] for r in results]
-    accuracies = [r[2] for r in results if r[2] is not None]
-    return {"finished": outcomes.count("finished"), "runs": len(results),
-            "failed": sorted(o for o in outcomes if o != "finished"),
-            "accuracies": accuracies, "seconds": statistics.median(r[1] for r in results)}
+def _kept(result, load=None) -> dict:
+    outcome, seconds, accuracy, stderr = result
+    kept = {"outcome": outcome, "seconds": round(seconds, 1), "accuracy": accuracy}
+    if load is not None:
+        kept["load"] = load
+    if outcome != "finished":
+        kept["stderr_tail"] = stderr[-1500:]
+    return kept
 
 
 def main():
@@ -73,53 +82,85 @@ def main():
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--epochs", type=int, help="epochs of the default job (default: the recipe's)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds after which a run counts as hung")
+    _results.add_arguments(parser)
     args = parser.parse_args()
+    run = _results.Run(__file__, args)
+    runs, epochs = (1, 1) if args.quick else (args.runs, args.epochs)
 
-    jobs = {"default job (`acceltrain train`)": lambda devices, folder: default_job(devices, args.epochs, folder,
-                                                                                     args.timeout),
-            "small convnet (`acceltrain run tests/scripts/small_convnet.py`)": lambda devices, _: convnet(
-                devices, args.timeout)}
-    results = {name: [] for name in jobs}
-    reference = {}
-    loads = []  # the 1-minute load average as each 8-device run starts: how shared the machine was
+    jobs = {DEFAULT_JOB: lambda devices, folder: default_job(devices, epochs, folder, args.timeout),
+            CONVNET_JOB: lambda devices, _: convnet(devices, args.timeout)}
+    found = {name: {"one_device": None, "runs": []} for name in jobs}
     with tempfile.TemporaryDirectory() as scratch:
-        for name, job in jobs.items():  # 1 device first: the accuracy to match
-            reference[name] = job(1, Path(scratch) / f"one-{len(reference)}")
-            print(f"{name}, 1 device: {reference[name][:3]}", flush=True)
-        for run in range(args.runs):  # back to back, alternating
+        for index, (name, job) in enumerate(jobs.items()):  # 1 device first: the accuracy to match
+            found[name]["one_device"] = _kept(job(1, Path(scratch) / f"one-{index}"))
+            print(f"{name}, 1 device: {found[name]['one_device']}", file=sys.stderr, flush=True)
+        for run_index in range(runs):  # back to back, alternating
             for index, (name, job) in enumerate(jobs.items()):
-                loads.append(os.getloadavg()[0])
-                result = job(args.devices, Path(scratch) / f"run-{run}-{index}")
-                results[name].append(result)
-                print(f"{name}, run {run + 1}: {result[:3]}", flush=True)
-                if result[0] != "finished":
-                    print(result[3][-3000:], file=sys.stderr, flush=True)
+                load = _results.load_average()  # as each run starts: how busy the machine was
+                result = _kept(job(args.devices, Path(scratch) / f"run-{run_index}-{index}"), load)
+                found[name]["runs"].append(result)
+                print(f"{name}, run {run_index + 1}: {result}", file=sys.stderr, flush=True)
+    run.save(SECTION, {"runs": runs, "devices": args.devices, "epochs": epochs, "timeout": args.timeout,
+                       "jobs": found})
 
+
+# --- Rendering ----------------------------------------------------------------------------------
+
+def summarize(raw: dict) -> dict:
+    jobs = {}
+    for name, job in raw["jobs"].items():
+        outcomes = [r["outcome"] for r in job["runs"]]
+        accuracies = [r["accuracy"] for r in job["runs"] if r["accuracy"] is not None]
+        jobs[name] = {"finished": outcomes.count("finished"), "runs": len(outcomes),
+                      "failed": sorted(o for o in outcomes if o != "finished"),
+                      "accuracy": {"mean": statistics.mean(accuracies), "min": min(accuracies),
+                                   "max": max(accuracies)} if accuracies else None,
+                      "one_device": job["one_device"]["accuracy"],
+                      "median_seconds": statistics.median(r["seconds"] for r in job["runs"])}
+    loads = [r["load"] for job in raw["jobs"].values() for r in job["runs"]]
+    return {"runs": raw["runs"], "devices": raw["devices"], "epochs": raw["epochs"], "jobs": jobs,
+            "loads": [min(loads), max(loads)]}
+
+
+def render(summary: dict, record: dict) -> str:
+    devices = summary["devices"]
     rows = []
-    for name in jobs:
-        s = summary(results[name])
-        one = reference[name][2]
-        accuracies = s["accuracies"]
-        span = (f"{100 * statistics.mean(accuracies):.2f} ({100 * min(accuracies):.2f}–{100 * max(accuracies):.2f})"
-                if accuracies else "–")
-        gap = f"{100 * (statistics.mean(accuracies) - one):+.2f}" if accuracies and one is not None else "–"
-        rows.append(f"| {name} | {s['finished']}/{s['runs']} | {', '.join(s['failed']) or 'none'} | {span} | "
-                    f"{'–' if one is None else f'{100 * one:.2f}'} | {gap} | {s['seconds']:.0f} |")
-    epochs = f"{args.epochs} epoch(s)" if args.epochs else "the recipe's epochs"
-    body = f"""## Simulated devices under stress: runs that finished on {args.devices} simulated CPU devices
+    for name, job in summary["jobs"].items():
+        accuracy, one = job["accuracy"], job["one_device"]
+        span = (f"{100 * accuracy['mean']:.2f} ({100 * accuracy['min']:.2f}–{100 * accuracy['max']:.2f})"
+                if accuracy else "–")
+        gap = f"{100 * (accuracy['mean'] - one):+.2f}" if accuracy and one is not None else "–"
+        rows.append(f"| {name} | {job['finished']}/{job['runs']} | {', '.join(job['failed']) or 'none'} | {span} | "
+                    f"{'–' if one is None else f'{100 * one:.2f}'} | {gap} | {job['median_seconds']:.0f} |")
+    epochs = f"{summary['epochs']} epoch(s)" if summary["epochs"] else "the recipe's epochs"
+    finished = sum(job["finished"] for job in summary["jobs"].values())
+    total = sum(job["runs"] for job in summary["jobs"].values())
+    return f"""## Simulated devices under stress: runs that finished on {devices} simulated CPU devices
 
-`python benchmarks/stress_simulated.py --runs {args.runs}{f' --epochs {args.epochs}' if args.epochs else ''}` on
-{machine()}, {time.strftime('%Y-%m-%d')}. Each run a fresh process, back to back: the default job ({epochs},
-seed 0) and a small convnet (2 epochs on 6,400 MNIST images), {args.devices} simulated devices, against one run of
-each on 1 device. The 1-minute load average was {min(loads):.1f} to {max(loads):.1f} as the runs started ({os.cpu_count()}
-logical CPUs), so the seconds are noisy; the counts are what matters.
+`{record['command']}`. Each run a fresh process, back to back: the default job ({epochs}, seed 0) and a small
+convnet (2 epochs on 6,400 MNIST images), {devices} simulated devices, against one run of each on 1 device. The
+runs started at {_results.load_range(summary['loads'], record['machine'].get('cores'))}. {finished} of {total} runs
+finished.
 
-| job | finished | failures (exit code; 134 is XLA's abort) | test accuracy % on {args.devices}, mean (min–max) | on 1 device | difference, points | median seconds a run |
+| job | finished | failures (exit code; 134 is XLA's abort) | test accuracy % on {devices}, mean (min–max) | on 1 device | difference, points | median seconds a run |
 |---|---|---|---|---|---|---|
-{chr(10).join(rows)}
-"""
-    write_section("stress-simulated", body)
-    print(body)
+{chr(10).join(rows)}"""
+
+
+def quotes(summary: dict, record: dict) -> dict:
+    """`summary`: each job's count of finished runs and its accuracy against 1 device."""
+    parts = []
+    for name, job in summary["jobs"].items():
+        accuracy, one = job["accuracy"], job["one_device"]
+        scored = ""
+        if accuracy:
+            scored = (f", test accuracy {_results.span([100 * accuracy['min'], 100 * accuracy['max']], '{:.2f}')}"
+                      + ("" if one is None else f" ({100 * one:.2f} % on 1 device)"))
+        parts.append(f"the {name} finished {job['finished']} of {job['runs']} runs{scored}")
+    epochs = (f"the default job shortened to {summary['epochs']} epoch(s)" if summary["epochs"]
+              else "the default job at the recipe's epochs")
+    return {"summary": f"On {summary['devices']} simulated devices, {epochs} ({_results.cite(record)}): "
+                       + "; ".join(parts) + "."}
 
 
 if __name__ == "__main__":

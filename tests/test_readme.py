@@ -1,38 +1,57 @@
-"""README quotes measurements only from BENCHMARKS.md, which the benchmark scripts write.
+"""README's measured figures are made from the committed benchmark records, each tied to its section.
 
-Which README numbers count: every figure with a unit of measurement (%, ×, s) inside a section marked
-`<!-- measured:begin ... -->` ... `<!-- measured:end -->`. Each must appear in BENCHMARKS.md (as the
-same digits; "81 %" in README matches "81%" there). Settings (2e-3, seeds 0-4, batch 1200) carry no
-unit and are not measurements.
+A measured figure or sentence of README.md (and of any docs/*.md page) sits between
+`<!-- measured:SECTION/NAME -->` and `<!-- /measured -->`; `python benchmarks/render.py` writes what is between
+them from benchmarks/results/SECTION.json, through that section script's `quotes()`. A figure edited by
+hand, or a record changed without rendering again, fails here. A decimal percentage or ratio outside the
+markers (how a measurement reads) fails too, unless it is a test's bound listed in BOUNDS.
 """
 
 import re
 
+from benchmarks import render
 from tests.support import REPO
 
-FIGURE = re.compile(r"(\d+(?:\.\d+)?)(?:\s*[-–]\s*(\d+(?:\.\d+)?))?\s*(%|×|s\b)")
-NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+# Figures that read like measurements but are the bounds a test asserts: where the test is.
+BOUNDS = {
+    "1/8 + 0.2 %": "tests/test_placement.py (the first device's share of an fsdp model's weights)",
+    "between 1 and 1.3 x": "tests/commands/test_plan.py (the plan's bytes over the training state)",
+}
+MEASURED_LOOKING = re.compile(r"\d+\.\d+\s?(?:%|×|x\b)")
 
 
-def measured_sections(text: str) -> list[str]:
-    return re.findall(r"<!-- measured:begin.*?-->(.*?)<!-- measured:end -->", text, re.S)
+def test_readme_and_docs_hold_what_the_committed_records_render():
+    for path, text in render.rendered().items():
+        if path != render.BENCHMARKS_MD:
+            assert path.read_text() == text, (f"{path.relative_to(REPO)}'s measured figures differ from what "
+                                              "benchmarks/results/ gives: run `python benchmarks/render.py`")
 
 
-def figures(section: str) -> list[str]:
-    return [number for match in FIGURE.finditer(section) for number in match.groups()[:2] if number]
+def test_readme_quotes_each_benchmark_it_reports():
+    quoted = {section for section, _ in re.findall(r"<!-- measured:([\w-]+)/([\w-]+) -->",
+                                                    (REPO / "README.md").read_text())}
+    assert {"learning-rate", "epoch-speed", "checkpoint-cost", "sharding-memory", "plan-cost", "stress-simulated",
+            "corpus"} <= quoted
 
 
-def test_every_measured_figure_in_readme_is_in_benchmarks():
-    readme, benchmarks = (REPO / "README.md").read_text(), (REPO / "BENCHMARKS.md").read_text()
-    sections = measured_sections(readme)
-    assert len(sections) >= 2, "README's measured sections are marked"
-    known = set(NUMBER.findall(benchmarks))
-    quoted = [figure for section in sections for figure in figures(section)]
-    assert len(quoted) >= 8
-    missing = [figure for figure in quoted if figure not in known]
-    assert not missing, f"README quotes {missing}, which BENCHMARKS.md does not hold"
+def unquoted(text: str) -> str:
+    """The text outside the measured markers and code blocks, less the listed test bounds."""
+    text = render.MARKER.sub("", text)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for bound in BOUNDS:
+        text = text.replace(bound, "")
+    return text
 
 
-def test_the_figure_pattern_finds_ranges_percentages_and_ratios():
-    assert figures("98.3-98.4 %, 1.035× the loop, 9.8 % and 10.3 %, by 36 % in 4.3 s, seeds 0-4, 2e-3") == [
-        "98.3", "98.4", "1.035", "9.8", "10.3", "36", "4.3"]
+def test_no_figure_that_reads_as_measured_is_typed_outside_the_markers():
+    for path in render.documents():
+        if path.exists():
+            typed = MEASURED_LOOKING.findall(unquoted(path.read_text()))
+            assert not typed, (f"{path.relative_to(REPO)} types {typed}: quote it from its benchmark's record "
+                               "(<!-- measured:SECTION/NAME -->), or list a test's bound in BOUNDS")
+
+
+def test_the_pattern_finds_percentages_and_ratios_not_settings():
+    assert MEASURED_LOOKING.findall("98.3 %, 1.033× the loop, 0.39x, 12.5% but 2e-3, 1200, 80 %, 8.49 T") == [
+        "98.3 %", "1.033×", "0.39x", "12.5%"]
+    assert unquoted("a <!-- measured:x/y -->98.3 %<!-- /measured --> b\n```\n1.5 x\n```\n") == "a  b\n\n"

@@ -127,8 +127,8 @@ def choose_precision(platform: str, compute_capability: str | None, current_poli
             return "mixed_bfloat16", f"compute capability {compute_capability} runs bfloat16 on its tensor cores"
         return "float32", (f"compute capability {compute_capability or 'unknown'} has no native bfloat16 "
                            "(float16 would need loss scaling)")
-    # Measured here (AMD EPYC, AVX-512 BF16 flags present): XLA's 2048³ matmul ran no faster in bfloat16
-    # than in float32 (0.79× to 1.05× across runs; BENCHMARKS.md, matmul-dtypes): accuracy lost for nothing.
+    # XLA's 2048³ matmul ran no faster in bfloat16 than in float32 on the CPU of BENCHMARKS.md's matmul-dtypes
+    # section (its record: benchmarks/results/matmul-dtypes.json): accuracy lost for nothing.
     return "float32", (f"{platform}: bfloat16 matmuls ran no faster than float32 on the CPU of BENCHMARKS.md's "
                        "matmul-dtypes section (a cited result, not measured in this run)")
 

@@ -1,42 +1,92 @@
-"""What the benchmark scripts write in words follows their own figures: the same function, other figures,
-other sentences."""
-
-import importlib.util
-import sys
+"""What each section says in words follows its own record: every section rendered from a measured record
+(made up here, in the shape its script writes), its sentences computed from those figures and judged by the
+noise rule. The committed records are older, transcribed ones; these keep the path from a fresh run's raw
+measurements tested."""
 
 import pytest
 
-from tests.support import REPO
+from benchmarks import checkpoint_cost, corpus, epoch_speed, fit_options, learning_rate, plan_cost, render
+from benchmarks import stress_simulated
+from benchmarks.sections import BY_NAME
 
 
-def _script(name: str):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"benchmark_{name}", REPO / "benchmarks" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+def record(section: str, raw: dict, cpu: str = "Test CPU", load: float = 0.4) -> dict:
+    return {"section": section, "script": BY_NAME[section].script, "command": BY_NAME[section].command,
+            "provenance": "measured", "quick": False, "started": "2026-12-04T08:00:00Z",
+            "finished": "2026-12-04T08:20:00Z", "wall_seconds": 1200.0,
+            "machine": {"cpu": cpu, "cores": 2, "load_before": load, "load_after": load},
+            "versions": {"python": "3.11.7", "jax": "0.10.2"}, "raw": raw}
 
 
-@pytest.fixture(scope="module")
-def learning_rate():
-    return _script("learning_rate")
+def rendered(section: str, raw: dict) -> tuple[str, dict]:
+    """The section's text and its quotes, as render.py makes them."""
+    made = record(section, raw)
+    said = {name: text for (sec, name), text in render.quotes({section: made}).items() if sec == section}
+    return render.section_text(section, made, None), said
 
 
-@pytest.fixture(scope="module")
-def epoch_speed():
-    return _script("epoch_speed")
+# --- learning-rate -----------------------------------------------------------------------------
+
+def setting(label, accuracy, diverged=()):
+    return {"label": label, "constant_learning_rate": None, "peak_learning_rate": None, "accuracy": accuracy,
+            "diverged": list(diverged), "seconds": [30.0] * len(accuracy)}
 
 
-def test_learning_rate_findings_follow_the_table(learning_rate):
-    rows = [("A", [0.098, 0.978, 0.103], [0, 2]), ("B", [0.983, 0.984, 0.984], []), ("C", [0.984, 0.984, 0.985], [])]
-    said = learning_rate.findings(rows, [0, 1, 2])
+def test_learning_rate_findings_follow_the_table():
+    settings = [{"label": "A", "accuracy": [0.098, 0.978, 0.103], "diverged": [0, 2]},
+                {"label": "B", "accuracy": [0.983, 0.984, 0.984], "diverged": []},
+                {"label": "C", "accuracy": [0.984, 0.984, 0.985], "diverged": []}]
+    said = learning_rate.findings(settings, [0, 1, 2])
     assert "A diverged on 2 of 3 seeds (seed 0, seed 2)." in said
     assert "98.4 %, is C's" in said and "every seed: C." in said
-    calm = learning_rate.findings([("A", [0.98, 0.97], []), ("B", [0.97, 0.98], [])], [0, 1])
+    calm = learning_rate.findings([{"label": "A", "accuracy": [0.98, 0.97], "diverged": []},
+                                   {"label": "B", "accuracy": [0.97, 0.98], "diverged": []}], [0, 1])
     assert "No setting diverged" in calm and "every seed" not in calm and "A and B" in calm
+
+
+def test_learning_rate_section_and_quote_from_a_run():
+    raw = {"epochs": 20, "steps_per_epoch": 50, "batch_size": 1200, "runtime": "jax on cpu: 1 × cpu",
+           "seeds": [0, 1, 2], "settings": [setting("the seed's 1e-2", [0.098, 0.976, 0.103], [0, 2]),
+                                            setting("the default", [0.984, 0.985, 0.984])]}
+    text, said = rendered("learning-rate", raw)
+    assert "| the seed's 1e-2 | 9.8 | 97.6 | 10.3 | 9.8 |" in text and "Measured 2026-12-04 08:00 to 08:20 UTC" in text
+    assert said["seeds"] == ("Test accuracy over seeds 0-2, 20 epochs each (BENCHMARKS.md, learning-rate): the seed's "
+                             "1e-2 diverged on 2 of 3 seeds (9.8 % and 10.3 %, left to finish) and scored 97.6 % on "
+                             "the others; the default scored 98.4-98.5 %.")
+
+
+# --- epoch-speed -------------------------------------------------------------------------------
+
+def bench_report(plain_runs, accel_runs, hand_runs, backend="jax"):
+    """A report made by acceltrain bench's own code from child results (so its shape is the real one)."""
+    from acceltrain.commands import bench
+
+    runtime = {"backend": backend, "platform": "cpu", "num_devices": 1, "device_kind": "cpu",
+               "simulated_devices": False}
+
+    def child(epochs, first=5.0, framework="jax", jit=True):
+        return {"epoch_seconds": epochs, "seconds_to_first_epoch_end": first, "fit_to_first_epoch_end": first / 2,
+                "backend": framework, "jit_compile": jit, "samples_per_epoch": 60000, "flops_per_sample": 2.64e6,
+                "runtime": runtime, "precision": "float32", "compute_dtype": "float32", "peak_flops_per_second": None}
+
+    runs = {"plain": [child(e, framework="tensorflow", jit=False) for e in plain_runs],
+            "acceltrain": [child(e, first) for e, first in zip(accel_runs, (8.0, 5.0))],
+            "hand": [child(e, jit=None) for e in hand_runs]}
+    ceiling = {"flops_per_second": 2e11, "dtype": "float32", "matmul_size": 2048}
+    config = bench.BenchConfig(epochs=3, repeats=2, backend=backend)
+    return bench._report(config, None, 1200, runs, ceiling, 0.5)
+
+
+def test_epoch_speed_section_judges_each_ratio_by_the_runs_spread():
+    report = bench_report(plain_runs=[[3, 1.40, 1.42], [3, 1.41, 1.40]],
+                          accel_runs=[[3, 1.10, 1.12], [3, 1.11, 1.10]],
+                          hand_runs=[[3, 1.00, 1.30], [3, 1.25, 1.30]])
+    text, said = rendered("epoch-speed", report)
+    assert "plain / acceltrain 1.273× (beyond this run's noise, ±0.5%)" in text
+    assert "acceltrain / hand 1.100× (within this run's noise, ±" in text
+    assert "(a) plain Keras fit: 1.41, 1.40" in text and "8.0 s cold, 5.0 s warm (38% less; one cold run" in text
+    assert said["acceltrain-vs-hand"].startswith("1.100× (within") and said["of-ceiling"] == "72 %"
+    assert said["summary"].startswith("On 2 cores of Test CPU (BENCHMARKS.md, epoch-speed; fastest steady epochs")
 
 
 @pytest.mark.parametrize("jit, fraction, says", [
@@ -44,7 +94,130 @@ def test_learning_rate_findings_follow_the_table(learning_rate):
     (True, 0.5, "with XLA (Keras resolved its `jit_compile='auto'` to True) and reached 50%"),
     (None, 0.5, "ran and reached 50%"),
 ])
-def test_epoch_speed_says_what_plain_keras_ran_with(epoch_speed, jit, fraction, says):
-    report = {"variants": {"plain": {"fraction_of_ceiling": fraction, "jit_compile": jit, "backend": "tensorflow"}}}
-    said = epoch_speed.why_plain_is_hard_to_beat(report)
-    assert says in said and f"{1 / fraction:.2f}× faster" in said and "FACTS" not in said
+def test_epoch_speed_says_what_plain_keras_ran_with(jit, fraction, says):
+    summary = {"variants": {"plain": {"of_ceiling": fraction, "jit_compile": jit, "backend": "tensorflow"}}}
+    said = epoch_speed.why_plain_is_hard_to_beat(summary)
+    assert says in said and f"{1 / fraction:.2f}× faster" in said
+
+
+# --- fit-options, matmul-dtypes ----------------------------------------------------------------
+
+def test_fit_options_an_option_that_only_adds_work_and_came_out_faster_is_inconclusive():
+    options = [("baseline", False, [2.0, 2.1]), ("steps_per_execution=50", False, [3.0, 3.1]),
+               ("checkpoints", True, [1.5, 1.55]), ("progress bar", True, [2.05, 2.1])]
+    raw = {"rounds": 2, "epochs": 3, "batch_size": 1200, "steps_per_epoch": 50, "runtime": "jax on cpu",
+           "options": [{"label": label, "adds_work": adds, "steady_seconds": values} for label, adds, values in options]}
+    text, _ = rendered("fit-options", raw)
+    assert "| checkpoints | 1.500 s | 1.525 s | 3% | inconclusive (faster than the control" in text
+    assert "Beyond this run's noise: steps_per_execution=50." in text
+    assert "Within it: progress bar." in text and "Inconclusive (faster than the baseline" in text
+    assert fit_options.OPTIONS  # the script's own table names which options only add work
+
+
+def test_matmul_dtypes_says_whether_the_run_supports_acceltrains_choice():
+    raw = {"size": 256, "rounds": 2, "products_per_round": 5, "platform": "cpu",
+           "flops_per_second": {"float32": [1.00e11, 1.02e11], "bfloat16": [5.0e10, 5.1e10]},
+           "acceltrain_chooses": {"policy": "float32", "reason": "cpu: ..."}}
+    text, _ = rendered("matmul-dtypes", raw)
+    assert text.startswith("## Matmul throughput by dtype on this CPU") and "keeps float32" not in text
+    assert "bfloat16 ran slower than float32 here: 0.50× (beyond this run's noise, ±2%)" in text
+    assert "This run agrees" in text
+    raw["flops_per_second"]["bfloat16"] = [2.0e11, 2.1e11]
+    assert "does not support that choice" in rendered("matmul-dtypes", raw)[0]
+
+
+# --- checkpoint-cost ---------------------------------------------------------------------------
+
+def test_checkpoint_cost_never_reports_checkpoints_making_training_faster():
+    def runs(*steady):
+        return [{"epoch_seconds": [5.0, s, s], "steady": s, "params": 575050, "checkpoints_per_epoch": 5, "load": 0.5}
+                for s in steady]
+
+    raw = {"rounds": 2, "jobs": {"mnist": {"steps_per_epoch": 50, "every": 10, "epochs": 3, "runs": {
+        "none": runs(1.00, 1.02), "h5": runs(0.70, 0.71), "orbax": runs(1.20, 1.21)}}}}
+    text, said = rendered("checkpoint-cost", raw)
+    assert "| mnist (0.6M parameters) | h5 | 0.705 s | 1% | inconclusive | inconclusive (" in text
+    assert "-6" not in text.split("| h5 |")[1].split("\n")[0]  # no negative cost printed for it
+    assert "| orbax | 1.205 s | 1% | +39 ms | 1.193× (beyond this run's noise, ±2%) |" in text
+    assert "1 of 2 comparisons are inconclusive" in text and "machine is shared" not in text
+    assert "TPU host" not in text
+    assert said["summary"].endswith("mnist (0.6M parameters): .weights.h5, inconclusive; Orbax, +39 ms a checkpoint.")
+
+
+def test_checkpoint_cost_states_orbaxs_share_only_where_both_costs_are_beyond_the_noise():
+    job = {"checkpoints_per_epoch": 2, "ways": {
+        "none": {"median": 6.0, "spread": 0.01, "over_none": 1.0, "per_checkpoint": 0.0},
+        "h5": {"median": 18.0, "spread": 0.02, "over_none": 3.0, "per_checkpoint": 6.0},
+        "orbax": {"median": 9.0, "spread": 0.02, "over_none": 1.5, "per_checkpoint": 1.5}}}
+    assert {way: d.verdict for way, d in checkpoint_cost.costs(job).items()} == {"h5": "higher", "orbax": "higher"}
+
+
+# --- sharding-memory, plan-cost, stress, corpus ------------------------------------------------
+
+def test_sharding_memory_compares_born_sharded_with_the_others():
+    def runs(copies, first):
+        return [{"peak_over_baseline": c * 1000, "weights": 1000, "first_device": first, "distribution": "FSDP"}
+                for c in copies]
+
+    variants = {"born": runs([1.1, 1.12], 125), "auto": runs([1.2, 1.2], 125), "whole": runs([2.0, 2.02], None),
+                "data": runs([8.1, 8.2], 1000), "control": runs([4.0, 4.1], 125)}
+    raw = {"width": 512, "layers": 3, "repeats": 2,
+           "variants": {key: {"label": key, "settings": {}, "runs": found} for key, found in variants.items()}}
+    text, said = rendered("sharding-memory", raw)
+    assert "peaked at 1.11 copies of the weights, under the 2.01 of building whole then sharding" in text
+    assert "data parallel over born sharded: 7.3× (beyond this run's noise, ±2%)" in text
+    assert said["summary"].startswith("built born sharded, the first device holds 0.125 of the weights")
+
+
+def test_plan_cost_quotes_the_big_jobs_candidates_from_its_plan():
+    candidates = [{"distribution": "data", "mesh": "batch 8", "bytes_per_device": 18 * 2**30, "fits": False,
+                   "flops_per_step": None, "step_seconds_at_peak": None},
+                  {"distribution": "fsdp", "mesh": "batch 8", "bytes_per_device": 2 * 2**30, "fits": True,
+                   "flops_per_step": 8.49e12, "step_seconds_at_peak": 0.005}]
+    plan = {"target": "tpu-v5e-8", "devices": 8, "device_memory_bytes": 16 * 2**30, "compiled_for": "TPU v5 lite",
+            "candidates": candidates, "recommended": "fsdp"}
+    raw = {"target": "tpu-v5e-8", "jobs": {plan_cost.BIG: {
+        "args": ["--model", plan_cost.BIG_MLP, "--batch-size", "1024"], "wall_seconds": 100.0, "cpu_seconds": 40.0,
+        "peak_bytes": 900 * 2**20, "plan": plan, "notes": ["data: the compiler refused it"]}}}
+    text, said = rendered("plan-cost", raw)
+    assert "| ~1.4B-param MLP + Adam, batch 1024 | 100 s | 40 s | 900.0 MiB | fsdp (2.0 GiB of 16.0 GiB per chip) |" in text
+    assert "| fsdp | batch 8 | 2.0 GiB | yes | 8.49 | 5 ms | 204,800 |" in said["big-plan"]
+    assert "Note: data: the compiler refused it" in said["big-plan"]
+    assert said["big-cost"].startswith("took 900.0 MiB of memory at its peak and 40 s of CPU time")
+
+
+def test_stress_counts_what_finished_and_the_load_it_saw():
+    def run(outcome, accuracy, load):
+        return {"outcome": outcome, "seconds": 20.0, "accuracy": accuracy, "load": load}
+
+    raw = {"runs": 2, "devices": 8, "epochs": 1, "timeout": 600, "jobs": {
+        stress_simulated.DEFAULT_JOB: {"one_device": {"outcome": "finished", "seconds": 20.0, "accuracy": 0.90},
+                                       "runs": [run("finished", 0.91, 0.5), run("exit 134", None, 3.5)]},
+        stress_simulated.CONVNET_JOB: {"one_device": {"outcome": "finished", "seconds": 9.0, "accuracy": 0.80},
+                                       "runs": [run("finished", 0.80, 0.6), run("finished", 0.80, 0.7)]}}}
+    text, said = rendered("stress-simulated", raw)
+    assert "| default job (`acceltrain train`) | 1/2 | exit 134 | 91.00 (91.00–91.00) | 90.00 | +1.00 | 20 |" in text
+    assert "a load average (1 min) of 0.5 to 3.5, above the machine's 2 cores" in text and "3 of 4 runs" in text
+    assert "finished 1 of 2 runs, test accuracy 91.00 % (90.00 % on 1 device)" in said["summary"]
+
+
+def test_corpus_table_and_pass_counts_come_from_the_judged_runs():
+    def run(problems=(), summary="the script's Keras calls (1 fit) ran on DataParallel over 8 replica(s)",
+            seconds=10.0):
+        return {"returncode": 0 if not problems else 1, "seconds": seconds, "load": 0.5,
+                "when": "2026-12-04 08:00 UTC", "summary": summary, "refused": False, "metrics": {}, "warnings": [],
+                "error_line": "", "problems": list(problems)}
+
+    raw = {"modes": ["plain", "run-1", "run-8", "launch-2x2"], "shapes": {
+        "fit_script": {"script": "fit_script.py", "what": "a fit", "modes": ["plain", "run-1", "run-8", "launch-2x2"],
+                       "runs": {"plain": run(seconds=20.0), "run-1": run(), "run-8": run(),
+                                "launch-2x2": run(["exit 1: boom"])}},
+        "loop": {"script": "loop.py", "what": "a loop", "modes": ["plain", "run-1", "run-8"],
+                 "runs": {"plain": run(), "run-1": run(), "run-8": run(summary="the script called no fit: ran as is")}}}}
+    text, said = rendered("corpus", raw)
+    assert "| launch-2x2 | 0/1 | fit_script: exit 1: boom |" in text and "| run-8 | 2/2 | none |" in text
+    assert "median 0.75x, from 0.50x to 1.00x over 2 scripts" in text and "noise unknown" in text
+    assert ("| a fit | `fit_script.py` | pass | pass | **fail**: exit 1: boom | distributed: Keras calls (1 fit) ran "
+            "on DataParallel over 8 replica(s) (fails in launch-2x2) |") in said["table"]
+    assert "| a loop | `loop.py` | pass | pass | n/a | runs unchanged, undistributed: ran as is |" in said["table"]
+    assert corpus.WIDEST_FIRST[0] == "run-8"

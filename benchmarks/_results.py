@@ -1,0 +1,262 @@
+"""A benchmark run's record, benchmarks/results/<section>.json, and the words every section shares.
+
+A record holds what one run measured (`raw`: every number, as measured), the command, when it ran (UTC),
+on what (the CPU's model, its cores, the 1-minute load average at the start and the end) and with what
+(Python and library versions, the commit). The script that measured it also renders it: its `summarize(raw)`
+gives the figures the section prints, its `render(summary, record)` the section, so BENCHMARKS.md is a
+function of the committed records (`python benchmarks/render.py`).
+
+Two kinds of record are not measurements of the committed kind, and say so:
+- quick (`--quick`): tiny settings, to check the pipeline end to end. Written outside benchmarks/results
+  (a temporary folder unless `--results` says where), and refused by the renderer for the committed files.
+- transcribed: figures copied from a BENCHMARKS.md written before the scripts kept records. It holds the
+  `summary` that section printed (rounded as printed) instead of `raw`, and its `provenance` names the
+  source; a rerun replaces it.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+QUICK_RESULTS = Path(tempfile.gettempdir()) / "acceltrain-benchmarks-quick"
+MEASURED = "measured"
+# Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
+LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
+             "numpy")
+
+
+# --- Writing a record -------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags every benchmark script takes: where its record goes, and the quick pipeline check."""
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny settings, to check the pipeline in seconds; the record is marked quick and "
+                             f"goes to {QUICK_RESULTS} (never to benchmarks/results)")
+    parser.add_argument("--results", type=Path, help=f"the folder for the record (default {RESULTS.relative_to(REPO)}"
+                                                     f"; with --quick, {QUICK_RESULTS})")
+
+
+def results_folder(args: argparse.Namespace) -> Path:
+    folder = args.results or (QUICK_RESULTS if args.quick else RESULTS)
+    if args.quick and folder.resolve() == RESULTS.resolve():
+        sys.exit(f"Received --quick --results {folder}. A quick record must not replace a committed one: "
+                 "pass another --results folder, or leave it out.")
+    return folder
+
+
+class Run:
+    """One run of a benchmark script: created as it starts, `save(section, raw)` as it ends."""
+
+    def __init__(self, script: str, args: argparse.Namespace):
+        self.script = Path(script).name
+        self.quick = bool(args.quick)
+        self.folder = results_folder(args)
+        self.command = shlex.join(["python", f"benchmarks/{self.script}", *without_results(sys.argv[1:])])
+        self.started = time.time()
+        self.machine = machine()
+
+    def save(self, section: str, raw: dict) -> Path:
+        finished = time.time()
+        record = {
+            "section": section,
+            "script": self.script,
+            "command": self.command,
+            "provenance": MEASURED,
+            "quick": self.quick,
+            "started": utc(self.started),
+            "finished": utc(finished),
+            "wall_seconds": round(finished - self.started, 1),
+            "machine": {**self.machine, "load_after": load_average()},
+            "versions": versions(),
+            "raw": raw,
+        }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{section}.json"
+        temporary = path.with_suffix(".json.partial")  # a killed run never leaves half a record
+        temporary.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        temporary.replace(path)
+        print(f"{section}: record written to {path} ({record['wall_seconds']:.0f} s)", file=sys.stderr, flush=True)
+        return path
+
+
+def without_results(argv: list[str]) -> list[str]:
+    """The arguments less `--results DIR`: where a record is written does not change what it measures."""
+    kept, args = [], iter(argv)
+    for arg in args:
+        if arg == "--results":
+            next(args, None)
+        elif not arg.startswith("--results="):
+            kept.append(arg)
+    return kept
+
+
+def utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def machine() -> dict:
+    """What ran it: the CPU's model and logical cores, and the 1-minute load average now."""
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "load_before": load_average()}
+
+
+def versions() -> dict:
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True)
+        if head.returncode == 0:
+            found["commit"] = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+    except OSError:
+        pass
+    return found
+
+
+# --- Reading a record -------------------------------------------------------------------------------
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def summary_of(record: dict, summarize) -> dict:
+    """The figures a section prints: computed from the run's raw measurements, or, for a transcribed
+    record, the summary its old section printed."""
+    return summarize(record["raw"]) if "raw" in record else record["summary"]
+
+
+# --- Words every section shares ---------------------------------------------------------------------
+
+def provenance(record: dict, usual_machine: dict | None = None) -> str:
+    """Where the section's figures come from: the run's date, machine, load and versions, or the source it
+    was transcribed from; and whether it ran on another CPU than most sections of the file."""
+    machine_ = record.get("machine") or {}
+    on = f"{machine_.get('cores', '?')} cores of {machine_.get('cpu', 'an unrecorded CPU')}"
+    if record["provenance"] == MEASURED:
+        start, end = record["started"], record["finished"]
+        span = f"{start[:10]} {start[11:16]} to {'' if end[:10] == start[:10] else end[:10] + ' '}{end[11:16]} UTC"
+        said = (f"Measured {span} ({duration(record['wall_seconds'])}) on {on}, "
+                f"{load_phrase(machine_.get('load_before'), machine_.get('load_after'), machine_.get('cores'))}; "
+                f"{versions_phrase(record.get('versions') or {})}.")
+    else:
+        dated = f"dated {record['started']} by that section" if record.get("started") else "undated"
+        said = (f"{record['provenance']}: the figures that section printed (rounded as printed), none remeasured; "
+                f"{dated}; ran on {on}, {versions_phrase(record.get('versions') or {})}.")
+    if record.get("quick"):
+        said = "A --quick run (tiny settings, to check the pipeline): not a measurement to quote. " + said
+    if usual_machine and same_cpu(machine_) is not None and same_cpu(machine_) != same_cpu(usual_machine):
+        said += (f" This ran on another CPU than most sections here ({usual_machine['cores']} cores of "
+                 f"{usual_machine['cpu']}): compare its figures with theirs only as ratios.")
+    return said
+
+
+def same_cpu(machine_: dict) -> tuple | None:
+    """What makes two machines the same for these figures: the CPU's model and the core count."""
+    return (machine_.get("cpu"), machine_.get("cores")) if machine_.get("cpu") else None
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "duration not recorded"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def load_phrase(before: float | None, after: float | None, cores: int | None) -> str:
+    if before is None and after is None:
+        return "load average not recorded"
+    said = f"load average (1 min) {_or_unrecorded(before)} at the start, {_or_unrecorded(after)} at the end"
+    return said + busier_than_the_cores([before, after], cores)
+
+
+def load_range(loads: list, cores: int | None) -> str:
+    """'a load average (1 min) of 0.6 to 4.0' from the loads a run kept as its parts started, and what it implies."""
+    loads = [load for load in loads if load is not None]
+    if not loads:
+        return "a load average that was not recorded"
+    low, high = f"{min(loads):.1f}", f"{max(loads):.1f}"
+    return f"a load average (1 min) of {low if low == high else f'{low} to {high}'}" + busier_than_the_cores(loads, cores)
+
+
+def busier_than_the_cores(loads: list, cores: int | None) -> str:
+    """The one conclusion the load supports by itself: more runnable work than cores at some point."""
+    loads = [load for load in loads if load is not None]
+    if cores and loads and max(loads) > cores:
+        return f", above the machine's {cores} cores: more work was runnable than the cores could run, so times are inflated"
+    return ""
+
+
+def versions_phrase(found: dict) -> str:
+    names = [("Python", "python"), ("keras", "keras"), ("jax", "jax"), ("tensorflow", "tensorflow"),
+             ("tensorflow", "tensorflow-cpu"), ("commit", "commit")]
+    said, seen = [], set()
+    for label, key in names:
+        if key in found and label not in seen:
+            said.append(f"{label} {found[key]}")
+            seen.add(label)
+    return ", ".join(said) if said else "versions not recorded"
+
+
+def _or_unrecorded(value) -> str:
+    return "not recorded" if value is None else f"{value:.1f}"
+
+
+def not_recorded(value, form: str = "{}") -> str:
+    """A figure as `form` formats it, or 'not recorded' where an older (transcribed) record lacks it."""
+    return "not recorded" if value is None else form.format(value)
+
+
+def size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def cite(record: dict) -> str:
+    """How a quoted figure names its source: the section, and whether the record awaits a rerun."""
+    where = f"BENCHMARKS.md, {record['section']}"
+    return where if record["provenance"] == MEASURED else where + ": transcribed from an earlier run, rerun pending"
+
+
+def span(values, form: str = "{:.1f}", unit: str = " %") -> str:
+    """'98.1-98.4 %', or '98.4 %' when every value prints the same."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+def seeds_phrase(seeds: list) -> str:
+    if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))

@@ -1,0 +1,108 @@
+"""BENCHMARKS.md is exactly what the committed records render to: a hand edit, a record changed without
+rendering again, or a script whose rendering changed fails here (the fix: `python benchmarks/render.py`, or
+rerun the benchmark). Every record says where it came from, and a quick record is never rendered there."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import _results, render
+from benchmarks.sections import BY_NAME, SECTIONS
+from tests.support import REPO
+
+FIX = "run `python benchmarks/render.py` (or rerun the benchmark) and commit what it writes"
+
+
+def test_benchmarks_md_is_what_the_committed_records_render():
+    assert render.BENCHMARKS_MD.read_text() == render.rendered()[render.BENCHMARKS_MD], \
+        f"BENCHMARKS.md differs from what benchmarks/results/ renders: {FIX}"
+
+
+def test_every_record_belongs_to_a_section_whose_script_renders_it():
+    committed = sorted(path.stem for path in _results.RESULTS.glob("*.json"))
+    assert committed and set(committed) <= set(BY_NAME), \
+        f"records with no entry in benchmarks/sections.py: {set(committed) - set(BY_NAME)}"
+    for section in SECTIONS:
+        module = render.script_module(section.script)
+        assert callable(module.summarize) and callable(module.render), section.script
+        assert (_results.HERE / section.script).exists()
+
+
+def test_each_record_says_when_where_and_how_it_was_made():
+    for path in _results.RESULTS.glob("*.json"):
+        record = json.loads(path.read_text())
+        assert record["section"] == path.stem and record["script"] == BY_NAME[path.stem].script
+        assert record["quick"] is False, f"{path}: a --quick record must never be committed"
+        assert record["command"].startswith(f"python benchmarks/{record['script']}")
+        assert {"cpu", "cores"} <= set(record["machine"]) and "python" in record["versions"]
+        if record["provenance"] == _results.MEASURED:
+            assert record["started"] and record["finished"] and "raw" in record and "summary" not in record
+        else:  # until the rerun: figures copied from an older BENCHMARKS.md, and the record says so
+            assert record["provenance"].startswith("Transcribed from BENCHMARKS.md as committed on ")
+            assert record["provenance"].endswith("rerun pending") and "summary" in record and "raw" not in record
+
+
+def test_a_quick_record_is_refused_for_the_committed_files(tmp_path):
+    record = json.loads((_results.RESULTS / "matmul-dtypes.json").read_text())
+    (tmp_path / "matmul-dtypes.json").write_text(json.dumps({**record, "quick": True}))
+    with pytest.raises(render.RefusedRecord, match="matmul-dtypes.json is a --quick run's record"):
+        render.records(tmp_path)
+    assert render.records(tmp_path, allow_quick=True)["matmul-dtypes"]["quick"]  # run_all --quick, in a temp folder
+
+
+def test_check_names_a_file_that_was_edited_by_hand(tmp_path, monkeypatch, capsys):
+    edited = tmp_path / "BENCHMARKS.md"
+    edited.write_text(render.BENCHMARKS_MD.read_text().replace("| 98.4 | 98.4 | 98.5 |", "| 98.4 | 98.4 | 98.9 |"))
+    monkeypatch.setattr(render, "BENCHMARKS_MD", edited)
+    monkeypatch.setattr(render, "documents", lambda: [])
+    assert render.main(["--check"]) == 1
+    assert "differs from what benchmarks/results/ gives" in capsys.readouterr().err
+    assert render.main([]) == 0 and "98.9" not in edited.read_text() and render.main(["--check"]) == 0
+
+
+def test_a_marker_for_a_quote_no_section_offers_is_an_error_naming_the_ones_it_does():
+    said = render.quotes(render.records())
+    with pytest.raises(KeyError, match="epoch-speed/nope. The section offers: acceltrain-vs-hand, cache-cut"):
+        render.fill_markers("x <!-- measured:epoch-speed/nope -->old<!-- /measured --> y", said)
+    with pytest.raises(KeyError, match="section 'no-such'. Valid sections: learning-rate"):
+        render.fill_markers("<!-- measured:no-such/x --><!-- /measured -->", said)
+    filled = render.fill_markers("a <!-- measured:epoch-speed/of-ceiling -->old<!-- /measured --> b", said)
+    assert filled == f"a <!-- measured:epoch-speed/of-ceiling -->{render.quote('epoch-speed', 'of-ceiling')}<!-- /measured --> b"
+
+
+def test_a_record_says_it_is_transcribed_undated_or_from_another_cpu():
+    transcribed = json.loads((_results.RESULTS / "fit-options.json").read_text())
+    said = _results.provenance(transcribed, {"cpu": "Intel(R) Xeon(R) Processor", "cores": 2})
+    assert said.startswith("Transcribed from BENCHMARKS.md as committed on 2026-12-02") and "undated" in said
+    assert "another CPU than most sections here (2 cores of Intel(R) Xeon(R) Processor)" in said
+    measured = {"provenance": "measured", "started": "2026-12-04T08:00:00Z", "finished": "2026-12-04T09:30:00Z",
+                "wall_seconds": 5400.0, "machine": {"cpu": "X", "cores": 2, "load_before": 0.3, "load_after": 2.6},
+                "versions": {"python": "3.11.7", "keras": "3.15.1"}}
+    said = _results.provenance(measured, {"cpu": "X", "cores": 2})
+    assert said.startswith("Measured 2026-12-04 08:00 to 09:30 UTC (1.5 h) on 2 cores of X, load average (1 min) "
+                           "0.3 at the start, 2.6 at the end, above the machine's 2 cores")
+    assert "another CPU" not in said and "Python 3.11.7, keras 3.15.1" in said
+
+
+def test_a_section_not_measured_yet_says_what_measures_it():
+    said = render.section_text("epoch-speed-gpu", None, None)
+    assert "Not measured yet: `python benchmarks/epoch_speed.py --section epoch-speed-gpu" in said
+    assert "benchmarks/gpu_check.sh" in said
+
+
+def test_a_record_keeps_the_command_without_where_it_was_written():
+    assert _results.without_results(["--quick", "--results", "/tmp/x", "--epochs", "2"]) == ["--quick", "--epochs", "2"]
+    assert _results.without_results(["--results=/tmp/x", "--runs", "3"]) == ["--runs", "3"]
+
+
+def test_rendering_imports_no_framework():
+    """render.py imports every benchmark script: their measuring imports stay inside main()."""
+    code = ("import sys; from benchmarks import render; render.rendered(); "
+            "print(sorted({'jax', 'keras', 'tensorflow'} & set(sys.modules)))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
