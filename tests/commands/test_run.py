@@ -373,6 +373,19 @@ def test_the_closing_line_counts_the_scripts_own_calls_not_those_made_inside_the
     assert lines[-1][1] == "run: the script's Keras calls (2 fit, 1 evaluate, 1 predict) ran on one device"
 
 
+def test_a_script_that_connects_its_own_runtime_is_not_told_it_called_nothing(monkeypatch):
+    """Runtime.fit calls Keras's own fit, which no layer counts: the closing line says the script's runtime ran it."""
+    from acceltrain.backends import keras_internals
+
+    lines = []
+    calls = _calls(lines, monkeypatch)
+    monkeypatch.setattr(keras_internals, "runtimes_opened", lambda: calls._runtimes + 1)  # the script's connect()
+    calls.tell_summary()
+
+    assert lines[-1][1] == ("run: the script called no Keras fit, evaluate or predict itself; the calls of the runtime "
+                            "the script connected itself ran as its banner says")
+
+
 @pytest.mark.multi_device
 def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
     plain = support.python(support.SCRIPTS / "old_train_step.py", timeout=180, KERAS_BACKEND="jax")

@@ -113,6 +113,7 @@ CALLS = ("fit", "evaluate", "predict")
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
 _open: list = []  # a share per open runtime: the interception is installed while there is one
 _installed = contextlib.ExitStack()
+_opened = 0  # runtimes opened in this process, ever
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +154,11 @@ def intercept(backend: str, placement):
     """connect(): the first open runtime installs the interception on `backend`'s trainer class, with `placement`
     in its slot. Returns the function that closes this runtime's share (True the first time only); the last
     share closed gives Keras its own methods back."""
+    global _opened
     if not _open:
         _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
         _layers["placement"] = placement
+    _opened += 1
     share = object()
     _open.append(share)
 
@@ -169,6 +172,11 @@ def intercept(backend: str, placement):
         return True
 
     return close
+
+
+def runtimes_opened() -> int:
+    """How many runtimes this process has opened (connect()), closed or not."""
+    return _opened
 
 
 def _intercepted(name: str, keras_own):

@@ -221,8 +221,11 @@ class KerasCalls:
     """
 
     def __init__(self, runtime):
+        from acceltrain.backends import keras_internals
+
         self.runtime = runtime
         self.counts: Counter = Counter()
+        self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
         self.failed: tuple | None = None  # (name, error, the same call's error without acceltrain, or None)
         self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
 
@@ -293,11 +296,18 @@ class KerasCalls:
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
+        from acceltrain.backends import keras_internals
+
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
+        # Runtime.fit/evaluate/predict of a runtime the script connected call Keras's own methods: not counted here.
+        own = ("; the calls of the runtime the script connected itself ran as its banner says"
+               if keras_internals.runtimes_opened() > self._runtimes else "")
         if self.counts:
             made = ", ".join(f"{self.counts[name]} {name}" for name in ("fit", "evaluate", "predict") if self.counts[name])
-            log.info(f"run: the script's Keras calls ({made}) ran on {where}")
+            log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
+        elif own:
+            log.info(f"run: the script called no Keras fit, evaluate or predict itself{own}")
         else:
             log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
                      f"variables were placed by {where}, but a hand-written training loop runs as written, each "
