@@ -210,8 +210,7 @@ METADATA_TIMEOUT_S = 2.0
 
 
 def on_cloud_tpu_vm(device_files=None) -> bool:
-    """TPU chips on this host (hardware.tpu.device_files) and libtpu to drive them: what JAX itself checks
-    before reading TPU metadata."""
+    """TPU chips on this host and libtpu to drive them: what JAX itself checks before reading TPU metadata."""
     return bool(tpu.device_files(device_files)) and importlib.util.find_spec("libtpu") is not None
 
 

@@ -283,5 +283,5 @@ def _check_fits_replicated(runtime, model) -> None:
             f"{model.name}: its training state needs {sharding.format_bytes(state['replicated'])} replicated, over the "
             f"{sharding.format_bytes(budget)} usable per device, and it was built in scope(), before 'auto' could "
             "measure it. Build it with runtime.build(build_model) (acceltrain train does), or pass "
-            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime, job_of(None))}"
+            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime, {})}"
         )

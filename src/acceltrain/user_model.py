@@ -13,8 +13,7 @@ from acceltrain.errors import UsageError
 
 
 class ModelFunctionFailed(UsageError):
-    """FILE.py:FUNCTION raised `error`: the message names the function, `path` is its file. (Kept apart from
-    __cause__, which JAX replaces when the error passes jax.eval_shape: the build is measured under it.)"""
+    """FILE.py:FUNCTION raised `error` (kept apart from __cause__, which JAX replaces when it passes eval_shape)."""
 
     def __init__(self, message: str, path: Path, error: Exception):
         super().__init__(message)

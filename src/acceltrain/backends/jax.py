@@ -245,11 +245,7 @@ def _one_step_at_a_time():
         def on_train_batch_end(self, batch, logs=None):
             pass
 
-        def on_test_batch_end(self, batch, logs=None):
-            pass
-
-        def on_predict_batch_end(self, batch, logs=None):
-            pass
+        on_test_batch_end = on_predict_batch_end = on_train_batch_end
 
     return OneStepAtATime
 

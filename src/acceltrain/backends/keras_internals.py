@@ -151,9 +151,8 @@ class Call:
 
 
 def intercept(backend: str, placement):
-    """connect(): the first open runtime installs the interception on `backend`'s trainer class, with `placement`
-    in its slot. Returns the function that closes this runtime's share (True the first time only); the last
-    share closed gives Keras its own methods back."""
+    """Runtime(): the first open runtime installs the interception on `backend`'s trainer class, `placement` in its
+    slot. Returns the runtime's close (True the first time only); the last closed gives Keras its methods back."""
     global _opened
     if not _open:
         _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
@@ -181,10 +180,8 @@ def runtimes_opened() -> int:
 
 def _intercepted(name: str, keras_own):
     def method(model, *args, **kwargs):
-        if kwargs.get("_use_cached_eval_dataset"):
-            # Keras's fit validating through self.evaluate: inside a call that has passed the layers already.
-            # Relies on: the trainers' fit call evaluate(..., _use_cached_eval_dataset=True) for validation.
-            return keras_own(model, *args, **kwargs)
+        if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit validating, inside a call past the layers
+            return keras_own(model, *args, **kwargs)  # Relies on: fit calls evaluate(..., _use_cached_eval_dataset=True)
         return _through([_layers[slot] for slot in LAYERS if _layers[slot] is not None],
                         Call(name, model, args, kwargs, keras_own))
 

@@ -271,8 +271,7 @@ def release(distribution) -> None:
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" of the interception (keras_internals.LAYERS): nothing to follow, as TensorFlow keeps
-    the strategy on the model."""
+    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model."""
     return proceed(call)
 
 

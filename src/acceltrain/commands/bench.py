@@ -283,12 +283,9 @@ def _inputs(config):
 
 def _timing(timer, started: float, **extra) -> dict:
     """The epochs' times of an EpochTimer (absolute, comparable with `started` in the parent process)."""
-    return {
-        "epoch_seconds": timer.epoch_seconds,
-        "seconds_to_first_epoch_end": timer.epoch_ends[0] - started,
-        "fit_to_first_epoch_end": timer.epoch_ends[0] - timer.fit_start,
-        **extra,
-    }
+    first_end = timer.epoch_ends[0]
+    return {"epoch_seconds": timer.epoch_seconds, "seconds_to_first_epoch_end": first_end - started,
+            "fit_to_first_epoch_end": first_end - timer.fit_start, **extra}
 
 
 def _plain(config) -> dict:

@@ -300,7 +300,6 @@ class KerasCalls:
 
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
-        # Runtime.fit/evaluate/predict of a runtime the script connected call Keras's own methods: not counted here.
         own = ("; the calls of the runtime the script connected itself ran as its banner says"
                if keras_internals.runtimes_opened() > self._runtimes else "")
         if self.counts:

@@ -85,7 +85,6 @@ class CheckpointedFits:
         self.fits = 0
 
     def __call__(self, call, proceed):
-        """A fit: Keras's fit(**arguments) trained resumable, the whole run's History returned."""
         from acceltrain.training.resumable import Interrupted
 
         if call.name != "fit":

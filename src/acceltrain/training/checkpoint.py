@@ -134,9 +134,8 @@ class Checkpoints:
 
 
 def save_where_nobody_looks(save, name: str) -> None:
-    """In a job of several processes, a process that does not write a file still saves it: reading the weights
-    is a step every process takes (or process 0 waits for ever). `save(path)` writes it into a folder thrown
-    away after."""
+    """`save(path)` into a folder thrown away after: a process of a job that does not write still saves, as reading
+    the weights is a step every process takes (or process 0 waits for ever)."""
     with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
         save(Path(folder) / name)
 

@@ -36,13 +36,9 @@ class Interrupted(AcceltrainError):
 
 def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
         callbacks=(), verbose="auto", **fit_kwargs):
-    """Train `prepared` (an inputs.Fit, its arrays kept whole: trim=False) from the newest checkpoint (if resume)
-    to `epochs`, checkpointing as `every` says.
-
-    Arrays: each epoch's order is epoch_order(seed, epoch), less its last `prepared.left_out` (Fit.epoch). A
-    tf.data.Dataset is read one pass an epoch (see dataset_position). In a multi-process job each process
-    feeds its share: global batch k is the same samples on any process count.
-    """
+    """Train `prepared` (an inputs.Fit, kept whole: trim=False) from the newest checkpoint (if resume) to `epochs`,
+    checkpointing as `every` says. Arrays: each epoch in the order epoch_order(seed, epoch), less its last few
+    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position)."""
     feed = DatasetFeed(prepared.x, checkpoints.folder / "data", prepared.steps_per_epoch) if prepared.is_dataset else None
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
