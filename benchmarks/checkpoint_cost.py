@@ -53,7 +53,7 @@ def run_job(job: str, way: str, epochs: int) -> dict:
     import keras
     import numpy as np
 
-    from acceltrain.training import checkpoint
+    from acceltrain.training import resumable
 
     steps, every, _ = JOBS[job]
     if job == "mnist":
@@ -79,9 +79,9 @@ def run_job(job: str, way: str, epochs: int) -> dict:
             model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         batch = 64
     distribution_scope = distribution if job == "mnist" else distribution.scope()
-    chosen = checkpoint.open_checkpoints
+    chosen = resumable.open_checkpoints
     if way == "h5":  # the TensorFlow backend's format, on JAX: the same loop, only the writer differs
-        checkpoint.open_checkpoints = lambda folder, keep, backend, index=0: chosen(folder, keep, "tensorflow", index)
+        resumable.open_checkpoints = lambda folder, keep, backend, index=0: chosen(folder, keep, "tensorflow", index)
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-", dir=os.environ.get("BENCH_DIR")) as folder, \
             distribution_scope:
         history = runtime.fit(model, x, y, batch_size=batch, epochs=epochs, verbose=0,

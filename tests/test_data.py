@@ -59,24 +59,6 @@ def test_as_float32_casts_float64_only():
     assert (cast["f64"].dtype, cast["u8"].dtype, cast["f16"].dtype) == (np.float32, np.uint8, np.float16)
 
 
-def test_trim_to_replicas_drops_only_the_indivisible_tail():
-    x, y = np.arange(1001), np.arange(1001)
-    x2, y2, dropped = data.trim_to_replicas(x, y, batch_size=8, num_replicas=8)
-    assert dropped == 1 and len(x2) == len(y2) == 1000
-    x3, _, dropped = data.trim_to_replicas(np.arange(1004), None, batch_size=8, num_replicas=4)
-    assert dropped == 0 and len(x3) == 1004  # last batch of 4 divides over 4
-
-
-def test_repeat_to_replicas_keeps_every_metric_exact():
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(1001, 2)), rng.integers(0, 2, 1001)
-    x2, y2, k = data.repeat_to_replicas(x, y, batch_size=16, num_replicas=8)
-    assert k == 8 and len(x2) == 8008
-    assert (len(x2) % 16) % 8 == 0  # every batch divides
-    # A mean over the repeated set is the mean over the set.
-    assert np.isclose(x2.mean(), x.mean()) and np.isclose(y2.mean(), y.mean())
-
-
 def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_does():
     x, y = np.arange(20).reshape(10, 2), np.arange(10)
     (x_train, y_train, weights), (x_val, y_val) = data.split_validation(x, y, None, 0.2)

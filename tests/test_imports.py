@@ -15,3 +15,89 @@ def test_importing_loads_no_framework(module):
     done = support.python("-c", code, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"importing {module} loaded {done.stdout.strip()}"
+
+
+# --- The layers: each module imports only from its own layer and those below, and nothing imports in a circle
+
+ACCELTRAIN = support.REPO / "src" / "acceltrain"
+
+# Top first. A module belongs to the first layer one of whose names is it or a package above it; any other
+# module is the neutral core (errors, log, data, inputs, decisions, hardware, sharding, recipes ...).
+LAYERS = (
+    ("the CLI and the public names", ("acceltrain", "acceltrain.__main__", "acceltrain.cli")),
+    ("commands", ("acceltrain.commands",)),
+    ("the library", ("acceltrain.runtime", "acceltrain.placement", "acceltrain.training", "acceltrain.planning")),
+    ("backends", ("acceltrain.backends",)),
+    ("the neutral core", ()),
+)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """{module: the acceltrain modules it imports}, at module level and inside functions alike."""
+    import ast
+
+    modules = {}
+    for path in ACCELTRAIN.rglob("*.py"):
+        parts = path.relative_to(ACCELTRAIN.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name):  # "acceltrain.data.take" → "acceltrain.data"
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in modules.items():
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {known(alias.name) for alias in node.names if alias.name.startswith("acceltrain")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("acceltrain"):
+                imported |= {known(f"{node.module}.{alias.name}") for alias in node.names}
+        graph[name] = imported - {name}
+    return graph
+
+
+def _layer(module: str) -> int:
+    for index, (_, names) in enumerate(LAYERS):
+        if any(module == name or (name != "acceltrain" and module.startswith(name + ".")) for name in names):
+            return index
+    return len(LAYERS) - 1
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = [f"{module} ({LAYERS[_layer(module)][0]}) imports {imported} ({LAYERS[_layer(imported)][0]})"
+              for module, imports in sorted(_import_graph().items()) for imported in sorted(imports)
+              if _layer(imported) < _layer(module)]
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    graph, circles, done = _import_graph(), [], set()
+
+    def visit(module, path):
+        if module in path:
+            circles.append(" -> ".join(path[path.index(module):] + [module]))
+            return
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, path + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not circles, "circular imports:\n" + "\n".join(circles)
+
+
+def test_the_layer_test_sees_an_upward_import_and_a_circle(monkeypatch):
+    """The two tests above, against a graph with one of each: they name the offending import."""
+    import sys
+
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "_import_graph", lambda: {"acceltrain.data": {"acceltrain.runtime"},
+                                                        "acceltrain.runtime": {"acceltrain.data"}})
+    with pytest.raises(AssertionError, match=r"acceltrain\.data \(the neutral core\) imports acceltrain\.runtime"):
+        test_no_module_imports_from_a_layer_above_its_own()
+    with pytest.raises(AssertionError, match=r"acceltrain\.data -> acceltrain\.runtime -> acceltrain\.data"):
+        test_no_modules_import_each_other_in_a_circle()

@@ -45,6 +45,21 @@ def test_fit_trims_casts_and_checks_when_checked():
         inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
 
 
+def test_fit_kept_whole_gives_each_epoch_its_order_less_its_last_few_with_their_weights():
+    """Runtime.fit with checkpoints: each epoch leaves out its own last samples, after its shuffle, from the step
+    a resumed epoch starts at; process 1 of 2 takes every other sample of each global batch."""
+    x, y, w = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4, np.arange(100) / 100
+    fit = inputs.prepare_fit(_runtime(8, num_processes=2, process_index=1), x, y, batch_size=32, sample_weight=w,
+                             trim=False)
+    assert (len(fit.x), fit.left_out, fit.steps_per_epoch, fit.local_batch_size) == (100, 4, 3, 16)
+    order = np.random.default_rng(0).permutation(100)
+    epoch = fit.epoch(order, first_step=1)  # resumed after one step of 32
+    np.testing.assert_array_equal(epoch["x"][:, 0], order[32:96][1::2])
+    np.testing.assert_array_equal(epoch["y"], order[32:96][1::2] % 4)
+    np.testing.assert_array_equal(epoch["sample_weight"], order[32:96][1::2] / 100)  # the weights follow their samples
+    assert epoch["batch_size"] == 16
+
+
 def test_fit_unchecked_leaves_dtypes_and_keras_default_batch():
     x, y = np.zeros((100, 3)), np.zeros(100)
     fit = inputs.prepare_fit(_runtime(8), x, y, checked=False)

@@ -122,9 +122,9 @@ def test_the_plan_line_for_this_job_on_this_hardware(hardware, memory, source, j
 
     from acceltrain import placement
 
-    request = placement.Request(device_memory=memory, memory_source=source, job=job)
+    request = placement.Request(device_memory=memory, memory_source=source)
     runtime = SimpleNamespace(sharding_request=request, hardware=_hardware(*hardware))
-    assert placement.plan_command(runtime, build) == expected
+    assert placement.plan_command(runtime, placement.job_of(build, job)) == expected
 
 
 def test_auto_stops_before_training_when_nothing_fits():

@@ -9,6 +9,7 @@ import pytest
 
 import acceltrain
 from acceltrain import cluster
+from acceltrain.hardware import tpu
 from tests import support, tpu_environments
 from tests.tpu_environments import ALL, TPUVM
 
@@ -23,7 +24,7 @@ def on_tpu_vm(tmp_path, monkeypatch):
         for name, value in vm.env.items():
             monkeypatch.setenv(name, value)
         patterns, site = tpu_environments.fake_host(vm, tmp_path)
-        monkeypatch.setattr(cluster, "DEVICE_FILES", patterns)
+        monkeypatch.setattr(tpu, "DEVICE_FILES", patterns)
         monkeypatch.syspath_prepend(site)
         importlib.invalidate_caches()
         monkeypatch.setattr(cluster, "tpu_metadata", lambda env: dict(vm.metadata))
@@ -57,6 +58,7 @@ def test_device_files_without_libtpu_are_no_tpu_vm(tmp_path, monkeypatch):
 TENSORFLOW_SCRIPT = r'''
 import importlib, json, sys, tempfile
 from acceltrain import cluster
+from acceltrain.hardware import tpu
 from acceltrain.backends import tensorflow as tf_backend
 from acceltrain.errors import UsageError
 from tests import tpu_environments
@@ -74,7 +76,7 @@ for vm in tpu_environments.ALL:
     for name in ("TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID", "TPU_ACCELERATOR_TYPE", "TPU_SKIP_MDS_QUERY", "TPU_NAME"):
         os.environ.pop(name, None)
     os.environ.update(vm.env)
-    cluster.DEVICE_FILES, site = tpu_environments.fake_host(vm, tempfile.mkdtemp())
+    tpu.DEVICE_FILES, site = tpu_environments.fake_host(vm, tempfile.mkdtemp())
     sys.path.insert(0, site); importlib.invalidate_caches()
     cluster.tpu_metadata = lambda env, vm=vm: dict(vm.metadata)
     tf_backend.tpu_system, tf_backend._tpu_resolver = FakeTPUSystem(), None

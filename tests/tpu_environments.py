@@ -62,7 +62,7 @@ ALL = (COLAB_V5E_1, KAGGLE_V5E_8, CLOUD_V4_8, CLOUD_V5LITEPOD_16_WORKER_1, GKE_V
 
 
 def fake_host(vm: TPUVM, root) -> tuple[tuple[str, ...], str]:
-    """Fake device files and a libtpu package under `root`. Returns (cluster.DEVICE_FILES patterns for
+    """Fake device files and a libtpu package under `root`. Returns (hardware.tpu.DEVICE_FILES patterns for
     them, the folder to put on sys.path so `libtpu` is importable)."""
     from pathlib import Path
 

@@ -3,6 +3,6 @@
 from acceltrain.errors import AcceltrainError, TrainingDiverged, UsageError
 from acceltrain.planning import Plan, plan
 from acceltrain.runtime import Runtime, connect
+from acceltrain.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["connect", "Runtime", "plan", "Plan", "AcceltrainError", "UsageError", "TrainingDiverged", "__version__"]

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from acceltrain import __version__, backends, log
+from acceltrain import __version__, backends, log, user_model
 from acceltrain.errors import AcceltrainError
 
 EXAMPLES = {
@@ -91,6 +91,8 @@ def _run_verb(args) -> int:
             import traceback
 
             traceback.print_exc()
+        elif isinstance(error, user_model.ModelFunctionFailed):  # the user's own frames, as a plain run shows them
+            user_model.print_traceback(error.error, error.path)
         print(f"acceltrain: {log.paint('error:', 'red')} {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:

@@ -6,18 +6,25 @@ Plain data in, plain data out, so a table test covers every environment with non
 backend then starts jax.distributed from the result (`backends/jax.py::start_processes`).
 """
 
-import glob
 import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from acceltrain.errors import UsageError
+from acceltrain.hardware import tpu
 
 # What `acceltrain launch` sets in each process it starts, and what a user may set by hand.
 ENV_COORDINATOR = "ACCELTRAIN_COORDINATOR"
 ENV_NUM_PROCESSES = "ACCELTRAIN_NUM_PROCESSES"
 ENV_PROCESS_ID = "ACCELTRAIN_PROCESS_ID"
+ENV_LAUNCHER_PID = "ACCELTRAIN_LAUNCHER_PID"  # tells a launched process whose death it must not outlive
+
+
+def launcher_pid() -> int | None:
+    """The pid of the `acceltrain launch` that started this process, if one did."""
+    pid = os.environ.get(ENV_LAUNCHER_PID, "")
+    return int(pid) if pid.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -197,19 +204,14 @@ def _int_or_none(value) -> int | None:
     return int(value) if value is not None and str(value).isdigit() else None
 
 
-# Where TPU chips appear as device files: /dev/accel* (v2-v4, v6e) or /dev/vfio/N (v5e, v5p). A seam:
-# tests point it at a folder of fake device files.
-DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*")
-
 # The GCE metadata server, which a Cloud TPU VM answers about itself (JAX reads its TPU settings there).
 METADATA_URL = "http://metadata.google.internal/computeMetadata/v1/instance/attributes/"
 METADATA_TIMEOUT_S = 2.0
 
 
-def on_cloud_tpu_vm(device_files=DEVICE_FILES) -> bool:
+def on_cloud_tpu_vm(device_files=None) -> bool:
     """TPU chips on this host and libtpu to drive them: what JAX itself checks before reading TPU metadata."""
-    has_chips = any(glob.glob(pattern) for pattern in device_files)
-    return has_chips and importlib.util.find_spec("libtpu") is not None
+    return bool(tpu.device_files(device_files)) and importlib.util.find_spec("libtpu") is not None
 
 
 def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
@@ -230,6 +232,6 @@ def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
 def detect(backend: str, coordinator=None, num_processes=None, process_id=None) -> tuple[Processes, str]:
     """choose_processes() on this host's environment."""
     flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
-    tpu_vm = on_cloud_tpu_vm(DEVICE_FILES)
+    tpu_vm = on_cloud_tpu_vm()
     metadata = tpu_metadata(os.environ) if tpu_vm else {}
     return choose_processes(backend, flags, os.environ, tpu_vm, metadata)

@@ -4,7 +4,6 @@ Everything here works on numpy arrays (or nests of them) and imports no framewor
 UsageError naming the value and the fix, so bad input ends before anything is trained or written.
 """
 
-import math
 
 import numpy as np
 
@@ -109,39 +108,6 @@ def as_float32(x):
     """float64 arrays cast once to float32 (accelerators compute in 32 bits or fewer; Keras would
     otherwise cast every batch, every step). Other dtypes pass as they are."""
     return _map(lambda a: a.astype(np.float32) if a.dtype == np.float64 else a, x)
-
-
-def left_out(num_samples: int, batch_size: int, num_replicas: int) -> int:
-    """How many samples at the end of an epoch's order make its final batch indivisible over the replicas."""
-    return (num_samples % batch_size) % num_replicas
-
-
-def trim_to_replicas(x, y, batch_size: int, num_replicas: int):
-    """Drop the few last samples that would make the final batch indivisible over the replicas.
-
-    Returns (x, y, dropped). Fewer than num_replicas samples go; shuffling changes which are seen each
-    epoch only among the rest, which is the usual `drop_remainder` trade on accelerators.
-    """
-    n = num_samples(x)
-    dropped = left_out(n, batch_size, num_replicas)
-    if not dropped:
-        return x, y, 0
-    keep = n - dropped
-    cut = lambda a: a[:keep]  # noqa: E731
-    return _map(cut, x), (None if y is None else _map(cut, y)), dropped
-
-
-def repeat_to_replicas(x, y, batch_size: int, num_replicas: int):
-    """For evaluation: repeat the whole set k times so every batch divides over the replicas.
-
-    Returns (x, y, k). Every sample counts exactly k times, so accuracy, loss and every other Keras
-    metric (a mean or a ratio of counts) equal those of the set itself: nothing is dropped.
-    """
-    n = num_samples(x)
-    if (n % batch_size) % num_replicas == 0:
-        return x, y, 1
-    k = num_replicas // math.gcd(n, num_replicas)
-    return repeat(x, k), repeat(y, k), k
 
 
 def repeat(x, times: int):

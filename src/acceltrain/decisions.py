@@ -3,9 +3,9 @@ and the reason, so a table-driven test covers it and the CLI can print it in one
 """
 
 from acceltrain import hardware
-from acceltrain.backends import BACKENDS
 from acceltrain.errors import UsageError
 
+BACKENDS = ("jax", "tensorflow")
 DISTRIBUTIONS = ("auto", "data", "fsdp", "model", "none")
 SHARDED = ("fsdp", "model")  # weights cut over devices: keras.distribution on JAX only
 

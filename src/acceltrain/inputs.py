@@ -81,9 +81,19 @@ class Prepared:
 @dataclass
 class Fit(Prepared):
     steps_per_epoch: int | None = None  # of the global data, where known
+    left_out: int = 0  # arrays kept whole (trim=False): the samples each epoch leaves out at the end of its order
+    num_replicas: int = 1
     validation_data: object = None  # already this process's share
     validation_batch_size: int | None = None  # per process; None: Keras's default
     is_dataset: bool = False
+
+    def epoch(self, order, first_step: int = 0) -> dict:
+        """Keras's fit arguments for one epoch (x, y, sample_weight, batch_size), this process's share: the samples
+        in `order` (a permutation of all of them) less its last `left_out`, from global batch `first_step` on (a
+        resumed epoch). The weights follow their samples."""
+        order = order[:len(order) - self.left_out][first_step * self.batch_size:]
+        x, y, weights = self.share(tuple(data.take(a, order) for a in (self.x, self.y, self.sample_weight)))
+        return {"x": x, "y": y, "sample_weight": weights, "batch_size": self.local_batch_size}
 
 
 @dataclass
@@ -107,20 +117,25 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
     checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
-    training sample: resumable.fit leaves out each epoch's own few, after its shuffle."""
+    training sample: each epoch leaves out its own `left_out`, after its shuffle (Fit.epoch). `validation_split`
+    is made here, once, as Keras makes it (the last fraction, before any shuffle, where no validation_data)."""
     _refuse_datasets_across_processes(runtime, x, validation_data)
-    fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size, **_processes(runtime))
+    fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
+              num_replicas=runtime.num_replicas, **_processes(runtime))
     if data.is_dataset(x):
         _batch_training_dataset(runtime, fit, checked)
     elif checked:
         data.check_batch_size(batch_size, runtime.num_replicas)
-    if validation_split and data.is_arrays(x):
-        # Split as Keras does, so both halves are prepared here.
+    if validation_split and validation_data is None:
+        if not data.is_arrays(x):
+            raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
+                             "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
         (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
                                                                                    validation_split)
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
-        fit.steps_per_epoch = math.ceil(data.num_samples(fit.x) / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))
+        fit.steps_per_epoch = math.ceil((data.num_samples(fit.x) - fit.left_out)
+                                        / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))
     fit.validation_data = _prepare_validation(runtime, fit, validation_data, classes, checked)
     fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, runtime.num_processes)
     if _is_array_set(fit.validation_data) or runtime.num_processes > 1:
@@ -213,10 +228,11 @@ def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool, tr
         data.check_arrays(fit.x, fit.y)
         data.check_class_labels(fit.y, classes.num_classes)
         fit.x, fit.y = data.as_float32(fit.x), data.as_float32(fit.y) if fit.y is not None else None
-    if not trim:
-        return
     n = data.num_samples(fit.x)
     keep = n - n % runtime.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
+    if not trim:
+        fit.left_out = n - keep
+        return
     if keep < n:
         fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, keep)) for a in (fit.x, fit.y, fit.sample_weight))
         fit.notes.append(("trimmed", f"left out the last {n - keep} training samples so the final batch divides "

@@ -8,7 +8,7 @@ import inspect
 import re
 import shlex
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from acceltrain import decisions, log, sharding
 from acceltrain.errors import UsageError
@@ -33,7 +33,6 @@ class Request:
     layout_map: object = None  # the user's keras.distribution.LayoutMap
     chosen: str = "none"
     reported: weakref.WeakSet = field(default_factory=weakref.WeakSet)  # models already reported
-    job: dict = field(default_factory=dict)  # recipe / model / batch_size, for the `acceltrain plan` line
 
 
 def check_request(distribution, device_memory, mesh_shape) -> Request:
@@ -57,8 +56,9 @@ def check_request(distribution, device_memory, mesh_shape) -> Request:
     return Request(distribution, memory, "device_memory=" if memory else "unknown", mesh_shape, layout_map)
 
 
-def check_against_hardware(request: Request, framework, found) -> None:
-    """The mesh fits the devices found; a device memory not given is read from the hardware."""
+def check_against_hardware(request: Request, kind: str, framework, found) -> Request:
+    """The request checked against the devices found: the mesh fits them; completed with the `kind` chosen and,
+    where it was not given, the device memory the hardware reports."""
     if request.mesh_shape and request.mesh_shape[0] * request.mesh_shape[1] != found.num_devices:
         raise UsageError(f"Received mesh_shape={request.mesh_shape}, {request.mesh_shape[0] * request.mesh_shape[1]} "
                          f"devices, but there are {found.num_devices}. Pass a (batch, model) shape whose product is "
@@ -69,12 +69,13 @@ def check_against_hardware(request: Request, framework, found) -> None:
         log.warn(f"device_memory={sharding.format_bytes(request.device_memory)} is not used on the {framework.NAME} "
                  "backend: it shards nothing, so 'auto' stays data parallel. Use --backend jax to fit a model to it.")
     if request.device_memory is None and hasattr(framework, "device_memory"):
-        request.device_memory = framework.device_memory(found.platform)
-        request.memory_source = "the hardware" if request.device_memory else "unknown"
+        memory = framework.device_memory(found.platform)
+        request = replace(request, device_memory=memory, memory_source="the hardware" if memory else "unknown")
+    return replace(request, chosen=kind)
 
 
-def make_distribution(request: Request, kind: str, framework, found):
-    request.chosen = kind
+def make_distribution(request: Request, framework, found):
+    kind = request.chosen
     if kind not in decisions.SHARDED:
         return framework.make_distribution(kind, found.devices)
     model_axis = request.mesh_shape[1] if request.mesh_shape else None
@@ -83,29 +84,32 @@ def make_distribution(request: Request, kind: str, framework, found):
 
 # --- At build time: the model can be measured -------------------------------------------------------
 
-def choose_for_model(runtime, build_model, layout_map=None) -> None:
+def choose_for_model(runtime, build_model, layout_map=None, job: dict | None = None):
     """Before `build_model()` runs for real: 'auto' weighs its training state against the device memory
-    (fsdp if it does not fit one device); 'model' takes the model's own layout map and the model axis."""
+    (fsdp if it does not fit one device); 'model' takes the model's own layout map and the model axis.
+    Returns (kind, distribution, reason) to use instead of connect()'s, or None to keep it (Runtime.build)."""
     request, framework = runtime.sharding_request, runtime.backend_module
     if request.layout_map is not None or not hasattr(framework, "abstract_state"):
-        return  # the user's own layout stands; TensorFlow has no sharding to choose
+        return None  # the user's own layout stands; TensorFlow has no sharding to choose
+    job = job_of(build_model, job)
     memory_known = request.device_memory is not None
     if request.kind == "auto" and memory_known:
         state = measure(runtime, build_model)
         by_degree = {runtime.num_devices: state["at_all_devices"]} if runtime.num_devices > 1 else {}
-        choice, degree, reason = _choose_sharding(runtime, build_model, state["replicated"], by_degree)
+        choice, degree, reason = _choose_sharding(runtime, job, state["replicated"], by_degree)
         needs = by_degree[degree] if choice == "fsdp" else state["replicated"]
         log.info(f"{sharding.format_params(state['params'])}, {reason} (device memory from {request.memory_source})"
-                 + _close_to_full_note(runtime, build_model, needs))
+                 + _close_to_full_note(runtime, job, needs))
         if choice == "fsdp":
-            _replace(runtime, "fsdp", framework.make_distribution("fsdp", runtime.hardware.devices), reason)
+            return "fsdp", framework.make_distribution("fsdp", runtime.hardware.devices), reason
     elif request.chosen == "model" and (layout_map is not None or (memory_known and not request.mesh_shape)):
         model_axis = request.mesh_shape[1] if request.mesh_shape else None
         if model_axis is None and memory_known:
-            model_axis = _model_axis_that_fits(runtime, build_model)
-        _replace(runtime, "model", framework.make_distribution("model", runtime.hardware.devices, model_axis=model_axis,
-                                                               layout_map=layout_map),
-                 "asked for" + (", the model's own layout map" if layout_map is not None else ""))
+            model_axis = _model_axis_that_fits(runtime, build_model, job)
+        return ("model", framework.make_distribution("model", runtime.hardware.devices, model_axis=model_axis,
+                                                     layout_map=layout_map),
+                "asked for" + (", the model's own layout map" if layout_map is not None else ""))
+    return None
 
 
 def measure(runtime, build_model) -> dict:
@@ -128,48 +132,47 @@ def measure(runtime, build_model) -> dict:
     return state
 
 
-def _model_axis_that_fits(runtime, build_model) -> int | None:
+def _model_axis_that_fits(runtime, build_model, job: dict) -> int | None:
     state = measure(runtime, build_model)
-    _, degree, reason = _choose_sharding(runtime, build_model, state["replicated"], state["by_degree"])
+    _, degree, reason = _choose_sharding(runtime, job, state["replicated"], state["by_degree"])
     log.info(f"model axis {degree}: {sharding.format_params(state['params'])}, {reason}")
     return degree if degree > 1 else None
 
 
-def _choose_sharding(runtime, build_model, bytes_replicated: int, by_degree: dict) -> tuple[str, int, str]:
+def _choose_sharding(runtime, job: dict, bytes_replicated: int, by_degree: dict) -> tuple[str, int, str]:
     """sharding.choose_sharding, its "does not fit" naming the `acceltrain plan` line that checks the job."""
     try:
         return sharding.choose_sharding(bytes_replicated, by_degree, runtime.num_devices,
                                         runtime.sharding_request.device_memory)
     except UsageError as error:
-        raise UsageError(f"{error} {check_before_renting(runtime, build_model)}") from None
+        raise UsageError(f"{error} {check_before_renting(runtime, job)}") from None
 
 
-def _close_to_full_note(runtime, build_model, needs: int) -> str:
+def _close_to_full_note(runtime, job: dict, needs: int) -> str:
     budget = runtime.sharding_request.device_memory * (1 - sharding.DEFAULT_HEADROOM)
     if needs <= CLOSE_TO_FULL * budget:
         return ""
     return (f"; that is {needs / budget:.0%} of it, and the activations are not counted: "
-            f"`{plan_command(runtime, build_model)}` compiles the step and counts them")
+            f"`{plan_command(runtime, job)}` compiles the step and counts them")
 
 
 # --- Check before renting: the `acceltrain plan` line for this job ---------------------------------
 
-def describe_job(runtime, *, recipe: str | None = None, model: str | None = None,
-                 batch_size: int | None = None) -> None:
-    """What the CLI knows of the job (a recipe name, or --model FILE.py:FUNCTION; the global batch), so that a
-    model that does not fit names the exact `acceltrain plan` line for it."""
-    runtime.sharding_request.job = {"recipe": recipe, "model": model, "batch_size": batch_size}
+def job_of(build_model, job: dict | None = None) -> dict:
+    """What `acceltrain plan` needs to name the job: the caller's `job` ({"recipe": NAME} or {"model":
+    "FILE.py:FUNCTION"}, and "batch_size"), else build_model's own FILE.py:NAME (None where it has none)."""
+    return dict(job) if job else {"model": _model_function(build_model)}
 
 
-def check_before_renting(runtime, build_model=None) -> str:
+def check_before_renting(runtime, job: dict) -> str:
     """The sentence a "does not fit" ends with: how to check this job against hardware before renting it."""
-    return (f"Check it against hardware before renting: `{plan_command(runtime, build_model)}` compiles its "
+    return (f"Check it against hardware before renting: `{plan_command(runtime, job)}` compiles its "
             "training step for a --target and says what would fit (tpu-v5e-16, tpu-v4-128, h100-8 ... or here).")
 
 
-def plan_command(runtime, build_model=None) -> str:
-    """The `acceltrain plan` command line for this job on this hardware, or, where the model's function is not
-    known (a model built in scope(), a lambda), the acceltrain.plan() call with the job's numbers.
+def plan_command(runtime, job: dict) -> str:
+    """The `acceltrain plan` command line for this job (job_of) on this hardware, or, where the model's function
+    is not known (a model built in scope(), a lambda), the acceltrain.plan() call with the job's numbers.
 
     The target is this hardware's rental name (8 "TPU v5 lite" devices: tpu-v5e-8); a CPU, or a kind the
     targets table lacks, is `here`, with the device memory 'auto' used (and, for simulated devices, as many
@@ -180,7 +183,6 @@ def plan_command(runtime, build_model=None) -> str:
     memory = None
     if target is None or request.memory_source == "device_memory=":
         memory = _size_argument(request.device_memory) if request.device_memory else None
-    job = dict(request.job) or {"model": _model_function(build_model)}
     if job.get("recipe") or job.get("model"):
         words = ["acceltrain", "plan", "--target", target or "here"]
         words += [job["recipe"]] if job.get("recipe") else ["--model", job["model"]]
@@ -223,14 +225,6 @@ def _size_argument(nbytes: int) -> str:
     return str(nbytes)
 
 
-def _replace(runtime, kind: str, distribution, reason: str) -> None:
-    runtime.distribution = distribution
-    runtime.sharding_request.chosen = kind
-    runtime.decisions["distribution"] = f"{runtime.distribution_name} {kind} ({reason})"
-    if runtime.num_processes > 1:
-        runtime.backend_module.shard_inputs_per_process(distribution)
-
-
 # --- After building: what was sharded, loudly --------------------------------------------------------
 
 def report(runtime, model) -> None:
@@ -238,7 +232,7 @@ def report(runtime, model) -> None:
     each big weight left whole and each weight whose shape did not divide; an error for a LayoutMap key
     that matches no weight. Under 'auto' with a device memory, a model built in scope() (not measured
     before building) that would not fit stops here."""
-    request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of the fit hook)
+    request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of run's layers)
     framework = getattr(runtime, "backend_module", None)
     if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
         return
@@ -289,5 +283,5 @@ def _check_fits_replicated(runtime, model) -> None:
             f"{model.name}: its training state needs {sharding.format_bytes(state['replicated'])} replicated, over the "
             f"{sharding.format_bytes(budget)} usable per device, and it was built in scope(), before 'auto' could "
             "measure it. Build it with runtime.build(build_model) (acceltrain train does), or pass "
-            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime)}"
+            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime, {})}"
         )

@@ -9,13 +9,14 @@ This module never imports a framework: it calls the backend module connect() cho
 """
 
 import contextlib
-import contextvars
+import dataclasses
 import os
 import platform as _platform
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, hardware, inputs, log, placement, watchdog
 from acceltrain.errors import UsageError, positive_int
+from acceltrain.version import __version__
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
@@ -76,26 +77,25 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 4. Choose the distribution.
     kind, distribution_reason = decisions.choose_distribution(sharding_request.kind, found.num_devices)
-    placement.check_against_hardware(sharding_request, framework, found)
-    runtime = Runtime(framework, found, placement.make_distribution(sharding_request, kind, framework, found))
-    runtime.sharding_request = sharding_request  # Runtime.build weighs the model against it
-    runtime.watchdog = watchdog.Watchdog(stall_timeout, found.process_index)
+    sharding_request = placement.check_against_hardware(sharding_request, kind, framework, found)
+    distribution = placement.make_distribution(sharding_request, framework, found)
     if found.num_processes > 1:
-        framework.shard_inputs_per_process(runtime.distribution)  # each process feeds its own share
-    runtime.decisions = {
-        "backend": f"{backend_name} ({backend_reason})",
-        "platform": f"{platform} ({'simulated with simulate_devices' if found.simulated else platform_reason})",
-        "distribution": f"{runtime.distribution_name} ({distribution_reason})",
-        "processes": f"{found.num_processes} ({processes_reason})",
-    }
+        framework.shard_inputs_per_process(distribution)  # each process feeds its own share
 
     # 5. Choose the precision: bfloat16 compute where the hardware runs it natively.
     from acceltrain import precision
 
-    runtime.precision, precision_reason = decisions.choose_precision(
-        platform, framework.compute_capability(platform), precision.current_policy()
-    )
-    runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
+    compute, precision_reason = decisions.choose_precision(platform, framework.compute_capability(platform),
+                                                           precision.current_policy())
+
+    # 6. The runtime, whole: it intercepts Keras's fit/evaluate/predict while it is open.
+    platform_reason = "simulated with simulate_devices" if found.simulated else platform_reason
+    said = {"backend": (backend_name, backend_reason), "platform": (platform, platform_reason),
+            "distribution": (framework.distribution_name(distribution), distribution_reason),
+            "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
+    runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
+                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
+                      decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
@@ -121,36 +121,23 @@ def _check_platform(platform, tpu, simulate_devices) -> str:
     return platform
 
 
-# True while Runtime.fit/evaluate call Keras with inputs they have already prepared (checked, trimmed,
-# shared out per process), so `acceltrain run`'s hook on Keras's fit leaves them alone.
-_inputs_prepared = contextvars.ContextVar("acceltrain_inputs_prepared", default=False)
-
-
-def inputs_prepared() -> bool:
-    return _inputs_prepared.get()
-
-
-@contextlib.contextmanager
-def _preparing_inputs():
-    token = _inputs_prepared.set(True)
-    try:
-        yield
-    finally:
-        _inputs_prepared.reset(token)
-
-
 class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
-    def __init__(self, framework, found: hardware.Hardware, distribution):
+    def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
+                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str]):
+        from acceltrain.backends import keras_internals
+
         self._framework = framework
         self.hardware = found
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
-        self.decisions: dict[str, str] = {}
+        self.sharding_request = sharding_request  # what connect() was asked about sharding; Runtime.build weighs it
+        self.precision = precision  # Keras's dtype policy for models built under scope()
+        self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
+        self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
         self._seed = 0
-        self.precision = "float32"  # Keras's dtype policy for models built under scope()
-        self.watchdog = watchdog.Watchdog(0)  # connect() sets the one it was asked for
-        self.sharding_request = placement.Request()  # what connect() was asked about sharding
+        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
+        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -207,7 +194,7 @@ class Runtime:
             "simulated_devices": self.hardware.simulated,
             "devices": list(self.hardware.devices),
             "decisions": dict(self.decisions),
-            "versions": {"python": _platform.python_version(), "acceltrain": _version(), **self._framework.versions()},
+            "versions": {"python": _platform.python_version(), "acceltrain": __version__, **self._framework.versions()},
         }
 
     def __str__(self) -> str:
@@ -241,7 +228,7 @@ class Runtime:
         with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
-    def build(self, build_model, *, layout_map=None):
+    def build(self, build_model, *, layout_map=None, job: dict | None = None):
         """`build_model()` run with its weights born placed for this hardware: the model it returns.
 
         Under 'auto' with a device memory known (device_memory=, or the hardware's), the training state
@@ -249,13 +236,27 @@ class Runtime:
         chosen when it does not fit one device with headroom; a model that fits nowhere stops here with
         the numbers. `layout_map`: a function of a DeviceMesh giving a keras.distribution.LayoutMap
         (keras_hub's `Backbone.get_layout_map`), used under 'model'. Then it reports what share of the
-        weight bytes is sharded and warns about big weights left whole.
+        weight bytes is sharded and warns about big weights left whole. `job`: how `acceltrain plan` names this
+        job ({"recipe": NAME} or {"model": "FILE.py:FUNCTION"}, and "batch_size"), for the line a model that does
+        not fit ends with; default: build_model's own FILE.py:NAME where it is a function at a module's top.
         """
-        placement.choose_for_model(self, build_model, layout_map)
+        choice = placement.choose_for_model(self, build_model, layout_map, job)
+        if choice is not None:
+            self._use_distribution(*choice)
         with self.scope():
             model = build_model()
         placement.report(self, model)
         return model
+
+    def _use_distribution(self, kind: str, distribution, reason: str) -> None:
+        """Runtime.build's choice, made once the model is measured and before it is built, in place of the
+        distribution connect() made: the one change a runtime takes after connect()."""
+        self._framework.release(self.distribution)
+        self.distribution = distribution
+        self.sharding_request = dataclasses.replace(self.sharding_request, chosen=kind)
+        self.decisions = {**self.decisions, "distribution": f"{self.distribution_name} {kind} ({reason})"}
+        if self.num_processes > 1:
+            self._framework.shard_inputs_per_process(distribution)
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
@@ -276,19 +277,20 @@ class Runtime:
 
         `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
         """
-        from acceltrain.training.callbacks import DivergenceCheck, StallWatch
+        from acceltrain.training.callbacks import DivergenceCheck
 
-        stall = StallWatch(self._watchdog_for(stall_timeout))
-
+        watched = self._watched(stall_timeout)
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
+        # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
         classes = inputs.classes_of(model)
-        weights = fit_kwargs.pop("sample_weight", None) if checkpoint_dir is None else None  # trimmed and shared too
-        # With checkpoints, each epoch leaves out its own few samples (after its shuffle): resumable.fit.
-        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes, sample_weight=weights,
-                                      validation_data=validation_data, trim=checkpoint_dir is None,
-                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None))
+        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes,
+                                      sample_weight=fit_kwargs.pop("sample_weight", None),
+                                      validation_data=validation_data,
+                                      validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
+                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
+                                      trim=checkpoint_dir is None)
         _tell(prepared.notes)
         if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
@@ -298,28 +300,25 @@ class Runtime:
         self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        with self.scope(), _preparing_inputs():
+        with self.scope():
             if checkpointing is None:
-                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, stall], verbose, fit_kwargs)
+                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, *watched], verbose, fit_kwargs)
             else:
                 from acceltrain.training import resumable
 
-                history = resumable.fit(
-                    model, prepared.x, prepared.y, batch_size=prepared.batch_size, epochs=epochs,
-                    checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
-                    num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
-                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, stall],
-                    process_share=prepared.share, num_processes=self.num_processes,
-                    dataset_batches=prepared.steps_per_epoch if prepared.is_dataset else None, **fit_kwargs)
+                history = resumable.fit(model, prepared, epochs=epochs, checkpoints=checkpointing[0],
+                                        every=checkpointing[1], resume=resume, seed=self._seed, verbose=verbose,
+                                        callbacks=[*callbacks, divergence, *watched], **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
     def _checkpointing(self, checkpoint_dir, checkpoint_every, keep_checkpoints, prepared):
         """(checkpoints, Every) for checkpoint_dir, or None without one: Orbax's on JAX, .weights.h5 on
-        TensorFlow (checkpoint.open_checkpoints)."""
+        TensorFlow (resumable.open_checkpoints)."""
         if checkpoint_dir is None:
             return None
-        from acceltrain.training.checkpoint import Every, open_checkpoints
+        from acceltrain.training.checkpoint import Every
+        from acceltrain.training.resumable import open_checkpoints
 
         checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
         return checkpoints, Every.parse(checkpoint_every, name="checkpoint_every")
@@ -339,56 +338,62 @@ class Runtime:
 
     @staticmethod
     def _fit_once(model, prepared, epochs, callbacks, verbose, fit_kwargs):
-        """One plain Keras fit over the prepared inputs, timing each epoch."""
+        """One plain Keras fit over the prepared inputs (Keras's own: no layer), timing each epoch."""
+        from acceltrain.backends import keras_internals
         from acceltrain.training.callbacks import EpochTimer
 
         timer = EpochTimer()
         x, y, sample_weight = prepared.local()
-        if sample_weight is not None:
-            fit_kwargs = {**fit_kwargs, "sample_weight": sample_weight}
-        if prepared.validation_batch_size is not None:
-            fit_kwargs = {**fit_kwargs, "validation_batch_size": prepared.validation_batch_size}
-        history = model.fit(x, y, batch_size=prepared.local_batch_size, epochs=epochs,
-                            validation_data=prepared.validation_data, callbacks=[*callbacks, timer],
-                            verbose=verbose, **fit_kwargs)
+        history = keras_internals.keras_method(model, "fit")(
+            x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, epochs=epochs,
+            validation_data=prepared.validation_data, validation_batch_size=prepared.validation_batch_size,
+            callbacks=[*callbacks, timer], verbose=verbose, **fit_kwargs)
         history.epoch_seconds = timer.epoch_seconds
         return history
 
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
+        from acceltrain.backends import keras_internals
+
         _check_compiled(model)
         prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
-        if sample_weight is not None:
-            evaluate_kwargs["sample_weight"] = sample_weight
+        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), *self._watched()]
+        with self.scope():
+            return keras_internals.keras_method(model, "evaluate")(
+                x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
+                return_dict=True, callbacks=callbacks, **evaluate_kwargs)
+
+    def _watched(self, stall_timeout=None) -> list:
+        """The callbacks each of this runtime's calls adds: the stall watch (`stall_timeout` in place of
+        connect()'s), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
 
-        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), StallWatch(self.watchdog)]
-        with self.scope(), _preparing_inputs():
-            return model.evaluate(x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True,
-                                  callbacks=callbacks, **evaluate_kwargs)
-
-    def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
-        if stall_timeout is None:
-            return self.watchdog
-        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
+        stall = self.watchdog if stall_timeout is None else watchdog.Watchdog(watchdog.check_timeout(stall_timeout),
+                                                                              self.process_index)
+        return [StallWatch(stall), *self._framework.step_callbacks(self.distribution)]
 
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
+        from acceltrain.backends import keras_internals
+
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
-        with self.scope(), _preparing_inputs():
-            return predict_prepared(self, model, type(model).predict, prepared, verbose=verbose, **predict_kwargs)
+        callbacks = [*(predict_kwargs.pop("callbacks", None) or ()), *self._watched()]
+        with self.scope():
+            return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
+                                    verbose=verbose, callbacks=callbacks, **predict_kwargs)
 
     # --- Closing --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Undo what connect() changed in Keras for this runtime (plain fit following a model's placement).
-        The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
-        self._framework.release(self.distribution)
+        """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
+        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
+        if self._stop_intercepting():  # False: closed already
+            self._framework.release(self.distribution)
 
     def __enter__(self) -> "Runtime":
         return self
@@ -398,17 +403,18 @@ class Runtime:
 
 
 def predict_prepared(runtime, model, predict, prepared, **predict_kwargs):
-    """Call Keras's `predict(model, ...)` on prepared inputs and give back exactly the set's outputs.
+    """Call `predict(x, batch_size=..., **predict_kwargs)` (`model`'s Keras predict) on prepared inputs and give
+    back exactly the set's outputs.
 
     In a job of several processes each process's outputs are joined from all of them (every process holds
     the whole result, as a plain predict does).
     """
     if prepared.num_samples is None:  # not arrays: Keras takes them as they are
-        return predict(model, prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
+        return predict(prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
     x, _, _ = prepared.local()
     gathered = runtime.num_processes > 1
     with runtime.backend_module.gathering_predictions(model) if gathered else contextlib.nullcontext():
-        outputs = predict(model, x, batch_size=prepared.local_batch_size, **predict_kwargs)
+        outputs = predict(x, batch_size=prepared.local_batch_size, **predict_kwargs)
     return prepared.finish(outputs, gathered=gathered)
 
 
@@ -433,8 +439,3 @@ def _set_steps_per_execution(model, steps: int) -> None:
         model.steps_per_execution = steps
         keras_internals.forget_compiled_functions(model)
 
-
-def _version() -> str:
-    from acceltrain import __version__
-
-    return __version__

@@ -126,8 +126,9 @@ def _launcher_pid() -> int | None:
     """The pid of the `acceltrain launch` that started this process, if one did and SIGUSR1 exists."""
     import signal
 
-    pid = os.environ.get("ACCELTRAIN_LAUNCHER_PID", "")  # set by commands/launch.py
-    return int(pid) if pid.isdigit() and hasattr(signal, "SIGUSR1") else None
+    from acceltrain import cluster
+
+    return cluster.launcher_pid() if hasattr(signal, "SIGUSR1") else None
 
 
 def python_stacks() -> str:

@@ -1,11 +1,9 @@
 """`acceltrain plan`: the targets table, the recommendation, and the training step compiled for a TPU by
 libtpu's compile-only client on this CPU (skipped where libtpu is not installed; it is in `dev`)."""
 
-import functools
 import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
@@ -208,7 +206,7 @@ def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(distribution,
     """
     import acceltrain
     from acceltrain import placement
-    from acceltrain.commands.train import _load_user_model
+    from acceltrain import user_model
     from acceltrain.planning import plan, step
 
     compiled = []
@@ -220,8 +218,7 @@ def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(distribution,
     assert candidate.fits and result.recommended == distribution and result.compiled_for == "cpu"
 
     placed = acceltrain.connect(simulate_devices=8, distribution=distribution, verbose=False)
-    path, function = WIDE_MLP.rsplit(":", 1)
-    build = functools.partial(_load_user_model, Path(path), function)
+    build = user_model.builder(WIDE_MLP)
     state = placement.measure(placed, build)
     expected_state = state["replicated"] if distribution == "data" else state["by_degree"][8]
     model = placed.build(build)

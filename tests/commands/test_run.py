@@ -111,6 +111,31 @@ def test_an_error_inside_fit_shows_no_acceltrain_frames():
     assert "/acceltrain/" not in traceback  # the hooks around Keras's fit (backends/) are not the script's
 
 
+WRAPPERS = """
+import json, sys
+import keras
+from acceltrain.backends import keras_internals
+from acceltrain.commands.run import run_script
+
+trainer = keras_internals.trainer_class(keras.backend.backend())
+kerass_own = {name: getattr(trainer, name) for name in ("fit", "evaluate", "predict")}
+code = run_script(sys.argv[1], backend=keras.backend.backend())
+print("after close:", json.dumps({name: getattr(trainer, name) is method for name, method in kerass_own.items()}))
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("backend", ["jax", pytest.param("tensorflow", marks=pytest.mark.tensorflow)])
+def test_kerass_fit_is_wrapped_once_while_a_script_runs_and_is_its_own_after(backend):
+    done = support.python("-c", WRAPPERS, support.SCRIPTS / "counts_wrappers.py", timeout=240, KERAS_BACKEND=backend)
+
+    assert done.returncode == 0, done.stderr
+    seen = [line for line in done.stdout.splitlines() if line.startswith("during ")]
+    # fit, its validation (inside fit: Keras's own evaluate), evaluate, predict: one wrapper each, while each runs.
+    assert seen == ["during fit: 1", "during evaluate: 1", "during evaluate: 1", "during predict: 1"], done.stdout
+    assert 'after close: {"fit": true, "evaluate": true, "predict": true}' in done.stdout
+
+
 def test_a_missing_script_is_a_usage_error():
     run = support.run_cli("run", "no_such_script.py", timeout=60)
 
@@ -136,15 +161,30 @@ class _FakeModel:
         pass
 
 
+class _Guard:
+    """FitGuard as a layer, with the call it hands on: guard(name, model, args, kwargs) -> (args, kwargs)."""
+
+    def __init__(self, num_replicas, num_processes=1, process_index=0):
+        from types import SimpleNamespace
+
+        from acceltrain.commands.run import FitGuard
+        from acceltrain.watchdog import Watchdog
+
+        framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
+        self.layer = FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
+                                              watchdog=Watchdog(0), process_index=process_index, platform="cpu",
+                                              backend_module=framework))
+        self.runtime = self.layer.runtime
+
+    def __call__(self, name, model, args, kwargs):
+        from acceltrain.backends.keras_internals import Call
+
+        passed = self.layer(Call(name, model, args, kwargs, getattr(_FakeModel, name)), lambda call: call)
+        return passed.args, passed.kwargs
+
+
 def _guard(num_replicas, num_processes=1, process_index=0):
-    from types import SimpleNamespace
-
-    from acceltrain.commands.run import FitGuard
-    from acceltrain.watchdog import Watchdog
-
-    framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
-    return FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
-                                    process_index=process_index, platform="cpu", backend_module=framework))
+    return _Guard(num_replicas, num_processes, process_index)
 
 
 def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
@@ -238,28 +278,33 @@ def test_a_plain_script_runs_with_its_weights_sharded():
     assert "→ FSDP over 8 replicas" in run.stderr
     assert "weights sharded: " in run.stderr and "the first device holds" in run.stderr
     assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout
-# --- KerasCalls: whose error is it? (in-process, a stand-in trainer) ---------------------------------
+# --- KerasCalls: whose error is it? (in-process, stand-ins for Keras's method and the layers below) ---------
 
-def _trainer(fails_plainly: bool, fails_hooked: bool):
-    """A class with fit/evaluate/predict as the hooks leave Keras's: a wrapper over the plain method."""
-    import functools
+class _Model:
+    plain_calls = 0
 
-    def plain_fit(model, *args, **kwargs):
+
+def _keras_fit(fails_plainly: bool):
+    def fit(model, *args, **kwargs):
         model.plain_calls += 1
         if fails_plainly:
             raise ValueError("the script's own mistake")
         return "history"
 
-    @functools.wraps(plain_fit)
-    def hooked_fit(model, *args, **kwargs):
+    return fit
+
+
+def _below(fails_hooked: bool):
+    """The layers under script_calls, then Keras's own method."""
+    def proceed(call):
         if fails_hooked:
-            raise RuntimeError("broken by a hook")
-        return plain_fit(model, *args, **kwargs)
+            raise RuntimeError("broken by a layer")
+        return call.keras(call.model, *call.args, **call.kwargs)
 
-    return type("Trainer", (), {"fit": hooked_fit, "evaluate": hooked_fit, "predict": hooked_fit, "plain_calls": 0})
+    return proceed
 
 
-def _calls(trainer, log_lines, monkeypatch, num_processes=1):
+def _calls(log_lines, monkeypatch, num_processes=1):
     from types import SimpleNamespace
 
     from acceltrain import log
@@ -269,6 +314,12 @@ def _calls(trainer, log_lines, monkeypatch, num_processes=1):
     monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
     return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
                                       num_replicas=1))
+
+
+def _call(name, model, keras_method):
+    from acceltrain.backends.keras_internals import Call
+
+    return Call(name, model, ("x", "y"), {}, keras_method)
 
 
 @pytest.mark.parametrize(
@@ -284,44 +335,55 @@ def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fail
                                                                             num_processes, says, monkeypatch):
     from pathlib import Path
 
-    trainer, lines = _trainer(fails_plainly, fails_hooked), []
-    calls = _calls(trainer, lines, monkeypatch, num_processes)
-    model, hooked_fit = trainer(), trainer.fit
-    with calls.watching(trainer):
-        with pytest.raises(Exception) as raised:
-            model.fit("x", "y")
-        after_rerun = trainer.fit
+    lines, model = [], _Model()
+    calls = _calls(lines, monkeypatch, num_processes)
+    with pytest.raises(Exception) as raised:
+        calls(_call("fit", model, _keras_fit(fails_plainly)), _below(fails_hooked))
     calls.tell_whose(raised.value, Path("script.py"))
 
     assert says in lines[-1][1]
     assert (lines[-1][0] == "warn") == (not fails_plainly)  # acceltrain's own bug is a warning
     assert model.plain_calls == (num_processes == 1) + (not fails_hooked and fails_plainly)
-    assert after_rerun.__wrapped__ is hooked_fit  # the watcher over the hooks again after the rerun
-    assert trainer.fit is hooked_fit  # and the hooks alone once the script ended
 
 
 def test_an_error_outside_any_keras_call_points_to_running_the_script_plainly(monkeypatch):
     from pathlib import Path
 
     lines = []
-    calls = _calls(_trainer(False, False), lines, monkeypatch)
+    calls = _calls(lines, monkeypatch)
     calls.tell_whose(ValueError("in the script's own loop"), Path("loop.py"))
 
     assert "outside fit/evaluate/predict" in lines[-1][1] and "python loop.py" in lines[-1][1]
 
 
-def test_the_closing_line_counts_the_scripts_own_calls_not_keras_inner_ones(monkeypatch):
-    trainer, lines = _trainer(False, False), []
-    calls = _calls(trainer, lines, monkeypatch)
-    with calls.watching(trainer):
-        model = trainer()
-        model.fit()
-        model.evaluate()
-        model.predict()
-        model.fit()
+def test_the_closing_line_counts_the_scripts_own_calls_not_those_made_inside_them(monkeypatch):
+    lines, model = [], _Model()
+    calls = _calls(lines, monkeypatch)
+    fit = _keras_fit(False)
+
+    def predicting_inside(call):  # a callback of the fit predicts: a call inside the script's call
+        calls(_call("predict", model, fit), _below(False))
+        return _below(False)(call)
+
+    for name in ("fit", "evaluate", "predict"):
+        calls(_call(name, model, fit), _below(False))
+    calls(_call("fit", model, fit), predicting_inside)
     calls.tell_summary()
 
     assert lines[-1][1] == "run: the script's Keras calls (2 fit, 1 evaluate, 1 predict) ran on one device"
+
+
+def test_a_script_that_connects_its_own_runtime_is_not_told_it_called_nothing(monkeypatch):
+    """Runtime.fit calls Keras's own fit, which no layer counts: the closing line says the script's runtime ran it."""
+    from acceltrain.backends import keras_internals
+
+    lines = []
+    calls = _calls(lines, monkeypatch)
+    monkeypatch.setattr(keras_internals, "runtimes_opened", lambda: calls._runtimes + 1)  # the script's connect()
+    calls.tell_summary()
+
+    assert lines[-1][1] == ("run: the script called no Keras fit, evaluate or predict itself; the calls of the runtime "
+                            "the script connected itself ran as its banner says")
 
 
 @pytest.mark.multi_device

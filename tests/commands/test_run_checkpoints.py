@@ -148,7 +148,6 @@ def _arrays(n=120):
         ({"x": iter([])}, "Received model.fit(x of type list_iterator) under --checkpoint-dir"),
         ({"steps_per_epoch": 10}, "Received model.fit(steps_per_epoch=10)"),
         ({"initial_epoch": 2}, "Received model.fit(initial_epoch=2)"),
-        ({"sample_weight": np.ones(120)}, "Received model.fit(sample_weight=<array of 120>)"),
         ({"shuffle": "batch"}, "Received model.fit(shuffle='batch')"),
     ],
 )
@@ -162,19 +161,21 @@ def test_what_exact_resume_cannot_honour_is_refused_with_the_way_out(given, says
     assert says in str(error.value)
 
 
-def test_the_scripts_own_arguments_are_kept_and_validation_split_made_as_keras_does():
+def test_the_scripts_own_arguments_are_kept_for_runtime_fit():
     from acceltrain.commands.run_checkpoints import runtime_fit_arguments
 
     x, y = _arrays()
+    weights = np.ones(120)
     got = runtime_fit_arguments({"x": x, "y": y, "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0},
-                                 "validation_split": 0.25, "validation_freq": 2, "callbacks": ("the script's",)})
+                                 "sample_weight": weights, "validation_split": 0.25, "validation_freq": 2,
+                                 "callbacks": ("the script's",)})
 
-    assert len(got["x"]) == len(got["y"]) == 90 and got["x"][-1, 0] == 89  # the first 75%, unshuffled
-    np.testing.assert_array_equal(got["validation_data"][0][:, 0], np.arange(90, 120))
+    assert got["x"] is x and got["y"] is y and got["sample_weight"] is weights  # Runtime.fit splits and orders them
     assert got["batch_size"] == 32  # Keras's default, made explicit for Runtime.fit
-    assert {k: got[k] for k in ("epochs", "verbose", "shuffle", "class_weight", "validation_freq", "callbacks")} == {
-        "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0}, "validation_freq": 2,
-        "callbacks": ["the script's"]}
+    assert {k: got[k] for k in ("epochs", "verbose", "shuffle", "class_weight", "validation_split", "validation_freq",
+                                "callbacks")} == {
+        "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0}, "validation_split": 0.25,
+        "validation_freq": 2, "callbacks": ["the script's"]}
 
 
 class _Runtime:
@@ -204,8 +205,8 @@ def test_each_fit_has_its_own_folder_and_the_scripts_callbacks(tmp_path, monkeyp
     fits = CheckpointedFits(runtime, CheckpointFlags(tmp_path), "acceltrain run ...")
     model = SimpleNamespace(steps_per_execution=1)
     x, y = _arrays()
-    fits.fit(model, {"x": x, "y": y, "epochs": 3, "callbacks": [callback]})
-    fits.fit(model, {"x": x, "y": y, "epochs": 2})
+    for arguments in ({"x": x, "y": y, "epochs": 3, "callbacks": [callback]}, {"x": x, "y": y, "epochs": 2}):
+        fits(SimpleNamespace(name="fit", model=model, arguments=lambda arguments=arguments: arguments), proceed=None)
 
     assert runtime.folders == [tmp_path / "fit-1", tmp_path / "fit-2"]
     assert runtime.callbacks == [[callback], []]

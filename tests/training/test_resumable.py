@@ -67,3 +67,41 @@ def test_the_callbacks_see_one_training_run_though_keras_fit_is_called_once_an_e
     assert [name for name, _ in callback.calls] == ["begin", "end"]
     assert callback.calls[1][1]["loss"] == history.history["loss"][-1]  # the last epoch's logs
     assert "on_train_begin" not in vars(callback) and "on_train_end" not in vars(callback)  # its own methods again
+
+
+def test_sample_weights_follow_their_samples_through_each_epochs_order(runtime, tmp_path):
+    """Half the samples have weight 0 and labels 10,000 off: any of them that meets a weight of 1 in a shuffled
+    epoch makes the loss about 10^7. The learning rate is 0, so the loss is the data's alone."""
+    import keras
+
+    with runtime.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile(keras.optimizers.SGD(0.0), "mse")
+    x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+    ignored = np.arange(64) % 2 == 1
+    y = np.where(ignored, 1e4, 0.0).astype("float32")
+    history = runtime.fit(model, x, y, batch_size=16, epochs=2, verbose=0, sample_weight=(~ignored).astype("float32"),
+                          checkpoint_dir=tmp_path / "ckpt")
+    assert max(history.history["loss"]) < 100, history.history["loss"]
+
+
+def test_validation_split_is_made_once_and_never_trained_on(runtime, tmp_path, monkeypatch):
+    """Each sample's one feature is its number: the samples each epoch trains on are the first 80, every epoch."""
+    trained = []
+    take = data.take
+
+    def recording(x, indices):
+        taken = take(x, indices)
+        if isinstance(indices, np.ndarray) and np.ndim(taken) == 2:
+            trained.append(set(taken[:, 0].astype(int).tolist()))
+        return taken
+
+    monkeypatch.setattr(data, "take", recording)
+    with runtime.scope():
+        model = _mlp(features=1)
+    x, y = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4
+    history = runtime.fit(model, x, y, batch_size=16, epochs=2, verbose=0, validation_split=0.2,
+                          checkpoint_dir=tmp_path / "ckpt")
+
+    assert trained == [set(range(80))] * 2  # samples 80 to 99 are the validation set, never trained on
+    assert len(history.history["val_loss"]) == 2

@@ -209,7 +209,6 @@ def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: i
     mesh = distribution.device_mesh.backend_mesh
     _, opened = _distributions_by_mesh.get(mesh, (None, 0))
     _distributions_by_mesh[mesh] = (distribution, opened + 1)
-    _follow_model_placement()
     return distribution
 
 
@@ -234,9 +233,25 @@ def _steps_must_not_overlap(distribution) -> bool:
     return len(devices) > 1 and all(str(name).startswith("cpu") for name in devices)
 
 
+@functools.cache
+def _one_step_at_a_time():
+    """The callback class that makes Keras wait for each step's metrics before the next (made on first use)."""
+    import keras
+
+    class OneStepAtATime(keras.callbacks.Callback):
+        """Keras dispatches batch ends to a thread pool unless a callback overrides them without being
+        `async_safe`: overriding them is the whole point."""
+
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+        on_test_batch_end = on_predict_batch_end = on_train_batch_end
+
+    return OneStepAtATime
+
+
 def release(distribution) -> None:
-    """The runtime of `distribution` is closed: forget it, and when no runtime is open, let plain fit be
-    Keras's own again."""
+    """The runtime of `distribution` is closed (or has swapped it for another): forget it."""
     if distribution is None:
         return
     mesh = distribution.device_mesh.backend_mesh
@@ -245,10 +260,6 @@ def release(distribution) -> None:
         _distributions_by_mesh[mesh] = (current, opened - 1)
     else:
         _distributions_by_mesh.pop(mesh, None)
-    global _placement_following
-    if not _distributions_by_mesh and _placement_following is not None:
-        _placement_following.__exit__(None, None, None)
-        _placement_following = None
 
 
 def distribution_name(distribution) -> str:
@@ -283,59 +294,35 @@ def distribution_of(model):
     return None
 
 
-# The patch of Keras's fit/evaluate/predict, entered while any runtime is open (exited by release()).
-_placement_following = None
-
-
-def _follow_model_placement() -> None:
-    """Make plain `model.fit/evaluate/predict` run under the distribution the model was built in.
-
-    Keras on JAX reads the distribution from global state at fit time, not from the model, so a model
-    built under `Runtime.scope()` but fit outside it would get unsharded batches. TensorFlow keeps the
-    strategy on the model; this gives JAX the same behaviour. Installed with the first runtime, undone
-    when the last is closed; a no-op for models built outside any acceltrain distribution.
-    """
+def follow_placement(call, proceed):
+    """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit` runs under the
+    distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
+    model, as TensorFlow does), one step at a time where steps must not overlap. A model built outside any
+    acceltrain distribution runs as Keras runs it."""
     import keras
 
-    from acceltrain.backends import keras_internals
-
-    global _placement_following
-    if _placement_following is not None:
-        return  # installed already
-
-    def follow(name, method):
-        def wrapper(model, *args, **kwargs):
-            distribution = None
-            if keras.distribution.distribution() is None:
-                distribution = distribution_of(model)
-            in_force = distribution or keras.distribution.distribution()
-            if in_force is not None and _steps_must_not_overlap(in_force):
-                from acceltrain.backends import with_callback
-                from acceltrain.training.callbacks import OneStepAtATime
-
-                kwargs = with_callback(method, args, kwargs, OneStepAtATime())
-                _tell_one_step_at_a_time(in_force)
-            with scope(distribution):
-                return method(model, *args, **kwargs)
-
-        return wrapper
-
-    patch = keras_internals.patched(keras_internals.trainer_class(NAME), ("fit", "evaluate", "predict"), follow)
-    patch.__enter__()
-    _placement_following = patch
+    distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
+    for callback in step_callbacks(distribution or keras.distribution.distribution()):
+        call = call.with_callback(callback)
+    with scope(distribution):
+        return proceed(call)
 
 
 _told = set()  # what this process has said once
 
 
-def _tell_one_step_at_a_time(distribution) -> None:
+def step_callbacks(distribution) -> list:
+    """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
+    CPU devices (_steps_must_not_overlap), said once."""
+    if distribution is None or not _steps_must_not_overlap(distribution):
+        return []
     if "one step" not in _told:
         _told.add("one step")
         from acceltrain import log
 
-        devices = distribution.device_mesh.devices.size
-        log.info(f"{devices} CPU devices: Keras runs one step at a time here (it waits for each step's metrics), "
-                 "as XLA's CPU collectives can deadlock when steps overlap")
+        log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
+                 "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
+    return [_one_step_at_a_time()()]
 
 
 # --- Sharding: weights cut over devices (fsdp, model) ---------------------------------------------
@@ -545,16 +532,6 @@ def split_over_processes(variables) -> list[str]:
         if isinstance(array, jax.Array) and not (array.is_fully_addressable or array.is_fully_replicated):
             split.append(getattr(variable, "path", str(variable)))
     return split
-
-
-def fit_hook(hook):
-    """Inside, each `fit`, `evaluate` and `predict` of any model goes through `hook` (backends.hooked_fit):
-    how `acceltrain run` checks and shards the inputs of a script it does not change. The previous methods
-    are restored on exit.
-    """
-    from acceltrain.backends import hooked_fit
-
-    return hooked_fit(NAME, hook)
 
 
 def gathering_predictions(model):

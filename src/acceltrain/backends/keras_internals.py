@@ -4,9 +4,18 @@ Each function says which Keras behaviour it relies on; tests/backends/test_keras
 each still exists and behaves so, one test per name, so a Keras upgrade that changes one fails a named
 test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Imported only after connect()
 (it imports keras).
+
+The one door into Keras's fit/evaluate/predict is here too (`intercept`): while any runtime is open, each
+call passes LAYERS, outermost first, then Keras's own method. Each name in LAYERS is a slot, filled by the
+code it belongs to while it applies (`layers(name=layer)`); an empty one is passed by. A layer is
+`layer(call, proceed)`: it reads the Call and returns `proceed(call)`, `proceed(call.replace(...))`, or a
+result of its own. To add one: name its slot in LAYERS at its place and fill it where it is made; no other
+layer changes. acceltrain's own calls (Runtime.fit/evaluate/predict, resumable's epochs, a failed call's
+plain rerun) call `keras_method(model, name)`, Keras's own, and pass no layer: nothing enters twice.
 """
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 
@@ -88,6 +97,122 @@ def patched(owner, names, wrap):
     finally:
         for name, method in originals.items():
             setattr(owner, name, method)
+
+
+# --- The one interception of fit/evaluate/predict (see the module docstring) -------------------------
+
+# The layers a call passes, outermost first: the order is this list's.
+LAYERS = (
+    "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
+    "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
+    "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
+    "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
+)
+CALLS = ("fit", "evaluate", "predict")
+
+_layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
+_open: list = []  # a share per open runtime: the interception is installed while there is one
+_installed = contextlib.ExitStack()
+_opened = 0  # runtimes opened in this process, ever
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One fit, evaluate or predict as it passes the layers."""
+
+    name: str  # "fit" | "evaluate" | "predict"
+    model: object
+    args: tuple
+    kwargs: dict
+    keras: object  # Keras's own method, unbound: keras(model, *args, **kwargs)
+
+    def replace(self, **changes) -> "Call":
+        return dataclasses.replace(self, **changes)
+
+    def arguments(self) -> dict:
+        """The arguments by Keras's names (x, y, batch_size ...): bound_arguments."""
+        return bound_arguments(self.keras, self.model, self.args, self.kwargs)
+
+    def with_callback(self, callback) -> "Call":
+        """The call with `callback` added to its callbacks. Left as it is where the callbacks came by position or
+        as a CallbackList the caller built, or already hold a callback of the same class.
+
+        Relies on: fit/evaluate/predict take `callbacks` as a list or a CallbackList.
+        """
+        names = list(inspect.signature(self.keras).parameters)[1:]  # less the model
+        if "callbacks" not in names or len(self.args) > names.index("callbacks"):
+            return self
+        callbacks = self.kwargs.get("callbacks")
+        if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+            return self  # a keras.callbacks.CallbackList: already configured by the caller
+        if any(type(c) is type(callback) for c in callbacks or ()):
+            return self
+        return self.replace(kwargs={**self.kwargs, "callbacks": [*(callbacks or ()), callback]})
+
+
+def intercept(backend: str, placement):
+    """Runtime(): the first open runtime installs the interception on `backend`'s trainer class, `placement` in its
+    slot. Returns the runtime's close (True the first time only); the last closed gives Keras its methods back."""
+    global _opened
+    if not _open:
+        _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
+        _layers["placement"] = placement
+    _opened += 1
+    share = object()
+    _open.append(share)
+
+    def close() -> bool:
+        if share not in _open:
+            return False
+        _open.remove(share)
+        if not _open:
+            _installed.close()
+            _layers["placement"] = None
+        return True
+
+    return close
+
+
+def runtimes_opened() -> int:
+    """How many runtimes this process has opened (connect()), closed or not."""
+    return _opened
+
+
+def _intercepted(name: str, keras_own):
+    def method(model, *args, **kwargs):
+        if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit validating, inside a call past the layers
+            return keras_own(model, *args, **kwargs)  # Relies on: fit calls evaluate(..., _use_cached_eval_dataset=True)
+        return _through([_layers[slot] for slot in LAYERS if _layers[slot] is not None],
+                        Call(name, model, args, kwargs, keras_own))
+
+    return method
+
+
+def _through(layers, call: Call):
+    if not layers:
+        return call.keras(call.model, *call.args, **call.kwargs)
+    return layers[0](call, lambda passed: _through(layers[1:], passed))
+
+
+@contextlib.contextmanager
+def layers(**filled):
+    """Inside, the named slots of LAYERS hold these layers (None: left empty); as they were on exit."""
+    unknown = sorted(set(filled) - set(LAYERS))
+    if unknown:
+        raise ValueError(f"Received layers {unknown}: no such slot. Name each in keras_internals.LAYERS, at its place.")
+    before = {slot: _layers[slot] for slot in filled}
+    _layers.update(filled)
+    try:
+        yield
+    finally:
+        _layers.update(before)
+
+
+def keras_method(model, name: str):
+    """Keras's own fit/evaluate/predict of `model`, bound, passing no layer: what acceltrain's own code calls.
+    (The trainer's: a subclass's own `fit` is the script's way in, which has passed the layers already.)"""
+    method = getattr(trainer_class(keras.backend.backend()), name)
+    return functools.partial(method.__wrapped__ if _open else method, model)  # the interception wraps Keras's own
 
 
 def bound_arguments(method, model, args, kwargs) -> dict:

@@ -267,7 +267,17 @@ def scope(distribution):
 
 
 def release(distribution) -> None:
-    """Nothing to undo: TensorFlow keeps the strategy on the model, and connect() changed nothing in Keras."""
+    """Nothing to undo: TensorFlow keeps the strategy on the model."""
+
+
+def follow_placement(call, proceed):
+    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model."""
+    return proceed(call)
+
+
+def step_callbacks(distribution) -> list:
+    """None needed: tf.distribute runs the steps of several CPU devices as one program."""
+    return []
 
 
 # --- Many processes, and unmodified scripts (`acceltrain run`) ------------------------------------
@@ -295,13 +305,3 @@ def devices_spanned(variable) -> int:
     value = getattr(variable, "value", variable)
     copies = getattr(value, "values", None)
     return len(copies) if copies is not None else 1
-
-
-def fit_hook(hook):
-    """Inside, each `fit`, `evaluate` and `predict` of any model goes through `hook` (backends.hooked_fit):
-    how `acceltrain run` checks the inputs of a script it does not change. The previous methods are
-    restored on exit.
-    """
-    from acceltrain.backends import hooked_fit
-
-    return hooked_fit(NAME, hook)

@@ -281,51 +281,26 @@ def _inputs(config):
     return recipe, x, y
 
 
-class _Clock:
-    """Absolute times (time.time(), comparable across processes) of fit's start and each epoch's end."""
-
-    def __init__(self, started: float):
-        self.started = started
-        self.fit_start = None
-        self.epoch_ends = []
-
-    def result(self, **extra) -> dict:
-        ends = [self.fit_start] + self.epoch_ends
-        return {
-            "epoch_seconds": [b - a for a, b in zip(ends, ends[1:])],
-            "seconds_to_first_epoch_end": self.epoch_ends[0] - self.started,
-            "fit_to_first_epoch_end": self.epoch_ends[0] - self.fit_start,
-            **extra,
-        }
-
-
-def _keras_clock(started: float):
-    """A Keras callback filling a _Clock. Keras syncs the metrics at each epoch's end, so the times are real."""
-    import keras
-
-    clock = _Clock(started)
-
-    class ClockCallback(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            if clock.fit_start is None:  # with checkpoints, Runtime.fit calls Keras's fit once an epoch
-                clock.fit_start = time.time()
-
-        def on_epoch_end(self, epoch, logs=None):
-            clock.epoch_ends.append(time.time())
-
-    return clock, ClockCallback()
+def _timing(timer, started: float, **extra) -> dict:
+    """The epochs' times of an EpochTimer (absolute, comparable with `started` in the parent process)."""
+    first_end = timer.epoch_ends[0]
+    return {"epoch_seconds": timer.epoch_seconds, "seconds_to_first_epoch_end": first_end - started,
+            "fit_to_first_epoch_end": first_end - timer.fit_start, **extra}
 
 
 def _plain(config) -> dict:
     """(a) What a plain Keras user writes: build, compile, model.fit with the defaults."""
     import keras
 
+    from acceltrain.training.callbacks import EpochTimer
+
     recipe, x, y = _inputs(config)
     keras.utils.set_random_seed(config["seed"])
     model = recipe.build_model()
-    clock, callback = _keras_clock(config["started"])
-    model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[callback])
-    return clock.result(backend=keras.backend.backend(), samples_per_epoch=len(x), jit_compile=bool(model.jit_compile))
+    timer = EpochTimer()
+    model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[timer])
+    return _timing(timer, config["started"], backend=keras.backend.backend(), samples_per_epoch=len(x),
+                   jit_compile=bool(model.jit_compile))
 
 
 def _acceltrain(config) -> dict:
@@ -339,13 +314,16 @@ def _acceltrain(config) -> dict:
     steps_per_epoch = math.ceil(len(x) / config["batch_size"])
     with runtime.scope():
         model = recipe.build_model(total_steps=config["epochs"] * steps_per_epoch)
-    clock, callback = _keras_clock(config["started"])
+    from acceltrain.training.callbacks import EpochTimer
+
+    timer = EpochTimer()
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-checkpoints-") as folder:
         # With checkpoints, as `acceltrain train` runs it: their cost counts in the epoch they end.
         runtime.fit(model, x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0,
-                    callbacks=[callback], checkpoint_dir=folder if config["checkpoints"] else None)
+                    callbacks=[timer], checkpoint_dir=folder if config["checkpoints"] else None)
     compute_dtype = model.dtype_policy.compute_dtype
-    return clock.result(
+    return _timing(
+        timer, config["started"],
         backend=runtime.backend,
         samples_per_epoch=len(x),
         jit_compile=bool(model.jit_compile),
@@ -367,6 +345,7 @@ def _hand(config) -> dict:
     import jax.numpy as jnp
 
     from acceltrain.backends import jax as jax_backend
+    from acceltrain.training.callbacks import EpochTimer
 
     recipe, x, y = _inputs(config)
     jax_backend.set_seed(config["seed"])  # keras.utils.set_random_seed would import TensorFlow too
@@ -377,8 +356,8 @@ def _hand(config) -> dict:
     batch = config["batch_size"]
     steps = len(x) // batch
 
-    clock = _Clock(config["started"])
-    clock.fit_start = time.time()
+    timer = EpochTimer()
+    timer.fit_start = time.time()
     params = [(jnp.asarray(kernel), jnp.asarray(bias)) for kernel, bias, _ in layers]
     velocities = jax.tree_util.tree_map(jnp.zeros_like, params)
     x_device, y_device = jax.device_put(x), jax.device_put(y)
@@ -411,9 +390,9 @@ def _hand(config) -> dict:
         key, epoch_key = jax.random.split(key)
         params, velocities, loss, accuracy = epoch(params, velocities, epoch_key)
         float(loss)  # wait for the epoch, as Keras does for its epoch-end logs
-        clock.epoch_ends.append(time.time())
-    return clock.result(backend="jax", samples_per_epoch=steps * batch, final_loss=float(loss),
-                        final_accuracy=float(accuracy))
+        timer.epoch_ends.append(time.time())
+    return _timing(timer, config["started"], backend="jax", samples_per_epoch=steps * batch, final_loss=float(loss),
+                   final_accuracy=float(accuracy))
 
 
 def _dense_stack(model):

@@ -6,7 +6,6 @@ Tests call them one by one and can hand them a broken environment.
 """
 
 import contextlib
-import glob
 import importlib
 import importlib.metadata
 import importlib.util
@@ -237,7 +236,9 @@ def check_tpu(device_files: list[str] | None = None, libtpu: bool | None = None,
     there so tests can stand in for a TPU machine.
     """
     if device_files is None:
-        device_files = sorted(glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"))
+        from acceltrain.hardware import tpu
+
+        device_files = tpu.device_files()
     if libtpu is None:
         libtpu = _findable("libtpu")
     if not device_files:

@@ -24,7 +24,6 @@ from acceltrain.errors import UsageError, positive_int
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
 STACKS_SECONDS = 2.0  # for the other processes to write their stacks, once one stalled
-ENV_LAUNCHER_PID = "ACCELTRAIN_LAUNCHER_PID"  # tells a launched process whose death it must not outlive
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
@@ -202,7 +201,7 @@ def _forwarded_signals(children):
 def _child_env(coordinator: str, processes: int, index: int) -> dict:
     env = dict(os.environ)
     env.update({cluster.ENV_COORDINATOR: coordinator, cluster.ENV_NUM_PROCESSES: str(processes),
-                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", ENV_LAUNCHER_PID: str(os.getpid())})
+                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", cluster.ENV_LAUNCHER_PID: str(os.getpid())})
     # The children import this same acceltrain, wherever it was imported from (a checkout or site-packages).
     source_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH")) if p)
@@ -263,12 +262,12 @@ def watch_launcher() -> None:
     it (Python runs its handlers between bytecodes; XLA's own handler can block), and it exists on Linux
     only. A daemon thread polls the parent's pid instead, which works wherever os.getppid does.
     """
-    launcher = os.environ.get(ENV_LAUNCHER_PID)
-    if not launcher or not launcher.isdigit():
+    launcher = cluster.launcher_pid()
+    if launcher is None:
         return
 
     def watch():
-        while os.getppid() == int(launcher):
+        while os.getppid() == launcher:
             time.sleep(1.0)
         time.sleep(STOP_GRACE_SECONDS)  # time to act on SIGTERM (write a checkpoint) first
         os.kill(os.getpid(), signal.SIGKILL)

@@ -14,22 +14,19 @@ instead, exact and resumable (run_checkpoints.py).
 """
 
 import contextlib
-import functools
-import inspect
 import os
 import runpy
 import shlex
 import sys
-import traceback
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, inputs, log, placement
+from acceltrain import checks, data, inputs, log, placement, user_model
 from acceltrain.commands import run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
-from acceltrain.runtime import connect, inputs_prepared, predict_prepared
+from acceltrain.runtime import connect, predict_prepared
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
@@ -52,16 +49,20 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
+    from acceltrain.backends import keras_internals
+
+    calls = KerasCalls(runtime)
+    checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
+        runtime, checkpointing, _resume_command(checkpointing, script, argv))
     with contextlib.ExitStack() as stack:
-        stack.callback(runtime.close)  # last out: the script's models stop following their placement
+        stack.callback(runtime.close)  # last out: Keras's fit is its own again
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
-        checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
-            runtime, checkpointing, _resume_command(checkpointing, script, argv))
-        stack.enter_context(runtime.backend_module.fit_hook(FitGuard(runtime, checkpointed)))
+        # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
+        stack.enter_context(keras_internals.layers(script_calls=calls, checkpointed=checkpointed or None,
+                                                   script_inputs=FitGuard(runtime)))
         if runtime.num_processes > 1:
             stack.enter_context(_saving_whole(runtime))
-        calls = stack.enter_context(KerasCalls(runtime).watching())  # outermost: sees each call as the script made it
         try:
             runpy.run_path(str(script), run_name="__main__")
         except SystemExit as exit:
@@ -70,7 +71,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         except AcceltrainError:
             raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
         except Exception as error:  # the script's own failure: its traceback, from its own frames
-            _print_script_traceback(error, script)
+            user_model.print_traceback(error, script)
             calls.tell_whose(error, script)
             return 1
     calls.tell_summary()
@@ -79,9 +80,9 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
 
 def _resume_command(flags, script: Path, argv) -> str:
     """How the user continues a stopped run: their command plus --resume (launch's, for a launched process)."""
-    from acceltrain.commands.launch import ENV_LAUNCHER_PID
+    from acceltrain import cluster
 
-    verb = "launch" if os.environ.get(ENV_LAUNCHER_PID) else "run"
+    verb = "launch" if cluster.launcher_pid() is not None else "run"
     script_and_args = shlex.join([str(script), *argv])
     return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {script_and_args}"
 
@@ -118,36 +119,6 @@ def _exit_code(code) -> int:
         return code
     print(code, file=sys.stderr)  # sys.exit("message") prints it and exits 1, as Python does
     return 1
-
-
-def _print_script_traceback(error: BaseException, script: Path) -> None:
-    """The traceback as a plain run prints it: from the script's first frame on, without runpy's frames
-    before it or acceltrain's between (the hooks it puts around Keras's fit in backends/)."""
-    tb = error.__traceback__
-    target = str(script.resolve())
-    while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
-        tb = tb.tb_next
-    shown = traceback.TracebackException(type(error), error, tb or error.__traceback__)
-    for exception in _chain(shown):
-        exception.stack = traceback.StackSummary.from_list(
-            [frame for frame in exception.stack if not _is_acceltrains(frame.filename)])
-    print("".join(shown.format()), end="", file=sys.stderr)
-
-
-def _chain(exception: traceback.TracebackException):
-    """The exception and those it was raised from or while handling."""
-    seen = []
-    while exception is not None and exception not in seen:
-        seen.append(exception)
-        exception = exception.__cause__ or exception.__context__
-    return seen
-
-
-_PACKAGE = Path(__file__).resolve().parent.parent
-
-
-def _is_acceltrains(filename: str) -> bool:
-    return Path(filename).resolve().is_relative_to(_PACKAGE)
 
 
 @contextlib.contextmanager
@@ -229,99 +200,72 @@ def _write_then_rename(process_index: int, method, model, arguments, path: Path)
 
 
 def _write_by_process_0(process_index: int, method, model, arguments) -> str:
-    """Process 0 writes the path; the others save too (the weights are read in every process's save, in
-    the same order), into a folder thrown away after, so no two processes write one path."""
-    import tempfile
+    """Process 0 writes the path; the others save where nobody looks, so no two processes write one path."""
+    from acceltrain.training.checkpoint import save_where_nobody_looks
 
     if process_index == 0:
         method(model, **arguments)
         return "written by process 0"
-    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-        method(model, **{**arguments, "filepath": str(Path(folder) / Path(str(arguments["filepath"])).name)})
+    save_where_nobody_looks(lambda path: method(model, **{**arguments, "filepath": str(path)}),
+                            Path(str(arguments["filepath"])).name)
     return "left to process 0, which writes"
 
 
 class KerasCalls:
-    """The script's fit, evaluate and predict calls, as it made them: counted, and rechecked when one fails.
+    """Layer "script_calls" (keras_internals.LAYERS): the script's fit, evaluate and predict calls, as it made
+    them: counted, and rechecked when one fails.
 
-    When a call raises, it is rerun once with the script's own arguments and without acceltrain's hooks
-    (no input preparation, no global distribution), so the user learns whose error it is. The rerun is
-    skipped in a multi-process job: one process alone would wait forever in the others' collectives.
+    When a call raises, it is rerun once with the script's own arguments on Keras's own method (no layer: no
+    input preparation) and no global distribution, so the user learns whose error it is. The rerun is skipped
+    in a multi-process job: one process alone would wait forever in the others' collectives.
     """
 
-    NAMES = ("fit", "evaluate", "predict")
-
     def __init__(self, runtime):
+        from acceltrain.backends import keras_internals
+
         self.runtime = runtime
         self.counts: Counter = Counter()
-        self.failed: tuple | None = None  # (name, error, the same call's error without hooks, or None)
-        self._depth = 0  # fit calls evaluate for validation: only the script's own calls count
+        self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
+        self.failed: tuple | None = None  # (name, error, the same call's error without acceltrain, or None)
+        self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
 
-    @contextlib.contextmanager
-    def watching(self, trainer=None):
-        """Inside, `trainer`'s (default: the backend's Keras trainer class) fit/evaluate/predict are watched."""
-        import keras
-
+    def __call__(self, call, proceed):
         from acceltrain.backends import keras_internals
 
-        trainer = trainer or keras_internals.trainer_class(keras.backend.backend())
-        hooked = {name: getattr(trainer, name) for name in self.NAMES}
-        for name, method in hooked.items():
-            setattr(trainer, name, self._watched(trainer, name, method, hooked))
+        outermost = self._depth == 0
+        self._depth += 1
+        before = keras_internals.variable_values(call.model) if outermost else []
         try:
-            yield self
+            return proceed(call)
+        except AcceltrainError:
+            raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
+        except Exception as error:
+            if outermost and self.failed is None:
+                rerun = keras_internals.put_back_values(before)
+                self.failed = (call.name, error, self._recheck(call) if rerun else "trained")
+            raise
         finally:
-            for name, method in hooked.items():
-                setattr(trainer, name, method)
+            self._depth -= 1
+            self.counts[call.name] += outermost
 
-    def _watched(self, trainer, name, method, hooked):
-        from acceltrain.backends import keras_internals
-
-        @functools.wraps(method)  # FitGuard reads Keras's signature through __wrapped__
-        def call(model, *args, **kwargs):
-            outermost = self._depth == 0
-            self._depth += 1
-            before = keras_internals.variable_values(model) if outermost else []
-            try:
-                return method(model, *args, **kwargs)
-            except AcceltrainError:
-                raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
-            except Exception as error:
-                if outermost and self.failed is None:
-                    rerun = keras_internals.put_back_values(before)
-                    self.failed = (name, error, self._recheck(trainer, name, hooked, model, args, kwargs)
-                                   if rerun else "trained")
-                raise
-            finally:
-                self._depth -= 1
-                self.counts[name] += outermost
-
-        return call
-
-    def _recheck(self, trainer, name, hooked, model, args, kwargs):
-        """The same call on Keras's own methods and no distribution: the exception it raises, None if none,
+    def _recheck(self, call):
+        """The same call on Keras's own method and no distribution: the exception it raises, None if none,
         or "skipped"."""
         if self.runtime.num_processes > 1:
             return "skipped"
         import keras
 
-        log.info(f"model.{name} failed; running the same call once more without acceltrain's hooks, "
+        log.info(f"model.{call.name} failed; running the same call once more without acceltrain's hooks, "
                  "to tell whose error it is")
-        plain = {n: inspect.unwrap(m) for n, m in hooked.items()}  # each hook keeps Keras's method as __wrapped__
-        watched = {n: getattr(trainer, n) for n in self.NAMES}
         previous = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
         try:
-            for n, m in plain.items():
-                setattr(trainer, n, m)
             if previous is not None:
                 keras.distribution.set_distribution(None)
             with contextlib.redirect_stdout(sys.stderr):  # the script's stdout keeps only the script's output
-                plain[name](model, *args, **kwargs)
+                call.keras(call.model, *call.args, **call.kwargs)
         except Exception as error:  # noqa: BLE001  (any error is the answer)
             return error
         finally:
-            for n, m in watched.items():
-                setattr(trainer, n, m)
             if previous is not None:
                 keras.distribution.set_distribution(previous)
         return None
@@ -352,11 +296,17 @@ class KerasCalls:
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
+        from acceltrain.backends import keras_internals
+
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
+        own = ("; the calls of the runtime the script connected itself ran as its banner says"
+               if keras_internals.runtimes_opened() > self._runtimes else "")
         if self.counts:
-            made = ", ".join(f"{self.counts[name]} {name}" for name in self.NAMES if self.counts[name])
-            log.info(f"run: the script's Keras calls ({made}) ran on {where}")
+            made = ", ".join(f"{self.counts[name]} {name}" for name in ("fit", "evaluate", "predict") if self.counts[name])
+            log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
+        elif own:
+            log.info(f"run: the script called no Keras fit, evaluate or predict itself{own}")
         else:
             log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
                      f"variables were placed by {where}, but a hand-written training loop runs as written, each "
@@ -364,75 +314,53 @@ class KerasCalls:
 
 
 class FitGuard:
-    """Called before each fit, evaluate and predict of the script (through the backend's fit_hook).
+    """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
+    its inputs prepared.
 
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
     samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
     divides over the replicas, and in a multi-process job each process given its own share, so
-    `batch_size` stays the global batch. With `checkpointed` (--checkpoint-dir), the script's fit calls
-    are trained by it instead (Runtime.fit's resumable path).
+    `batch_size` stays the global batch. Datasets and generators pass as they are.
     """
 
-    def __init__(self, runtime, checkpointed=None):
+    def __init__(self, runtime):
         self.runtime = runtime
-        self.checkpointed = checkpointed
         self.warned: set[str] = set()
         self.placement_told = False
 
-    def __call__(self, name: str, model, args, kwargs):
-        """fit and evaluate: the (args, kwargs) to call Keras with."""
-        from acceltrain.backends import keras_internals
-
-        if name == "fit":
-            placement.report(self.runtime, model)  # what was sharded, once per model
-        if inputs_prepared():
-            return args, kwargs  # Runtime.fit's own call: its inputs and callbacks are set
-        kwargs = self._watched(getattr(type(model), name), args, kwargs)
-        arguments = keras_internals.bound_arguments(getattr(type(model), name), model, args, kwargs)
-        if not data.is_arrays(arguments.get("x")) or inputs_prepared():
-            return args, kwargs  # datasets and generators, or Runtime.fit's own call: Keras takes them as they are
-        if name == "fit":
-            classes = inputs.classes_of(model)
+    def __call__(self, call, proceed):
+        if call.name == "fit":
+            placement.report(self.runtime, call.model)  # what was sharded, once per model
+        call = self._watched(call)
+        arguments = call.arguments()
+        if not data.is_arrays(arguments.get("x")):
+            return proceed(call)  # datasets and generators: Keras takes them as they are
+        if call.name == "predict":
+            return self._predict(call, arguments, proceed)
+        if call.name == "fit":
+            classes = inputs.classes_of(call.model)
             self._check(arguments, classes)
-            self._tell_placement(model, arguments.get("batch_size"))
+            self._tell_placement(call.model, arguments.get("batch_size"))
             self._prepare_fit(arguments, classes)
         else:
             self._check_batch(arguments.get("batch_size"))
             self._prepare_evaluate(arguments)
-        return (), arguments
+        return proceed(call.replace(args=(), kwargs=arguments))
 
-    def fit(self, method, model, args, kwargs):
-        """fit: Keras's `method` on the prepared inputs, or, with --checkpoint-dir, the checkpointed fit."""
-        from acceltrain.backends import keras_internals
-
-        if self.checkpointed is None or inputs_prepared():  # inputs_prepared: Runtime.fit's own epochs
-            args, kwargs = self("fit", model, args, kwargs)
-            return method(model, *args, **kwargs)
-        placement.report(self.runtime, model)
-        return self.checkpointed.fit(model, keras_internals.bound_arguments(method, model, args, kwargs))
-
-    def _watched(self, method, args, kwargs) -> dict:
-        """kwargs with the watchdog's StallWatch among the callbacks, where the watchdog is on."""
+    def _watched(self, call):
+        """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
         if not self.runtime.watchdog.enabled:
-            return kwargs
-        from acceltrain.backends import with_callback
+            return call
         from acceltrain.training.callbacks import StallWatch
 
-        return with_callback(method, args, kwargs, StallWatch(self.runtime.watchdog))
+        return call.with_callback(StallWatch(self.runtime.watchdog))
 
-    def predict(self, method, model, args, kwargs):
+    def _predict(self, call, arguments, proceed):
         """predict: Keras's outputs of exactly the script's samples, joined from every process."""
-        from acceltrain.backends import keras_internals
-
-        if inputs_prepared():
-            return method(model, *args, **kwargs)
-        kwargs = self._watched(method, args, kwargs)
-        arguments = keras_internals.bound_arguments(method, model, args, kwargs)
-        if not data.is_arrays(arguments.get("x")):
-            return method(model, *args, **kwargs)
         self._check_batch(arguments.get("batch_size"))
         prepared = inputs.prepare_predict(self.runtime, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
-        return predict_prepared(self.runtime, model, method, prepared, **arguments)
+        return predict_prepared(self.runtime, call.model,
+                                lambda x, **kwargs: proceed(call.replace(args=(x,), kwargs=kwargs)), prepared, **arguments)
 
     # --- Checks ---------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ script with the resume hint; the same command plus --resume continues exactly wh
   then fine-tuning) resumes too, provided it makes them in the same order each run.
 - What exact resume cannot honour is refused before training, naming the argument: inputs that cannot
   be rewound (a generator, a keras.utils.PyDataset), `steps_per_epoch`, `initial_epoch`,
-  `sample_weight`, `shuffle="batch"`. The way out is to run without --checkpoint-dir.
+  `shuffle="batch"`. The way out is to run without --checkpoint-dir. (`sample_weight` follows its samples
+  through each epoch's order; `validation_split` is made once, before the first epoch.)
 - Differences from the script's plain fit, all of Runtime.fit's path: each epoch's order is drawn
   from (seed 0, epoch) rather than by Keras; the few samples that would make a last batch uneven over
   the replicas are left out of each epoch after its shuffle; the run stops with TrainingDiverged when
@@ -74,7 +75,8 @@ def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | No
 
 
 class CheckpointedFits:
-    """The script's own fit calls, each trained by Runtime.fit with checkpoints in its own DIR/fit-N."""
+    """Layer "checkpointed" (keras_internals.LAYERS): the script's own fit calls, each trained by Runtime.fit
+    with checkpoints in its own DIR/fit-N instead of going on to Keras's fit."""
 
     def __init__(self, runtime, flags: CheckpointFlags, resume_command: str):
         self.runtime = runtime
@@ -82,16 +84,17 @@ class CheckpointedFits:
         self.resume_command = resume_command  # said when a signal stops the script
         self.fits = 0
 
-    def fit(self, model, arguments: dict):
-        """Keras's fit(**arguments) on `model`, resumable: returns the whole run's History."""
+    def __call__(self, call, proceed):
         from acceltrain.training.resumable import Interrupted
 
-        kwargs = runtime_fit_arguments(arguments)
-        kwargs["steps_per_execution"] = model.steps_per_execution  # the script's own, as a plain fit keeps it
+        if call.name != "fit":
+            return proceed(call)
+        kwargs = runtime_fit_arguments(call.arguments())
+        kwargs["steps_per_execution"] = call.model.steps_per_execution  # the script's own, as a plain fit keeps it
         self.fits += 1
         folder = self.flags.folder / f"fit-{self.fits}"
         try:
-            return self.runtime.fit(model, checkpoint_dir=folder, resume=self.flags.resume,
+            return self.runtime.fit(call.model, checkpoint_dir=folder, resume=self.flags.resume,
                                     checkpoint_every=self.flags.every, keep_checkpoints=self.flags.keep, **kwargs)
         except Interrupted as stopped:
             raise Interrupted(stopped.signum, stopped.checkpoint,
@@ -107,21 +110,15 @@ def runtime_fit_arguments(arguments: dict) -> dict:
         _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays or a tf.data.Dataset to the "
                 "step a checkpoint was written at; a generator or keras.utils.PyDataset cannot be rewound")
     given = {"steps_per_epoch": arguments.get("steps_per_epoch") is not None,
-             "initial_epoch": arguments.get("initial_epoch", 0) != 0,
-             "sample_weight": arguments.get("sample_weight") is not None}
+             "initial_epoch": arguments.get("initial_epoch", 0) != 0}
     for name in (name for name, is_given in given.items() if is_given):
         _refuse(f"{name}={_short(arguments[name])}", _WHY[name])
     if not isinstance(arguments.get("callbacks") or [], (list, tuple)):
         _refuse("callbacks=<a CallbackList>", "each epoch's fit needs the script's callbacks as a list")
     if arguments.get("shuffle") == "batch":
         _refuse("shuffle='batch'", "each epoch's order is drawn whole from (seed, epoch)")
-    for name in ("steps_per_epoch", "initial_epoch", "sample_weight"):
+    for name in ("steps_per_epoch", "initial_epoch"):
         arguments.pop(name, None)
-    split = arguments.pop("validation_split", 0.0) or 0.0
-    if split:
-        if not data.is_arrays(x):
-            _refuse(f"validation_split={split}", "a dataset cannot be split by a fraction (Keras refuses it too)")
-        arguments.update(_split_off_validation(x, arguments.get("y"), split))
     if data.is_arrays(x) and arguments.get("batch_size") is None:
         arguments["batch_size"] = checks.KERAS_DEFAULT_BATCH_SIZE  # Keras's default, made explicit
     arguments["callbacks"] = list(arguments.get("callbacks") or ())
@@ -131,7 +128,6 @@ def runtime_fit_arguments(arguments: dict) -> dict:
 _WHY = {
     "steps_per_epoch": "an epoch is one pass over the data, numbered so a checkpoint can say where it stopped",
     "initial_epoch": "where training starts is the newest checkpoint's business (--resume)",
-    "sample_weight": "the weights would not follow each epoch's order",
 }
 
 
@@ -142,9 +138,3 @@ def _refuse(received: str, why: str) -> None:
 
 def _short(value) -> str:
     return f"<array of {len(value)}>" if hasattr(value, "__len__") and not isinstance(value, str) else repr(value)
-
-
-def _split_off_validation(x, y, split: float) -> dict:
-    """Keras's validation_split, made here: the last fraction of the samples, before any shuffle."""
-    (x, y, _), validation_data = data.split_validation(x, y, None, split)
-    return {"x": x, "y": y, "validation_data": validation_data}

@@ -6,21 +6,20 @@ Everything the user can get wrong is checked before training starts, and nothing
 output folder until training has finished.
 """
 
-import importlib.util
 import math
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, placement, recipes, sharding
+from acceltrain import data, datasets, decisions, log, recipes, sharding, user_model
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
-from acceltrain.training.checkpoint import Checkpoints, Every
+from acceltrain.training.checkpoint import Checkpoints, Every, save_where_nobody_looks
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import connect
 
@@ -29,12 +28,65 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     """Train, evaluate on the test split, write model.keras, model.weights.h5 and metrics.json."""
     started = time.perf_counter()
     # 1. Check everything that needs no framework.
+    job = _check(config)
+
+    # 2. Connect, then build the model with its weights placed.
+    with log.phase("connecting to the hardware"):
+        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
+                          platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
+                          device_memory=config.device_memory)
+    data.check_batch_size(job.batch_size, runtime.num_replicas)
+    runtime.seed(config.seed)
+    model, (x_train, y_train), (x_test, y_test) = _build(runtime, config, job)
+    data.check_arrays(x_test, y_test, name="x_test")
+    outputs.check_free_space(job.out_dir, _bytes_needed(model, config.keep_checkpoints))
+
+    # 3. Train (checkpointing into out_dir) and evaluate.
+    fit_started = time.perf_counter()
+    history = _train(runtime, model, x_train, y_train, config, job)
+    test = runtime.evaluate(model, x_test, y_test, batch_size=job.batch_size, verbose=0)
+
+    # 4. Write the outputs, each atomically.
+    epoch_seconds = history.epoch_seconds
+    metrics = {
+        "test_accuracy": test.get("accuracy"),
+        "test_loss": test.get("loss"),
+        "test_metrics": test,
+        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
+        "epoch_seconds": epoch_seconds,
+        "first_epoch_seconds": epoch_seconds[0],
+        "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
+        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
+        "config": {**asdict(config), "epochs": job.epochs, "batch_size": job.batch_size, "out": str(job.out_dir)},
+        "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
+        "runtime": runtime.describe(),
+    }
+    _write_outputs(runtime, model, metrics, replace(config, epochs=job.epochs, batch_size=job.batch_size,
+                                                    out=str(job.out_dir), backend=runtime.backend))
+    return metrics
+
+
+@dataclass
+class _Job:
+    """A config checked, with what follows from it: its recipe's defaults filled in, its folders and its data."""
+
+    recipe: object
+    epochs: int
+    batch_size: int
+    out_dir: Path
+    checkpoints: Checkpoints
+    splits: object  # datasets.Splits
+    load_model: object = None  # --model FILE.py:FUNCTION, loaded when called
+
+
+def _check(config: TrainConfig) -> _Job:
+    """Everything that needs no framework, checked before anything starts or is written."""
     recipe = recipes.get(config.recipe)
     epochs = positive_int(config.epochs if config.epochs is not None else recipe.EPOCHS, "--epochs")
     batch_size = positive_int(config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE, "--batch-size")
     if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
         raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
-    model_file, function_name = _parse_model_spec(config.model) if config.model else (None, None)
+    load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")
     decisions.check_distribution(config.distribution, config.backend)
@@ -49,100 +101,75 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         splits = recipe.make_splits(config.seed)  # the recipe's own synthetic data
     else:
         splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
+    return _Job(recipe, epochs, batch_size, out_dir, checkpoints, splits, load_model)
 
-    # 2. Connect, then build the model inside the distribution's scope.
-    with log.phase("connecting to the hardware"):
-        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
-                          platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory)
-    data.check_batch_size(batch_size, runtime.num_replicas)
-    runtime.seed(config.seed)
-    placement.describe_job(runtime, recipe=None if model_file else recipe.NAME, model=config.model,
-                           batch_size=batch_size)  # a model that does not fit names its `acceltrain plan` line
-    if model_file:
-        x_train, y_train, x_test, y_test = splits.x_train, splits.y_train, splits.x_test, splits.y_test
 
+def _build(runtime, config: TrainConfig, job: _Job):
+    """The model, built by runtime.build (its weights born placed; 'auto' measures it first), and the (x, y) of
+    training and of the test: the recipe's preprocessed, or the data as they are for a --model."""
+    splits, recipe = job.splits, job.recipe
+    # A model that does not fit names its `acceltrain plan` line: the job as the CLI knows it.
+    plan_job = {"model": config.model} if job.load_model else {"recipe": recipe.NAME}
+    plan_job["batch_size"] = job.batch_size
+    if job.load_model:
         def build():
-            model = _load_user_model(model_file, function_name)
+            model = job.load_model()
             if not model.compiled:
-                _compile_for_labels(model, y_train, config.learning_rate)
+                _compile_for_labels(model, splits.y_train, config.learning_rate)
             elif config.learning_rate is not None:
                 log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
             return model
 
-        model = runtime.build(build)  # weights born placed; 'auto' measures the model first
-    else:
-        x_train, y_train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
-        x_test, y_test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
-        steps_per_epoch = math.ceil(data.num_samples(x_train) / batch_size)  # x may be a dict of arrays
-        model = runtime.build(
-            lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=epochs * steps_per_epoch),
-            layout_map=getattr(recipe, "layout_map", None))
-    data.check_arrays(x_test, y_test, name="x_test")
-    outputs.check_free_space(out_dir, _bytes_needed(model, config.keep_checkpoints))
+        model = runtime.build(build, job=plan_job)
+        return model, (splits.x_train, splits.y_train), (splits.x_test, splits.y_test)
+    train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
+    test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
+    steps_per_epoch = math.ceil(data.num_samples(train[0]) / job.batch_size)  # x may be a dict of arrays
+    model = runtime.build(
+        lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch),
+        layout_map=getattr(recipe, "layout_map", None), job=plan_job)
+    return model, train, test
 
-    # 3. Train (checkpointing into out_dir) and evaluate.
-    if config.overwrite:
-        checkpoints.clear()
+
+def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
+    """Runtime.fit, checkpointing into out_dir/checkpoints (resumed with --resume): Keras's History."""
     from acceltrain.training.progress import FirstStepStatus
     from acceltrain.training.resumable import Interrupted
 
+    if config.overwrite:
+        job.checkpoints.clear()
     first_step = FirstStepStatus()
     callbacks = [first_step]
     if config.tensorboard:  # TensorBoard writes while training runs: that is what it is for
-        callbacks.append(tensorboard_logs.callback(out_dir))
-    fit_started = time.perf_counter()
+        callbacks.append(tensorboard_logs.callback(job.out_dir))
     try:
         with first_step:
-            history = runtime.fit(model, x_train, y_train, batch_size=batch_size, epochs=epochs, callbacks=callbacks,
-                                  verbose=_progress_verbosity(), checkpoint_dir=checkpoints.folder,
-                                  resume=config.resume, checkpoint_every=config.checkpoint_every,
-                                  keep_checkpoints=config.keep_checkpoints)
+            return runtime.fit(model, x_train, y_train, batch_size=job.batch_size, epochs=job.epochs,
+                               callbacks=callbacks, verbose=_progress_verbosity(), checkpoint_dir=job.checkpoints.folder,
+                               resume=config.resume, checkpoint_every=config.checkpoint_every,
+                               keep_checkpoints=config.keep_checkpoints)
     except Interrupted as stopped:
-        stopped.args = (f"{stopped.args[0].split(' Resume with')[0]} Resume with the same command plus --resume "
-                        f"(acceltrain train ... --out {out_dir} --resume).",)
-        raise
-    test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
-    epoch_seconds = history.epoch_seconds
+        raise Interrupted(stopped.signum, stopped.checkpoint, f"the same command plus --resume (acceltrain train "
+                                                              f"... --out {job.out_dir} --resume)") from None
 
-    # 4. Write the outputs, each atomically.
-    metrics = {
-        "test_accuracy": test.get("accuracy"),
-        "test_loss": test.get("loss"),
-        "test_metrics": test,
-        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-        "epoch_seconds": epoch_seconds,
-        "first_epoch_seconds": epoch_seconds[0],
-        "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
-        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
-        "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
-        "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
-        "runtime": runtime.describe(),
-    }
+
+def _write_outputs(runtime, model, metrics: dict, resolved: TrainConfig) -> None:
+    """model.keras, model.weights.h5, metrics.json, config.toml and the report, each written atomically by process
+    0; the other processes of a job save where nobody looks (reading the weights is a step they all take)."""
     if runtime.process_index > 0:
-        _save_for_nobody(model)  # process 0 writes; the others take their part in reading the weights
-        return metrics
+        save_where_nobody_looks(model.save, "model.keras")
+        save_where_nobody_looks(model.save_weights, "model.weights.h5")
+        return
+    out_dir = Path(resolved.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     with outputs.atomic_path(out_dir / "model.keras") as path:
         model.save(path)
     with outputs.atomic_path(out_dir / "model.weights.h5") as path:
         model.save_weights(path)
     outputs.write_json(out_dir / "metrics.json", metrics)
-    resolved = replace(config, epochs=epochs, batch_size=batch_size, out=str(out_dir), backend=runtime.backend)
     config_files.write(out_dir / "config.toml", resolved)
     log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))} and config.toml")
     log.info(f"outputs in {out_dir}")
-    return metrics
-
-
-def _save_for_nobody(model) -> None:
-    """In a multi-process job, reading the weights is a step every process takes, or process 0 waits for
-    ever: the other processes save too, to a folder thrown away."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-        model.save(Path(folder) / "model.keras")
-        model.save_weights(Path(folder) / "model.weights.h5")
 
 
 def _check_out_dir_is_free(out_dir: Path, config: TrainConfig) -> None:
@@ -183,40 +210,6 @@ def _recipe_inputs(recipe, x, y, split):
         return recipe.preprocess(x, y)
     except ValueError as error:
         raise UsageError(f"x_{split} of shape {x.shape} does not fit the {recipe.NAME} recipe ({error}).") from None
-
-
-# --- --model FILE.py:FUNCTION -----------------------------------------------------------------
-
-def _parse_model_spec(spec: str) -> tuple[Path, str]:
-    file, _, function = spec.rpartition(":")
-    if not file or not function.isidentifier():
-        raise UsageError(f"Received --model {spec!r}. Expected FILE.py:FUNCTION, e.g. --model models.py:build.")
-    path = Path(file)
-    if not path.is_file():
-        raise UsageError(f"Received --model {spec!r}, but {file!r} is not a file. Pass the path of a .py file.")
-    return path, function
-
-
-def _load_user_model(path: Path, function_name: str):
-    """Import the file and call FUNCTION() for a keras.Model. The file's own errors name the file."""
-    import keras
-
-    module_spec = importlib.util.spec_from_file_location(f"acceltrain_user_model_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:
-        raise UsageError(f"Importing the model file {str(path)!r} failed: {type(error).__name__}: {error}") from error
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        found = sorted(name for name, value in vars(module).items() if callable(value) and not name.startswith("_"))
-        raise UsageError(f"{str(path)!r} has no function {function_name!r}. Functions there: "
-                         f"{', '.join(found) or 'none'}. Pass --model {path}:NAME.")
-    model = function()
-    if not isinstance(model, keras.Model):
-        raise UsageError(f"{path}:{function_name}() returned {type(model).__name__}, not a Keras model. "
-                         "Return a keras.Model (Sequential, functional or subclassed).")
-    return model
 
 
 def optimizer_summary(model) -> str:

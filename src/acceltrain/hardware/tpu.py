@@ -48,6 +48,11 @@ def peak_flops_per_second(device_kind: str, dtype: str) -> float | None:
     return peak * 1e12
 
 
-def device_files() -> list[str]:
-    """The device files a TPU VM exposes: /dev/accel* (v2 to v4) or /dev/vfio/N (v5e and later)."""
-    return sorted(glob.glob("/dev/accel*") + glob.glob("/dev/vfio/[0-9]*"))
+# Where TPU chips appear as device files: /dev/accel* (v2-v4, v6e) or /dev/vfio/N (v5e, v5p). A seam:
+# tests point it at a folder of fake device files.
+DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+def device_files(patterns=None) -> list[str]:
+    """The device files a TPU VM exposes (DEVICE_FILES, unless `patterns` are given)."""
+    return sorted(path for pattern in (patterns or DEVICE_FILES) for path in glob.glob(pattern))

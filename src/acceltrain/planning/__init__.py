@@ -154,10 +154,9 @@ def choose_plan(candidates: list[tuple[str, int, bool]], device_memory: int) -> 
 def _model_builder(job, model_spec: str | None):
     if model_spec is None:
         return lambda: job.build_model()
-    from acceltrain.commands.train import _load_user_model, _parse_model_spec
+    from acceltrain import user_model
 
-    path, function_name = _parse_model_spec(model_spec)
-    return lambda: _load_user_model(path, function_name)
+    return user_model.builder(model_spec)
 
 
 def _start_jax() -> None:
@@ -211,7 +210,7 @@ def _measure(abstract, layout, devices, batch_size, *, remat=False) -> tuple[int
             num_devices *= size
         per_device_batch = batch_size // layout.mesh_shape[0]
         nbytes = estimate.state_bytes_per_device(abstract, layout) + estimate.activation_bytes(abstract, per_device_batch)
-        return nbytes, estimate.step_flops(abstract, batch_size), ""
+        return nbytes, estimate.step_flops(step.train_step(abstract), abstract, batch_size), ""
     with log.phase(f"compiling the step: {layout.distribution} over {layout.describe()}"):
         compiled = step.compile_step(abstract, layout, devices, batch_size, remat=remat)
     return compiled.bytes_per_device, compiled.flops_per_device * len(devices), compiled.compiler_said

@@ -183,7 +183,7 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
         # arithmetic is the same in every layout, so count its matmuls from the traced program instead.
         from acceltrain.planning import estimate
 
-        flops = estimate.step_flops(abstract, global_batch) / len(devices)
+        flops = estimate.step_flops(train_step(abstract), abstract, global_batch) / len(devices)
     return Compiled(*_bytes(compiled.memory_analysis()), flops, devices[0].device_kind)
 
 

@@ -69,41 +69,26 @@ def _learning_rate(model) -> float | None:
 
 
 class EpochTimer(keras.callbacks.Callback):
-    """Wall time of each epoch. Keras syncs the metrics at each epoch's end, so the times are real."""
+    """When fit started and each epoch ended, as time.time() (comparable across processes: `acceltrain bench`
+    counts from its parent's start). Keras syncs the metrics at each epoch's end, so the times are real."""
 
     def __init__(self):
         super().__init__()
         self.fit_start = None
-        self.epoch_seconds = []
-        self._epoch_start = None
+        self.epoch_ends = []
 
     def on_train_begin(self, logs=None):
-        if self.fit_start is None:
-            self.fit_start = time.perf_counter()
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch_start = time.perf_counter()
+        if self.fit_start is None:  # with checkpoints, Runtime.fit calls Keras's fit once an epoch
+            self.fit_start = time.time()
 
     def on_epoch_end(self, epoch, logs=None):
-        self.epoch_seconds.append(time.perf_counter() - self._epoch_start)
+        self.epoch_ends.append(time.time())
 
-
-class OneStepAtATime(keras.callbacks.Callback):
-    """Makes Keras wait for each step's metrics before it starts the next step.
-
-    Keras dispatches batch ends to a thread pool unless a callback overrides them without being
-    `async_safe`; overriding them here is the whole point (backends/jax.py::_steps_must_not_overlap says
-    why several CPU devices need it).
-    """
-
-    def on_train_batch_end(self, batch, logs=None):
-        pass
-
-    def on_test_batch_end(self, batch, logs=None):
-        pass
-
-    def on_predict_batch_end(self, batch, logs=None):
-        pass
+    @property
+    def epoch_seconds(self) -> list[float]:
+        """Each epoch's wall time, from the end of the one before (the first's from fit's start: its compile)."""
+        ends = [self.fit_start, *self.epoch_ends]
+        return [end - start for start, end in zip(ends, ends[1:])]
 
 
 class StallWatch(keras.callbacks.Callback):

@@ -81,10 +81,7 @@ class Checkpoints:
         """Write a checkpoint atomically, then delete all but the newest `keep`."""
         final = self.folder / f"epoch-{state.epoch:04d}-step-{state.step:05d}"
         if not self.writer:
-            # Reading the weights is a step every process of the job takes (or process 0 waits for ever):
-            # save them too, where nobody looks, and throw them away.
-            with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
-                model.save_weights(Path(folder) / WEIGHTS)
+            save_where_nobody_looks(model.save_weights, WEIGHTS)
             return final
         partial = self.folder / f".{final.name}.{os.getpid()}.partial"
         try:
@@ -136,17 +133,11 @@ class Checkpoints:
         return False
 
 
-def open_checkpoints(folder: Path, keep: int, backend: str, process_index: int = 0):
-    """The checkpoints of a run: Orbax's sharded, asynchronous ones on JAX; .weights.h5 on TensorFlow.
-
-    The .weights.h5 format gathers the whole model on process 0 and writes while training waits; JAX
-    runs can be sharded over many hosts, which Orbax was made for.
-    """
-    if backend == "jax":
-        from acceltrain.training.sharded_checkpoint import ShardedCheckpoints
-
-        return ShardedCheckpoints(folder, keep)
-    return Checkpoints(folder, keep, writer=process_index == 0)
+def save_where_nobody_looks(save, name: str) -> None:
+    """`save(path)` into a folder thrown away after: a process of a job that does not write still saves, as reading
+    the weights is a step every process takes (or process 0 waits for ever)."""
+    with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
+        save(Path(folder) / name)
 
 
 def newest_readable(folders: list[Path], read) -> tuple[Path, State] | None:

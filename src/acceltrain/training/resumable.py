@@ -8,7 +8,6 @@ current step, write a checkpoint and raise Interrupted. Imports keras: import on
 """
 
 import contextlib
-import math
 import os
 import signal
 import threading
@@ -35,37 +34,25 @@ class Interrupted(AcceltrainError):
                          f"Resume with {resume}.")
 
 
-def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool,
-        seed: int, num_replicas: int, callbacks=(), verbose="auto", validation_data=None,
-        process_share=lambda arrays: arrays, num_processes: int = 1, dataset_batches: int | None = None,
-        **fit_kwargs):
-    """Train from the newest checkpoint (if resume) to `epochs`, checkpointing as `every` says.
-
-    A tf.data.Dataset `x` is read one pass an epoch (see dataset_position; `dataset_batches`: its
-    batches in a pass, if known before any trimming). In a multi-process job `process_share` gives this
-    process its share of (x, y) and each process batches `batch_size / num_processes` of it: global
-    batch k is the same samples on any process count.
-    """
-    feed = DatasetFeed(x, checkpoints.folder / "data", dataset_batches) if data.is_dataset(x) else None
+def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
+        callbacks=(), verbose="auto", **fit_kwargs):
+    """Train `prepared` (an inputs.Fit, kept whole: trim=False) from the newest checkpoint (if resume) to `epochs`,
+    checkpointing as `every` says. Arrays: each epoch in the order epoch_order(seed, epoch), less its last few
+    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position)."""
+    feed = DatasetFeed(prepared.x, checkpoints.folder / "data", prepared.steps_per_epoch) if prepared.is_dataset else None
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
-    state = _starting_state(model, checkpoints, resume, seed, num_replicas)
-    num_samples = left_out = None
-    if feed:
-        steps_per_epoch = feed.steps_per_epoch
-    else:
-        num_samples = data.num_samples(x)
-        left_out = data.left_out(num_samples, batch_size, num_replicas)
-        if left_out:
-            log.info(f"left out {left_out} training sample(s) of each epoch, the last of its "
-                     f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
-                     f"so the final batch divides over {num_replicas} replicas")
-        steps_per_epoch = math.ceil((num_samples - left_out) / batch_size)
+    state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
+    steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
+    if prepared.left_out:
+        log.info(f"left out {prepared.left_out} training sample(s) of each epoch, the last of its "
+                 f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
+                 f"so the final batch divides over {prepared.num_replicas} replicas")
     history = keras.callbacks.History()
     history.history = {name: list(values) for name, values in state.history.items()}
     progress = _WholeRunProgress(epochs)
     # In a multi-process JAX job, jax.distributed catches SIGTERM itself, so that every process learns
     # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
-    sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
+    sigterm_here = prepared.num_processes == 1 or keras.backend.backend() != "jax"
     last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
     with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
@@ -77,13 +64,12 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
             if feed:  # a dataset: the next batches of the one iterator the run reads
                 inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
             else:  # arrays: this epoch's order, from the step reached on
-                order = epoch_order(state.seed, epoch, num_samples) if shuffle else np.arange(num_samples)
-                order = order[:num_samples - left_out][first_step * batch_size:]
-                x_epoch, y_epoch = process_share((data.take(x, order), data.take(y, order)))
-                inputs = {"x": x_epoch, "y": y_epoch, "batch_size": batch_size // num_processes}
-            epoch_history = model.fit(
-                **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=validation_data,
-                verbose=verbose, callbacks=[progress, saver, *callbacks], **fit_kwargs,
+                n = data.num_samples(prepared.x)
+                inputs = prepared.epoch(epoch_order(state.seed, epoch, n) if shuffle else np.arange(n), first_step)
+            epoch_history = keras_internals.keras_method(model, "fit")(
+                **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=prepared.validation_data,
+                validation_batch_size=prepared.validation_batch_size, verbose=verbose,
+                callbacks=[progress, saver, *callbacks], **fit_kwargs,
             )
             if saver.stopped_mid_epoch:
                 raise Interrupted(received[0], saver.last_saved)
@@ -105,6 +91,19 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     history.epoch_seconds = list(state.epoch_seconds)
     history.set_model(model)
     return history
+
+
+def open_checkpoints(folder, keep: int, backend: str, process_index: int = 0):
+    """The checkpoints of a run: Orbax's sharded, asynchronous ones on JAX; .weights.h5 on TensorFlow.
+
+    The .weights.h5 format gathers the whole model on process 0 and writes while training waits; JAX
+    runs can be sharded over many hosts, which Orbax was made for.
+    """
+    if backend == "jax":
+        from acceltrain.training.sharded_checkpoint import ShardedCheckpoints
+
+        return ShardedCheckpoints(folder, keep)
+    return Checkpoints(folder, keep, writer=process_index == 0)
 
 
 @contextlib.contextmanager
