@@ -39,7 +39,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
             Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
-            prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off.
+            prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off. The
+            upper bound: after a phase's first steps, a shorter one follows the measured step time
+            (watchdog.stall_bound: max(60 s, 20 × the slowest step), counting only time the process sits idle).
         device_memory: bytes of one device ("16GiB", "128MiB"), overriding what the hardware reports; what
             'auto' weighs a model against (a CPU reports none, so simulated devices need it to shard).
         mesh_shape: (batch, model) devices of distribution="model"; default: the model axis that fits.
@@ -274,11 +276,13 @@ class Runtime:
         good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
-        `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
+        `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
+        off).
         """
         from acceltrain.training.callbacks import DivergenceCheck, StallWatch
 
-        stall = StallWatch(self._watchdog_for(stall_timeout))
+        watchdog_here = self._watchdog_for(stall_timeout)
+        stall = StallWatch(watchdog_here)
 
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
@@ -298,9 +302,9 @@ class Runtime:
         self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        with self.scope(), _preparing_inputs():
+        with watchdog_here.watching("fit (compiling and running the first step)"), self.scope(), _preparing_inputs():
             if checkpointing is None:
-                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, stall], verbose, fit_kwargs)
+                history = self._fit_once(model, prepared, epochs, [stall, *callbacks, divergence], verbose, fit_kwargs)
             else:
                 from acceltrain.training import resumable
 
@@ -308,7 +312,7 @@ class Runtime:
                     model, prepared.x, prepared.y, batch_size=prepared.batch_size, epochs=epochs,
                     checkpoints=checkpointing[0], every=checkpointing[1], resume=resume, seed=self._seed,
                     num_replicas=self.num_replicas, verbose=verbose, validation_data=prepared.validation_data,
-                    validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, divergence, stall],
+                    validation_batch_size=prepared.validation_batch_size, callbacks=[stall, *callbacks, divergence],
                     process_share=prepared.share, num_processes=self.num_processes,
                     dataset_batches=prepared.steps_per_epoch if prepared.is_dataset else None, **fit_kwargs)
         divergence.raise_if_diverged()
@@ -366,8 +370,9 @@ class Runtime:
             evaluate_kwargs["sample_weight"] = sample_weight
         from acceltrain.training.callbacks import StallWatch
 
-        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), StallWatch(self.watchdog)]
-        with self.scope(), _preparing_inputs():
+        callbacks = [StallWatch(self.watchdog), *(evaluate_kwargs.pop("callbacks", None) or ())]
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
+                _preparing_inputs():
             return model.evaluate(x, y, batch_size=prepared.local_batch_size, verbose=verbose, return_dict=True,
                                   callbacks=callbacks, **evaluate_kwargs)
 

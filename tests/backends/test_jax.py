@@ -66,7 +66,7 @@ def _fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callb
 @pytest.mark.parametrize("args, kwargs, expected", [
     ((), {}, ["Marker"]),
     ((), {"callbacks": None}, ["Marker"]),
-    ((), {"callbacks": ["mine"]}, ["mine", "Marker"]),
+    ((), {"callbacks": ["mine"]}, ["Marker", "mine"]),  # first: it sees each epoch end before the script's
     ((), {"callbacks": [Marker()]}, ["Marker"]),  # one is enough
     ((1, 2, 3, 4, 5, ["mine"]), {}, None),  # callbacks given by position: left alone
     ((), {"callbacks": "a CallbackList"}, "a CallbackList"),

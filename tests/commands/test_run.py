@@ -196,7 +196,7 @@ def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_o
     guard = _guard(8)
     guard.runtime.watchdog = Watchdog(60)
     _, kwargs = guard("evaluate", _FakeModel(), (x, y), {"callbacks": ["the script's"]})
-    assert [c if isinstance(c, str) else type(c).__name__ for c in kwargs["callbacks"]] == ["the script's", "StallWatch"]
+    assert [c if isinstance(c, str) else type(c).__name__ for c in kwargs["callbacks"]] == ["StallWatch", "the script's"]
     _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64})  # off (0): nothing added
     assert kwargs.get("callbacks") is None
 
@@ -259,16 +259,35 @@ def _trainer(fails_plainly: bool, fails_hooked: bool):
     return type("Trainer", (), {"fit": hooked_fit, "evaluate": hooked_fit, "predict": hooked_fit, "plain_calls": 0})
 
 
-def _calls(trainer, log_lines, monkeypatch, num_processes=1):
+def _calls(trainer, log_lines, monkeypatch, num_processes=1, watchdog=None):
     from types import SimpleNamespace
 
     from acceltrain import log
     from acceltrain.commands.run import KerasCalls
+    from acceltrain.watchdog import Watchdog
 
     monkeypatch.setattr(log, "info", lambda message: log_lines.append(("info", message)))
     monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
     return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
-                                      num_replicas=1))
+                                      num_replicas=1, watchdog=watchdog or Watchdog(0)))
+
+
+def test_the_stall_watchdog_is_armed_before_keras_runs_any_of_a_scripts_calls(monkeypatch):
+    """Keras's fit builds the optimizer's and the metrics' variables (a collective in a multi-process job)
+    before its first callback: armed from a callback, the watchdog missed a process stuck there (issue 20)."""
+    from acceltrain.watchdog import Watchdog
+
+    dog, seen = Watchdog(60), []
+    dog._thread = object()  # no thread: the test looks, it does not wait
+    trainer = type("Trainer", (), {name: (lambda model, *a, **k: seen.append(dog.stalled_for() is not None))
+                                   for name in ("fit", "evaluate", "predict")})
+    with _calls(trainer, [], monkeypatch, watchdog=dog).watching(trainer):
+        model = trainer()
+        model.fit()
+        model.evaluate()
+        model.predict()
+    assert seen == [True, True, True]
+    assert dog.stalled_for() is None  # disarmed once each call returned
 
 
 @pytest.mark.parametrize(

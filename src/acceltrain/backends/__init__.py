@@ -141,7 +141,8 @@ def hooked_fit(backend: str, hook):
 
 def with_callback(method, args, kwargs: dict, callback) -> dict:
     """The kwargs of a call `method(model, *args, **kwargs)` (a Keras fit, evaluate or predict) with
-    `callback` added to its callbacks. Left as they are where the callbacks came by position or as a
+    `callback` added first among its callbacks (so it sees each epoch's end before the script's callbacks
+    run theirs). Left as they are where the callbacks came by position or as a
     CallbackList the caller built, or already hold a callback of the same class."""
     import inspect
 
@@ -153,4 +154,4 @@ def with_callback(method, args, kwargs: dict, callback) -> dict:
         return kwargs  # a keras.callbacks.CallbackList: already configured by the caller
     if any(type(c) is type(callback) for c in callbacks or ()):
         return kwargs
-    return {**kwargs, "callbacks": [*(callbacks or ()), callback]}
+    return {**kwargs, "callbacks": [callback, *(callbacks or ())]}

@@ -283,7 +283,8 @@ class KerasCalls:
             self._depth += 1
             before = keras_internals.variable_values(model) if outermost else []
             try:
-                return method(model, *args, **kwargs)
+                with self.runtime.watchdog.watching(f"{name} (compiling and running the first step)"):
+                    return method(model, *args, **kwargs)
             except AcceltrainError:
                 raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
             except Exception as error:
