@@ -21,7 +21,8 @@ from acceltrain.errors import UsageError, positive_int
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
             num_processes: int | None = None, process_id: int | None = None, stall_timeout: float | None = None,
-            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None) -> "Runtime":
+            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None,
+            precision: str = "auto") -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -45,6 +46,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         device_memory: bytes of one device ("16GiB", "128MiB"), overriding what the hardware reports; what
             'auto' weighs a model against (a CPU reports none, so simulated devices need it to shard).
         mesh_shape: (batch, model) devices of distribution="model"; default: the model axis that fits.
+        precision: Keras's dtype policy for the models built in scope(): "auto" (your own global policy if you
+            set one, else "mixed_bfloat16" on TPUs and on GPUs of compute capability 8.0+, else "float32"),
+            "float32" or "mixed_bfloat16". The banner says when it is not Keras's float32.
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
@@ -52,6 +56,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     sharding_request = placement.check_request(distribution, device_memory, mesh_shape)  # sharding's own inputs
     decisions.check_distribution(sharding_request.kind)
     platform = _check_platform(platform, tpu, simulate_devices)
+    if precision not in decisions.PRECISIONS:
+        raise UsageError(f"Received precision={precision!r}. Valid: {', '.join(decisions.PRECISIONS)} (auto: bfloat16 "
+                         "compute on TPUs and GPUs that run it natively, else float32).")
 
     # 2. Choose the backend and start it.
     backend_name, backend_reason = decisions.choose_backend(
@@ -92,15 +99,17 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     }
 
     # 5. Choose the precision: bfloat16 compute where the hardware runs it natively.
-    from acceltrain import precision
+    from acceltrain import precision as policies
 
+    keras_policy = policies.current_policy()
     runtime.precision, precision_reason = decisions.choose_precision(
-        platform, framework.compute_capability(platform), precision.current_policy()
+        platform, framework.compute_capability(platform), keras_policy, precision
     )
     runtime.decisions["precision"] = f"{runtime.precision} ({precision_reason})"
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
-        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
+        changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
+        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){'; ' + changed if changed else ''}")
     return runtime
 
 

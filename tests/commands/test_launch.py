@@ -401,3 +401,23 @@ def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
     assert launch._watch([Ended(0), Ended(1)], received=[]) == 1
     assert said == ["process 1 exited with code 1; no other process was still running"]
 
+
+def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
+    """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12)."""
+    from acceltrain.commands import launch
+
+    class Started(Exception):
+        pass
+
+    def popen(command, **kwargs):
+        raise Started(command)
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(Started) as started:
+        launch.launch(str(script), ["--epochs", "3"], processes=2, platform="cpu", tpu="my-tpu", precision="float32")
+    command = started.value.args[0]
+    for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
+        assert command[command.index(flag) + 1] == value
+    assert command[-3:] == [str(script), "--epochs", "3"]

@@ -54,7 +54,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     with log.phase("connecting to the hardware"):
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
                           platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory)
+                          device_memory=config.device_memory, precision=config.precision)
     data.check_batch_size(batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     placement.describe_job(runtime, recipe=None if model_file else recipe.NAME, model=config.model,
