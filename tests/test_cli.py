@@ -108,6 +108,24 @@ def test_a_compiled_user_model_keeps_its_optimizer_and_says_the_learning_rate_is
     assert "SGD, lr 0.05" in report.title(metrics) and "lr 0.01" not in report.title(metrics)
 
 
+@pytest.mark.slow  # two trainings, ~25 s: the default set has the same rule in tests/training/test_*checkpoint.py
+def test_resuming_with_another_model_exits_2_naming_what_differs_and_keeps_the_checkpoints(tmp_path, small_mnist, capsys):
+    """Issue 20, item 13: it said "no checkpoint" (Orbax) and trained the new model from scratch."""
+    small = _model_file(tmp_path, "def build(units=16):\n    return keras.Sequential([keras.Input((28, 28)), "
+                                  "keras.layers.Flatten(), keras.layers.Dense(units), keras.layers.Dense(10)])\n"
+                                  "def wider():\n    return build(32)\n")
+    out = tmp_path / "run"
+    job = ["--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", out]
+    assert _train(capsys, "--model", f"{small}:build", *job)[0] == 0
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir())
+    code, _, stderr = _train(capsys, "--model", f"{small}:wider", *job, "--resume")
+    assert code == 2, stderr
+    assert re.search(r"was written by a different model: trainable variable \S+/kernel is \(784, 32\) float32 here; "
+                     r"the checkpoint's \S+/kernel is \(784, 16\) float32", stderr), stderr
+    assert "Traceback" not in stderr and "starting from the beginning" not in stderr
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
+
+
 def test_devices_json_describes_the_runtime(capsys):
     assert main(["devices", "--json", "--simulate-devices", "8"]) == 0
     described = json.loads(capsys.readouterr().out)

@@ -94,6 +94,79 @@ def test_restore_brings_back_the_optimizer_state(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+
+# --- Resuming: no checkpoint, damaged ones, another model's (issue 20, item 13) ---------------------
+
+def _store_with(tmp_path, epochs, model=None, keep=3):
+    model = model or _tiny_model()
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)  # the optimizer built, as after training
+    store = Checkpoints(tmp_path / "checkpoints", keep=keep)
+    for epoch in epochs:
+        store.save(model, State(epoch=epoch))
+    return store
+
+
+def _damage(folder: Path) -> None:
+    weights = folder / checkpoint.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:100])
+
+
+def test_resuming_where_there_is_no_checkpoint_starts_from_the_beginning(tmp_path):
+    assert Checkpoints(tmp_path / "checkpoints").restore_latest(_tiny_model()) is None
+
+
+def test_resuming_where_every_checkpoint_is_damaged_stops_leaving_them_as_they_are(tmp_path):
+    store = _store_with(tmp_path, (1, 2))
+    for folder in store.list():
+        _damage(folder)
+    with pytest.raises(UsageError, match=r"Every checkpoint in .*checkpoints is damaged \(epoch-0002-step-00000: "
+                                         r"ValueError: the weights do not match.*To start over instead, remove"):
+        store.restore_latest(_tiny_model())
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000", "epoch-0002-step-00000"]
+
+
+@pytest.mark.parametrize("other, difference", [
+    (lambda keras: keras.layers.Dense(3), r"trainable variable sequential_\d+/dense_\d+/kernel is \(3, 3\) float32 "
+                                          r"here; the checkpoint's sequential_\d+/dense_\d+/kernel is \(3, 2\) float32"),
+    (lambda keras: keras.layers.Dense(2, use_bias=False),
+     r"the model has 1 trainable variables here, the checkpoint 2 \(first unmatched: sequential_\d+/dense_\d+/bias\)"),
+])
+def test_resuming_with_another_model_names_what_differs_and_stops(tmp_path, other, difference):
+    import keras
+
+    store = _store_with(tmp_path, (1,))
+    changed = keras.Sequential([keras.Input((3,)), other(keras)])
+    changed.compile("adam", "mse")
+    with pytest.raises(UsageError, match=r"The checkpoint .*epoch-0001-step-00000 was written by a different model: "
+                                         + difference + r".*Resume with the model that wrote it\. To start over"):
+        store.restore_latest(changed)
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000"]  # nothing deleted, nothing loaded
+
+
+def test_a_run_resumed_past_a_damaged_checkpoint_never_prunes_its_own_new_ones(tmp_path, capsys):
+    store = _store_with(tmp_path, (1, 2), keep=2)
+    store.keep = 1  # the resumed run keeps one
+    _damage(store.list()[-1])  # epoch 2 damaged
+    model = _tiny_model()
+    path, state = store.restore_latest(model)
+    assert state.epoch == 1 and "skipping damaged checkpoint epoch-0002-step-00000" in capsys.readouterr().err
+    store.save(model, State(epoch=1, step=5))  # the resumed run's first: the stale epoch 2 goes, not this one
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00005"]
+
+
+@pytest.mark.parametrize("folders, saved, keep, deleted", [
+    (["epoch-0001-step-00000", "epoch-0002-step-00000", "epoch-0003-step-00000"], "epoch-0003-step-00000", 2,
+     ["epoch-0001-step-00000"]),
+    (["epoch-0001-step-00005", "epoch-0002-step-00000"], "epoch-0001-step-00005", 1,  # resumed from 1 past a stale 2
+     ["epoch-0002-step-00000"]),
+    (["epoch-0001-step-00000", "epoch-0001-step-00005", "epoch-0005-step-00000"], "epoch-0001-step-00005", 2,
+     ["epoch-0005-step-00000"]),
+    (["epoch-0009-step-00000", "epoch-0010-step-00000"], "epoch-0010-step-00000", 2, []),  # numbers, not text
+])
+def test_to_prune_keeps_the_newest_up_to_the_save_and_drops_what_comes_after_it(folders, saved, keep, deleted):
+    assert [p.name for p in checkpoint.to_prune([Path(f) for f in folders], Path(saved), keep)] == deleted
+
+
 # --- Real runs, killed and resumed --------------------------------------------------------------
 
 def _train_args(data, out, backend):
