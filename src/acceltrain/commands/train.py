@@ -104,6 +104,9 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         raise
     test = runtime.evaluate(model, x_test, y_test, batch_size=batch_size, verbose=0)
     epoch_seconds = history.epoch_seconds
+    timed = getattr(history, "timed_epochs", None) or [
+        {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / batch_size)}
+        for number, seconds in enumerate(epoch_seconds, 1)]
 
     # 4. Write the outputs, each atomically.
     metrics = {
@@ -111,10 +114,11 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         "test_loss": test.get("loss"),
         "test_metrics": test,
         "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-        "epoch_seconds": epoch_seconds,
-        "first_epoch_seconds": epoch_seconds[0],
-        "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
-        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
+        "epoch_seconds": epoch_seconds,  # each epoch's, whichever process ran it (a resumed run: several)
+        "timed_epochs": timed,  # the epochs this process ran, with the steps it ran of each
+        "first_epoch_seconds": timed[0]["seconds"],  # this process's first: it compiles
+        "seconds_to_first_epoch_end": fit_started - started + timed[0]["seconds"],
+        **throughput(timed, batch_size),
         "config": {**asdict(config), "epochs": epochs, "batch_size": batch_size, "out": str(out_dir)},
         "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
         "runtime": runtime.describe(),
@@ -172,10 +176,15 @@ def _progress_verbosity():
     return 1 if sys.stdout.isatty() else 2
 
 
-def _steady_samples_per_second(num_samples: int, epoch_seconds: list[float]) -> float:
-    """Samples per second over the epochs after the first (the first includes compilation)."""
-    steady = epoch_seconds[1:] or epoch_seconds
-    return num_samples * len(steady) / sum(steady)
+def throughput(timed: list[dict], batch_size: int) -> dict:
+    """Training samples per second, from what this process ran and timed only: the steps it ran of each epoch
+    (a resumed epoch's, not the whole epoch's) over their seconds, after its first epoch (which compiles), or
+    that one alone (then said). An earlier process's epochs are not timed here: its compile and its start
+    would be counted for nothing, or not at all."""
+    steady = timed[1:] or timed
+    return {"samples_per_second": batch_size * sum(e["steps"] for e in steady) / sum(e["seconds"] for e in steady),
+            "samples_per_second_epochs": [e["epoch"] for e in steady],
+            "samples_per_second_includes_compile": not timed[1:]}
 
 
 def _recipe_inputs(recipe, x, y, split):

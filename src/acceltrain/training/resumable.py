@@ -67,6 +67,7 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
     sigterm_here = num_processes == 1 or keras.backend.backend() != "jax"
     last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
+    timed = []  # the epochs this process ran, and their steps: a resumed epoch only in part (throughput's basis)
     with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
@@ -89,6 +90,7 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
                 raise Interrupted(received[0], saver.last_saved)
             state.epoch, state.step = epoch + 1, 0
             state.epoch_seconds.append(time.perf_counter() - started)
+            timed.append({"epoch": epoch + 1, "seconds": state.epoch_seconds[-1], "steps": steps_per_epoch - first_step})
             for name, values in epoch_history.history.items():
                 state.history.setdefault(name, []).extend(float(v) for v in values)
             if model.stop_training:  # a callback (e.g. the divergence check) ended the run
@@ -103,6 +105,7 @@ def fit(model, x, y, *, batch_size: int, epochs: int, checkpoints: Checkpoints, 
     history.history = {name: list(values) for name, values in state.history.items()}
     history.epoch = list(range(len(state.epoch_seconds)))
     history.epoch_seconds = list(state.epoch_seconds)
+    history.timed_epochs = timed
     history.set_model(model)
     return history
 
