@@ -217,9 +217,12 @@ def test_killed_and_resumed_runs_end_with_identical_weights(tmp_path, small_mnis
     assert _kill_after_first_checkpoint(args, out, signal.SIGKILL, rng)[0] == -signal.SIGKILL
     for attempt in range(2):
         assert _kill_after_first_checkpoint(args + ["--resume"], out, signal.SIGKILL, rng)[0] == -signal.SIGKILL
-    final = _start(args + ["--resume"])
+    newest = Checkpoints(out / "checkpoints").list()[-1].name
+    # Born from another seed: a resume that restarted from scratch (training is deterministic) would end elsewhere.
+    final = _start([arg for arg in args if arg != "--quiet"] + ["--resume", "--seed", "7"])  # its resume line shown
     stdout, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr
+    assert f"resuming from {newest}" in stderr and "keeping 0 so the data order stays the same" in stderr
     expected, got = _weights(tmp_path / "whole" / "model.weights.h5"), _weights(out / "model.weights.h5")
     assert expected.keys() == got.keys()
     for name in expected:
