@@ -42,13 +42,13 @@ def test_precision_scope_restores_the_policy_when_the_body_raises():
 def test_connect_chooses_float32_on_this_cpu_and_says_why():
     import acceltrain
 
-    runtime = acceltrain.connect(verbose=False)
-    assert runtime.precision == "float32"
-    assert runtime.decisions["precision"].startswith("float32 (")
-    with runtime.scope():
-        import keras
+    with acceltrain.connect(verbose=False) as runtime:  # closed: its hooks on Keras's fit come off
+        assert runtime.precision == "float32"
+        assert runtime.decisions["precision"].startswith("float32 (")
+        with runtime.scope():
+            import keras
 
-        assert keras.layers.Dense(2).dtype_policy.compute_dtype == "float32"
+            assert keras.layers.Dense(2).dtype_policy.compute_dtype == "float32"
 
 
 @pytest.mark.parametrize("asked, current, platform, compute_capability, expected", [
@@ -91,7 +91,8 @@ def test_connect_on_a_gpu_or_tpu_says_it_computes_in_bfloat16(monkeypatch, runti
     monkeypatch.setattr(jax_backend, "compute_capability", lambda platform: compute_capability)
     lines = []
     monkeypatch.setattr(log, "info", lines.append)
-    connected = acceltrain.connect("jax", distribution="none", precision=precision_flag)
+    with acceltrain.connect("jax", distribution="none", precision=precision_flag) as connected:
+        pass
     [banner] = [line for line in lines if "→" in line]
     assert banner.startswith(f"jax on {platform}: 1 × {kind}")
     note = (f"compute in bfloat16, not float32 (mixed_bfloat16: {why}); keep float32 with precision='float32' (CLI: "
