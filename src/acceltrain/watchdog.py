@@ -187,8 +187,9 @@ class Watchdog:
                     faulthandler.cancel_dump_traceback_later()
                     return
                 waited = self._clock() - self._last
-            faulthandler.dump_traceback_later(max(self.timeout - waited, 0) + BACKSTOP_SECONDS, exit=True,
-                                              file=sys.__stderr__.fileno())
+            if (stderr := _stderr_fd()) is not None:
+                faulthandler.dump_traceback_later(max(self.timeout - waited, 0) + BACKSTOP_SECONDS, exit=True,
+                                                  file=stderr)
             if self.check():
                 return
             time.sleep(self._poll)
@@ -223,6 +224,14 @@ class Watchdog:
 # Launched: how long a stalled process waits, alive, while the launcher collects every process's stacks
 # (a process that ended first could take the others down with it: process 0 hosts jax.distributed).
 LAUNCHER_STACKS_SECONDS = 5.0
+
+
+def _stderr_fd() -> int | None:
+    """The process's own stderr (a test's captured sys.stderr has no file descriptor); None without one."""
+    try:
+        return sys.__stderr__.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _launcher_pid() -> int | None:
