@@ -225,7 +225,7 @@ STUCK_SHAPES = ["adam_accuracy", *(pytest.param(shape, marks=pytest.mark.slow) f
 @pytest.mark.multi_device
 @pytest.mark.parametrize("shape", STUCK_SHAPES)
 def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_each_stood(shape):
-    timeout = 10
+    timeout = 5  # process 1 never comes: any stall process 0 reports is the right one, and CI time is short
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--stall-timeout", timeout,
                           STUCK_SCRIPT, shape, timeout=300)
     waited = _seconds_since_it_waited(job, time.time())
@@ -243,7 +243,7 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_
     assert re.search(rf'\[0\] .*one_process_stuck\.py", line ({"|".join(map(str, _lines_marked("# process 0 waits here")))}) '
                      "in <module>", job.stderr)
     # The timeout, then the launcher's wait for every process's stacks (watchdog.LAUNCHER_STACKS_SECONDS) and
-    # the stop: measured 15 s after process 0 began to wait (load average 5.8), at --stall-timeout 10.
+    # the stop: measured 15 s after process 0 began to wait at --stall-timeout 10 (load average 5.8).
     assert waited < timeout + 15, f"{waited:.0f} s from process 0's wait to the job's end"
 
 
