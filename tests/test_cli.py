@@ -108,6 +108,24 @@ def test_a_compiled_user_model_keeps_its_optimizer_and_says_the_learning_rate_is
     assert "SGD, lr 0.05" in report.title(metrics) and "lr 0.01" not in report.title(metrics)
 
 
+@pytest.mark.slow  # two trainings, ~25 s: the default set has the same rule in tests/training/test_*checkpoint.py
+def test_resuming_with_another_model_exits_2_naming_what_differs_and_keeps_the_checkpoints(tmp_path, small_mnist, capsys):
+    """Issue 20, item 13: it said "no checkpoint" (Orbax) and trained the new model from scratch."""
+    small = _model_file(tmp_path, "def build(units=16):\n    return keras.Sequential([keras.Input((28, 28)), "
+                                  "keras.layers.Flatten(), keras.layers.Dense(units), keras.layers.Dense(10)])\n"
+                                  "def wider():\n    return build(32)\n")
+    out = tmp_path / "run"
+    job = ["--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", out]
+    assert _train(capsys, "--model", f"{small}:build", *job)[0] == 0
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir())
+    code, _, stderr = _train(capsys, "--model", f"{small}:wider", *job, "--resume")
+    assert code == 2, stderr
+    assert re.search(r"was written by a different model: trainable variable \S+/kernel is \(784, 32\) float32 here; "
+                     r"the checkpoint's \S+/kernel is \(784, 16\) float32", stderr), stderr
+    assert "Traceback" not in stderr and "starting from the beginning" not in stderr
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
+
+
 def test_devices_json_describes_the_runtime(capsys):
     assert main(["devices", "--json", "--simulate-devices", "8"]) == 0
     described = json.loads(capsys.readouterr().out)
@@ -250,3 +268,85 @@ def test_a_job_that_fits_nowhere_names_its_plan_line(tmp_path, small_mnist, caps
     assert (f"`XLA_FLAGS=--xla_force_host_platform_device_count=8 acceltrain plan --target here "
             f"{plan_job.replace('WIDE', wide)} --batch-size 64 --device-memory 64KiB`") in stderr
     assert not (tmp_path / "run").exists()
+
+
+# --- Every flag of every verb reaches its command ---------------------------------------------------
+
+# The function each verb hands its parsed flags to (imported by the verb when it runs).
+COMMANDS = {"devices": "acceltrain.runtime:connect", "train": "acceltrain.commands.train:train_and_evaluate",
+            "report": "acceltrain.commands.report:redraw", "doctor": "acceltrain.commands.doctor:run_all",
+            "run": "acceltrain.commands.run:run_script", "launch": "acceltrain.commands.launch:launch",
+            "bench": "acceltrain.commands.bench:run", "plan": "acceltrain.commands.plan:run"}
+# Flags the verb uses itself rather than hand on: how it prints, and the file its settings are read from.
+USED_BY_THE_VERB = {"help", "quiet", "verbose", "run", "config", *(f"{verb}:json" for verb in ("devices", "doctor", "bench"))}
+
+
+class _Reached(Exception):
+    pass
+
+
+def _distinctive_flags(parser) -> tuple[list[str], dict]:
+    """argv giving every flag and positional of a verb's parser a value of its own, and {dest: value}."""
+    import argparse
+
+    argv, positionals, expected = [], [], {}
+    for number, action in enumerate(parser._actions):
+        if action.dest in USED_BY_THE_VERB or f"{parser.prog.split()[-1]}:{action.dest}" in USED_BY_THE_VERB:
+            continue
+        if action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction):  # store_true and --x/--no-x
+            value, given = True, []
+        elif action.choices:
+            value = [choice for choice in action.choices if choice != action.default][-1]
+            given = [value]
+        elif action.dest == "device_memory":
+            value = f"{1000 + number}MiB"  # checked by the verb before it calls the command
+            given = [value]
+        elif action.nargs == "...":
+            value, given = ["--the-script's-own", str(number)], ["--the-script's-own", str(number)]
+        else:
+            kind = action.type or str
+            value = kind(1000 + number) if kind in (int, float) else f"value-of-{action.dest}"
+            given = [str(value)]
+        expected[action.dest] = value
+        if action.option_strings:
+            argv += [action.option_strings[0], *given]  # --tensorboard, not --no-tensorboard
+        else:
+            positionals += given
+    return argv + positionals, expected
+
+
+def _received(args, kwargs) -> tuple[dict, list]:
+    """What a command was called with: {name: value} of its keywords and of any config object, and all values."""
+    import argparse
+    import dataclasses
+
+    named = dict(kwargs)
+    for value in (*args, *kwargs.values()):
+        if dataclasses.is_dataclass(value):
+            named.update(dataclasses.asdict(value))
+        elif isinstance(value, argparse.Namespace):
+            named.update(vars(value))
+    return named, [*args, *named.values()]
+
+
+@pytest.mark.parametrize("verb", sorted(COMMANDS))
+def test_every_flag_of_every_verb_reaches_its_command(verb, monkeypatch):
+    import importlib
+
+    from acceltrain import cli
+
+    module, name = COMMANDS[verb].split(":")
+
+    def record(*args, **kwargs):
+        raise _Reached(args, kwargs)
+
+    monkeypatch.setattr(importlib.import_module(module), name, record)
+    [verbs] = [action for action in cli._parser()._actions if action.dest == "==SUPPRESS==" or action.choices]
+    argv, expected = _distinctive_flags(verbs.choices[verb])
+    args = cli._parser().parse_args([verb, *argv])
+    with pytest.raises(_Reached) as reached:
+        args.run(args)
+    named, values = _received(*reached.value.args)
+    lost = [dest for dest, value in expected.items()
+            if not (named.get(dest) == value if isinstance(value, bool) else value in values)]
+    assert not lost, f"acceltrain {verb}: {lost} parsed but never handed to {COMMANDS[verb]} ({argv})"

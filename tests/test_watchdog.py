@@ -16,9 +16,10 @@ class Clock:
         return self.now
 
 
-def _watchdog(timeout=10.0, process_index=0):
+def _watchdog(timeout=10.0, process_index=0, cpu=None):
     clock, stream, exits = Clock(), io.StringIO(), []
-    dog = watchdog.Watchdog(timeout, process_index, clock=clock, exit=exits.append, stream=stream)
+    dog = watchdog.Watchdog(timeout, process_index, clock=clock, cpu_clock=cpu or Clock(), exit=exits.append,
+                            stream=stream)
     dog._thread = object()  # the test calls check() itself: no thread
     return dog, clock, stream, exits
 
@@ -45,11 +46,12 @@ def test_what_it_prints_names_the_phase_the_causes_and_each_stack_line_with_the_
     clock.now = 6
     dog.check()
     text = stream.getvalue()
-    assert "in evaluate (compiling and running the first step), before its first step (--stall-timeout 5)" in text
+    assert ("in evaluate (compiling and running the first step), before its first step; the bound is --stall-timeout "
+            "5 s (a phase's first step may compile)") in text
     assert "a process that never reached this collective" in text and "uneven data" in text and "dead" in text
     stack_lines = [line for line in text.splitlines() if line.startswith("process 3: ")]
     assert any("test_watchdog.py" in line and "in test_what_it_prints" in line for line in stack_lines)
-    assert "larger --stall-timeout (0 turns the watchdog off)" in text
+    assert "larger --stall-timeout (the upper bound; 0 turns the watchdog off)" in text
 
 
 def test_disarmed_after_the_phase_and_off_at_zero():
@@ -61,6 +63,94 @@ def test_disarmed_after_the_phase_and_off_at_zero():
     off = watchdog.Watchdog(0, clock=clock, exit=exits.append)
     off.arm("fit")
     assert off._thread is None and not off.check() and exits == []
+
+
+@pytest.mark.parametrize("timeout, slowest_step, expected_bound, expected_reason", [
+    (1800, None, 1800, "the bound is --stall-timeout 1800 s (a phase's first step may compile)"),
+    (1800, 0.05, 60, "steps took at most 0.05 s so far: the bound is max(60 s, 20 × 0.05 s)"),
+    (1800, 1.9, 60, "steps took at most 1.9 s so far: the bound is max(60 s, 20 × 1.9 s)"),
+    (1800, 4.5, 90, "steps took at most 4.5 s so far: the bound is max(60 s, 20 × 4.5 s)"),
+    (1800, 120, 1800, "steps took at most 120 s so far: the bound is --stall-timeout 1800 s, lower than max(60 s, 20 × 120 s)"),
+    (30, 0.05, 30, "the bound is --stall-timeout 30 s, lower than max(60 s, 20 × 0.05 s)"),  # the user's: the upper bound
+    (600, None, 600, "the bound is --stall-timeout 600 s"),
+])
+def test_the_stall_bound_follows_the_slowest_step_between_a_floor_and_the_users_timeout(
+        timeout, slowest_step, expected_bound, expected_reason):
+    bound, reason = watchdog.stall_bound(timeout, slowest_step)
+    assert bound == expected_bound and expected_reason in reason
+
+
+def test_after_the_first_steps_an_idle_process_is_named_within_the_step_bound_not_the_timeout():
+    dog, clock, stream, exits = _watchdog(timeout=1800)
+    dog.arm("fit (compiling and running the first step)")
+    clock.now = 300  # the first step compiles for 5 minutes: not a stall, and not a step time
+    assert not dog.check()
+    dog.beat("fit, epoch 1, after step 1")
+    for step in range(2, 5):  # steps of 1.9 s
+        clock.now += 1.9
+        dog.beat(f"fit, epoch 1, after step {step}")
+    clock.now += 59
+    assert not dog.check()
+    clock.now += 3  # 62 s without a step, the process idle
+    assert dog.check() and exits == [watchdog.EXIT_STALLED]
+    assert ("stalled: nothing moved for 62 s in fit, epoch 1, after step 4, after 4 step(s); steps took at most 1.9 s "
+            "so far: the bound is max(60 s, 20 × 1.9 s), and this process was idle (under 10% of a core) for the last "
+            "62 s") in stream.getvalue()
+
+
+def test_a_process_that_keeps_its_cpu_busy_between_steps_is_left_to_the_users_timeout():
+    cpu = Clock()
+    dog, clock, stream, exits = _watchdog(timeout=600, cpu=cpu)
+    dog.arm("fit")
+    for _ in range(3):
+        clock.now += 1
+        dog.beat("fit, epoch 1")
+    for _ in range(100):  # a save, a callback, a new input shape compiling: 500 s at half a core
+        clock.now += 5
+        cpu.now += 2.5
+        assert not dog.check()
+    clock.now += 60  # then idle: the step bound counts from the last busy moment
+    assert dog.check()
+    assert "idle (under 10% of a core) for the last 60 s" in stream.getvalue()
+    dog, clock, stream, exits = _watchdog(timeout=600, cpu=cpu)
+    dog.arm("fit")
+    for _ in range(3):
+        clock.now += 1
+        dog.beat("fit, epoch 1")
+    while not dog.check():  # busy throughout: the user's timeout still ends it
+        clock.now += 5
+        cpu.now += 5
+    assert clock.now - 3 == 600
+    assert "the bound is --stall-timeout 600 s: this process kept its CPU busy" in stream.getvalue()
+
+
+def test_a_phase_whose_wait_the_steps_do_not_predict_keeps_the_users_timeout_until_its_next_step():
+    dog, clock, _, exits = _watchdog(timeout=1800)
+    dog.arm("fit")
+    for _ in range(3):
+        clock.now += 1
+        dog.beat("fit, epoch 1")
+    dog.enter("fit, end of epoch 1 (callbacks, checkpoint)", unmeasured=True)
+    clock.now += 900
+    assert not dog.check()  # a 15-minute checkpoint at 0 % CPU (a slow remote disk): not a stall
+    dog.enter("fit, epoch 2")
+    clock.now += 59
+    assert not dog.check()
+    clock.now += 1
+    assert dog.check()  # back on the step bound once the next epoch started
+
+
+def test_watching_arms_for_the_outermost_call_only_and_disarms_after_it():
+    dog, clock, _, exits = _watchdog(timeout=10)
+    with dog.watching("fit (compiling and running the first step)"):
+        with dog.watching("evaluate"):  # fit's validation, or a callback's own evaluate: no new arming
+            dog.beat()
+        assert dog.stalled_for() == 0  # still armed
+    assert dog.stalled_for() is None
+    clock.now = 100
+    assert not dog.check()
+    with watchdog.Watchdog(0).watching("fit") as off:
+        assert off.stalled_for() is None
 
 
 @pytest.mark.parametrize("given, expected", [(None, watchdog.DEFAULT_STALL_TIMEOUT), (0, 0.0), (90, 90.0), (2.5, 2.5)])

@@ -8,7 +8,9 @@ import json
 import sys
 
 from acceltrain import __version__, backends, log, user_model
+from acceltrain.decisions import PRECISIONS
 from acceltrain.errors import AcceltrainError
+from acceltrain.hardware import PLATFORMS
 
 EXAMPLES = {
     "devices": "example:\n  acceltrain devices --simulate-devices 8 --json",
@@ -255,15 +257,16 @@ def _run(args) -> int:
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory, **_checkpoint_flags(args))
+                      device_memory=args.device_memory, precision=args.precision, **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
     from acceltrain.commands.launch import launch
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
-                  backend=args.backend, distribution=args.distribution, stall_timeout=args.stall_timeout,
-                  device_memory=args.device_memory, **_checkpoint_flags(args))
+                  backend=args.backend, distribution=args.distribution, platform=args.platform, tpu=args.tpu,
+                  precision=args.precision, stall_timeout=args.stall_timeout, device_memory=args.device_memory,
+                  **_checkpoint_flags(args))
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -296,8 +299,13 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distribution", default="auto",
                         help="auto (default: data parallel, or fsdp when the model does not fit one device), data, "
                              "fsdp, model or none")
-    parser.add_argument("--platform", default="auto", help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
+    parser.add_argument("--platform", default="auto", choices=("auto", *PLATFORMS),
+                        help="auto (default: TPU, else GPU, else CPU), tpu, gpu or cpu")
     parser.add_argument("--tpu", metavar="NAME", help="a TPU's name or address to connect to (tensorflow backend)")
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
+                        help="Keras's dtype policy for the models built (default: auto: your own global policy if "
+                             "the script sets one, else mixed_bfloat16 on TPUs and GPUs of compute capability 8.0+, "
+                             "else float32); float32 keeps Keras's default everywhere")
 
 
 def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
@@ -305,7 +313,10 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                         help="end the job, showing each process's stack, when no step has finished for this long "
-                             f"inside fit/evaluate/predict (default: {DEFAULT_STALL_TIMEOUT:g}; 0: off)")
+                             f"inside fit/evaluate/predict (default: {DEFAULT_STALL_TIMEOUT:g}; 0: off). The upper "
+                             "bound: after the first steps, a shorter one follows the measured step time (max(60 s, "
+                             "20 × the slowest step), counting only time this process sits idle), and is used "
+                             "where it is lower")
 
 
 def _devices(args) -> int:
@@ -314,7 +325,8 @@ def _devices(args) -> int:
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
         runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, tpu=args.tpu, verbose=False, device_memory=args.device_memory)
+                          platform=args.platform, tpu=args.tpu, verbose=False, device_memory=args.device_memory,
+                          precision=args.precision)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:
@@ -350,7 +362,8 @@ def _doctor(args) -> int:
 
     show = None if args.json else (lambda check: print(doctor.format_check(check), flush=True))
     checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
-                            distribution=args.distribution, batch_size=args.batch_size, on_check=show)
+                            distribution=args.distribution, platform=args.platform, tpu=args.tpu,
+                            precision=args.precision, batch_size=args.batch_size, on_check=show)
     print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else doctor.summary(checks))
     return 1 if any(check.status == doctor.FAIL for check in checks) else 0
 

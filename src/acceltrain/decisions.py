@@ -113,11 +113,18 @@ def choose_loss(y, output_units: int | None) -> tuple[str, str]:
     return "MeanSquaredError", "labels are not classes"
 
 
-def choose_precision(platform: str, compute_capability: str | None, current_policy: str = "float32") -> tuple[str, str]:
-    """Keras's dtype policy: the user's own, else bfloat16 compute where the hardware is native.
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")  # connect(precision=...), CLI --precision
+
+
+def choose_precision(platform: str, compute_capability: str | None, current_policy: str = "float32",
+                     asked: str = "auto") -> tuple[str, str]:
+    """Keras's dtype policy: the one asked for (precision=), else the user's own global policy, else bfloat16
+    compute where the hardware is native.
 
     "mixed_bfloat16" computes in bfloat16 and keeps the weights, the optimizer and the loss in float32.
     """
+    if asked != "auto":
+        return asked, "asked for with precision"
     if current_policy != "float32":
         return current_policy, "set with keras.config.set_dtype_policy"
     if hardware.kind(platform).NATIVE_BFLOAT16:

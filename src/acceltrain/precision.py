@@ -29,3 +29,17 @@ def scope(policy: str):
         yield
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+def override_note(chosen: str, reason: str, current: str) -> str | None:
+    """What the banner says when acceltrain changes Keras's dtype policy for the models built in scope() (so
+    every model of a `run` script): what they compute in, why, and how to keep the user's; None if unchanged."""
+    if chosen == current:
+        return None
+    return (f"models built in scope() (every model of a `run` script) compute in {_compute_dtype(chosen)}, not "
+            f"{_compute_dtype(current)} ({chosen}: {reason}); keep {current} with precision='{current}' "
+            f"(CLI: --precision {current})")
+
+
+def _compute_dtype(policy: str) -> str:
+    return policy.removeprefix("mixed_")

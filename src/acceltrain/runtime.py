@@ -22,7 +22,8 @@ from acceltrain.version import __version__
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
             num_processes: int | None = None, process_id: int | None = None, stall_timeout: float | None = None,
-            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None) -> "Runtime":
+            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None,
+            precision: str = "auto") -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -40,10 +41,15 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
             Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
-            prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off.
+            prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off. The
+            upper bound: after a phase's first steps, a shorter one follows the measured step time
+            (watchdog.stall_bound: max(60 s, 20 × the slowest step), counting only time the process sits idle).
         device_memory: bytes of one device ("16GiB", "128MiB"), overriding what the hardware reports; what
             'auto' weighs a model against (a CPU reports none, so simulated devices need it to shard).
         mesh_shape: (batch, model) devices of distribution="model"; default: the model axis that fits.
+        precision: Keras's dtype policy for the models built in scope(): "auto" (your own global policy if you
+            set one, else "mixed_bfloat16" on TPUs and on GPUs of compute capability 8.0+, else "float32"),
+            "float32" or "mixed_bfloat16". The banner says when it is not Keras's float32.
     """
     # 1. Check the arguments, before any framework starts.
     _check_simulate_devices(simulate_devices)
@@ -51,6 +57,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     sharding_request = placement.check_request(distribution, device_memory, mesh_shape)  # sharding's own inputs
     decisions.check_distribution(sharding_request.kind)
     platform = _check_platform(platform, tpu, simulate_devices)
+    if precision not in decisions.PRECISIONS:
+        raise UsageError(f"Received precision={precision!r}. Valid: {', '.join(decisions.PRECISIONS)} (auto: bfloat16 "
+                         "compute on TPUs and GPUs that run it natively, else float32).")
 
     # 2. Choose the backend and start it.
     backend_name, backend_reason = decisions.choose_backend(
@@ -83,10 +92,11 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         framework.shard_inputs_per_process(distribution)  # each process feeds its own share
 
     # 5. Choose the precision: bfloat16 compute where the hardware runs it natively.
-    from acceltrain import precision
+    from acceltrain import precision as policies
 
+    keras_policy = policies.current_policy()
     compute, precision_reason = decisions.choose_precision(platform, framework.compute_capability(platform),
-                                                           precision.current_policy())
+                                                           keras_policy, precision)
 
     # 6. The runtime, whole: it intercepts Keras's fit/evaluate/predict while it is open.
     platform_reason = "simulated with simulate_devices" if found.simulated else platform_reason
@@ -98,7 +108,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
-        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin})")
+        changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
+        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){'; ' + changed if changed else ''}")
     return runtime
 
 
@@ -275,11 +286,13 @@ class Runtime:
         good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
-        `stall_timeout` replaces connect()'s for this fit (seconds; 0 turns the stall watchdog off).
+        `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
+        off).
         """
         from acceltrain.training.callbacks import DivergenceCheck
 
-        watched = self._watched(stall_timeout)
+        dog = self._watchdog_for(stall_timeout)
+
         _check_compiled(model)
         placement.report(self, model)  # once per model: a model built in scope() rather than build()
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
@@ -300,15 +313,16 @@ class Runtime:
         self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        with self.scope():
+        watched = [*self._watched(dog), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
+        with dog.watching("fit (compiling and running the first step)"), self.scope():
             if checkpointing is None:
-                history = self._fit_once(model, prepared, epochs, [*callbacks, divergence, *watched], verbose, fit_kwargs)
+                history = self._fit_once(model, prepared, epochs, watched, verbose, fit_kwargs)
             else:
                 from acceltrain.training import resumable
 
                 history = resumable.fit(model, prepared, epochs=epochs, checkpoints=checkpointing[0],
                                         every=checkpointing[1], resume=resume, seed=self._seed, verbose=verbose,
-                                        callbacks=[*callbacks, divergence, *watched], **fit_kwargs)
+                                        callbacks=watched, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
@@ -361,20 +375,24 @@ class Runtime:
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
-        callbacks = [*(evaluate_kwargs.pop("callbacks", None) or ()), *self._watched()]
-        with self.scope():
+        callbacks = [*self._watched(self.watchdog), *(evaluate_kwargs.pop("callbacks", None) or ())]
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return keras_internals.keras_method(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
                 return_dict=True, callbacks=callbacks, **evaluate_kwargs)
 
-    def _watched(self, stall_timeout=None) -> list:
-        """The callbacks each of this runtime's calls adds: the stall watch (`stall_timeout` in place of
-        connect()'s), and one step at a time where steps must not overlap."""
+    def _watched(self, dog) -> list:
+        """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
+        caller around the whole call), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
 
-        stall = self.watchdog if stall_timeout is None else watchdog.Watchdog(watchdog.check_timeout(stall_timeout),
-                                                                              self.process_index)
-        return [StallWatch(stall), *self._framework.step_callbacks(self.distribution)]
+        return [StallWatch(dog), *self._framework.step_callbacks(self.distribution)]
+
+    def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
+        """connect()'s watchdog, or one with `stall_timeout` in its place."""
+        if stall_timeout is None:
+            return self.watchdog
+        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
 
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
@@ -382,8 +400,8 @@ class Runtime:
         from acceltrain.backends import keras_internals
 
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
-        callbacks = [*(predict_kwargs.pop("callbacks", None) or ()), *self._watched()]
-        with self.scope():
+        callbacks = [*self._watched(self.watchdog), *(predict_kwargs.pop("callbacks", None) or ())]
+        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
             return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
                                     verbose=verbose, callbacks=callbacks, **predict_kwargs)
 

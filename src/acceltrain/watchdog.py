@@ -12,6 +12,7 @@ Neutral: no framework. Armed only inside fit/evaluate/predict, so a script's own
 before fit, writing files after) never trips it.
 """
 
+import contextlib
 import faulthandler
 import os
 import sys
@@ -29,43 +30,119 @@ CAUSES = ("a process that never reached this collective (it failed, or took anot
           "script), uneven data (one process has more batches than the others, so it waits alone), or a dead "
           "or unreachable host")
 
+# After the first steps, a step that takes this many times the slowest step seen so far is not a slow step
+# but a hang; never less than FLOOR_SECONDS, so a fast CPU run stuck at 0 % CPU is named in about a minute
+# rather than after DEFAULT_STALL_TIMEOUT (issue 22), and a step that is slow now and then (a GC pause, a
+# loaded machine: steps varied up to ~5× side by side here) stays far inside it.
+FLOOR_SECONDS = 60.0
+STEP_MULTIPLE = 20
+# A process that is working uses its CPU; one waiting in a collective does not: stuck in fit's first
+# collective, a process used 0.3 % of a core (0.07 s of CPU in 20 s, load average ~1); compiling, writing a
+# checkpoint or running a callback uses most of one. The adaptive bound counts only time spent below this
+# share of a core, so a legitimately slow stretch between steps that computes (a new input shape compiling,
+# a save every N steps, a slow per-batch callback) is left to --stall-timeout.
+BUSY_SHARE_OF_A_CORE = 0.10
+# The watchdog is a Python thread: if the main thread ever held the GIL while it hung (a C call that does
+# not release it), the thread could not run. faulthandler's own C thread is its dead man's switch: re-armed
+# at each poll for this long after the --stall-timeout bound, it dumps every stack and exits (code 1) only
+# if the watchdog itself stopped polling. (Measured: while fit waited in a collective, a Python thread kept
+# running every 5 s, so the GIL was free; a callback that sleeps inside ctypes.PyDLL holds it, and then only
+# faulthandler speaks.)
+BACKSTOP_SECONDS = 30.0
+
+
+def stall_bound(timeout: float, slowest_step: float | None) -> tuple[float, str]:
+    """'auto': how long a phase may go without a step before the watchdog ends the process, and why.
+
+    `timeout`: --stall-timeout (the user's, or the default), always the upper bound. `slowest_step`: the
+    longest step measured so far, None until a phase's first step (which compiles) has finished and
+    another has been timed; a phase that compiles or whose length steps do not predict (an epoch's end:
+    validation, callbacks, a checkpoint) has None too.
+    """
+    if slowest_step is None:
+        return timeout, f"the bound is --stall-timeout {timeout:g} s (a phase's first step may compile)"
+    adaptive = max(FLOOR_SECONDS, STEP_MULTIPLE * slowest_step)
+    rule = f"max({FLOOR_SECONDS:g} s, {STEP_MULTIPLE} × {slowest_step:.3g} s)"
+    if adaptive >= timeout:
+        return timeout, f"steps took at most {slowest_step:.3g} s so far: the bound is --stall-timeout {timeout:g} s, " \
+                        f"lower than {rule}"
+    return adaptive, f"steps took at most {slowest_step:.3g} s so far: the bound is {rule}"
+
 
 class Watchdog:
-    """Call arm(phase) when a phase starts, beat() after each step, disarm() when the phase ends.
+    """Watch a fit, evaluate or predict: `with watchdog.watching(phase):` around the call to Keras (from
+    before Keras builds any state: Keras's fit builds the optimizer's and metrics' variables, which in a
+    multi-process job is already a collective, before any callback runs); inside it, beat() after each
+    step and enter(phase) at each change of phase (training/callbacks.py::StallWatch).
 
-    `clock`, `exit` and `stream` are seams for tests.
+    Fires when no step came for stall_bound(...) seconds: --stall-timeout before a phase's first step and
+    where steps do not predict the wait, else a bound that follows the measured step time.
+    `clock`, `cpu_clock`, `exit` and `stream` are seams for tests.
     """
 
-    def __init__(self, timeout: float, process_index: int = 0, *, clock=time.monotonic, exit=os._exit,
-                 stream=None, poll_seconds: float | None = None):
+    def __init__(self, timeout: float, process_index: int = 0, *, clock=time.monotonic, cpu_clock=time.process_time,
+                 exit=os._exit, stream=None, poll_seconds: float | None = None):
         self.timeout = float(timeout)
         self.process_index = process_index
-        self._clock, self._exit, self._stream = clock, exit, stream
+        self._clock, self._cpu_clock, self._exit, self._stream = clock, cpu_clock, exit, stream
         self._poll = poll_seconds if poll_seconds is not None else min(max(self.timeout / 20, 0.05), 1.0)
         self._lock = threading.Lock()
         self._phase: str | None = None  # None: disarmed
-        self._last = clock()
+        self._depth = 0  # watching() nests: fit's validation, a callback's own evaluate
+        self._last = self._busy_at = clock()
+        self._cpu_seen = (self._last, cpu_clock())
         self._steps = 0
+        self._slowest: float | None = None  # the longest step measured so far
+        self._unmeasured = True  # the next step compiles, or the stretch until it is not a step: not timed
         self._thread: threading.Thread | None = None
 
     @property
     def enabled(self) -> bool:
         return self.timeout > 0
 
+    @contextlib.contextmanager
+    def watching(self, phase: str):
+        """Armed inside (the outermost call arms it, and disarms it on the way out)."""
+        if not self.enabled:
+            yield self
+            return
+        self._depth += 1
+        if self._depth == 1:
+            self.arm(phase)
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.disarm()
+
     def arm(self, phase: str) -> None:
         if not self.enabled:
             return
-        with self._lock:
-            self._phase, self._last = phase, self._clock()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="acceltrain-stall-watchdog", daemon=True)
-            self._thread.start()
+        with self._lock:  # each watched call starts afresh: its steps are another function's, maybe another model's
+            self._phase, self._unmeasured, self._steps, self._slowest = phase, True, 0, None
+            self._last = self._busy_at = self._clock()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="acceltrain-stall-watchdog", daemon=True)
+                self._thread.start()
 
-    def beat(self, phase: str | None = None) -> None:
+    def enter(self, phase: str, *, unmeasured: bool = False) -> None:
+        """A change of phase (not a step): the wait starts again. `unmeasured`: until its next step, the
+        wait is not bounded by the step times (the phase compiles, or runs what steps do not predict)."""
         with self._lock:
             if self._phase is None:
                 return
-            self._last = self._clock()
+            self._phase, self._last, self._unmeasured = phase, self._clock(), unmeasured
+
+    def beat(self, phase: str | None = None) -> None:
+        """A step finished. The first after a phase that compiled is not timed: its time is the compile's."""
+        with self._lock:
+            if self._phase is None:
+                return
+            now = self._clock()
+            if not self._unmeasured:
+                self._slowest = max(self._slowest or 0.0, now - self._last)
+            self._last, self._unmeasured = now, False
             self._steps += 1
             if phase is not None:
                 self._phase = phase
@@ -81,24 +158,50 @@ class Watchdog:
 
     def check(self) -> bool:
         """Fire if stalled: True if it did (the exit seam returned instead of ending the process)."""
-        waited = self.stalled_for()
-        if waited is None or waited < self.timeout:
+        now, cpu = self._clock(), self._cpu_clock()
+        with self._lock:
+            if self._phase is None:
+                return False
+            seen_at, cpu_then = self._cpu_seen
+            if now > seen_at and (cpu - cpu_then) / (now - seen_at) > BUSY_SHARE_OF_A_CORE:
+                self._busy_at = now
+            self._cpu_seen = (now, cpu)
+            waited, idle = now - self._last, now - max(self._last, self._busy_at)
+            bound, why = stall_bound(self.timeout, None if self._unmeasured else self._slowest)
+        if waited >= self.timeout:
+            self._fire(waited, why if bound >= self.timeout else
+                       f"the bound is --stall-timeout {self.timeout:g} s: this process kept its CPU busy, so the "
+                       f"step-time bound did not apply ({why})")
+        elif idle >= bound:
+            self._fire(waited, f"{why}, and this process was idle (under {BUSY_SHARE_OF_A_CORE:.0%} of a core) "
+                               f"for the last {int(idle)} s")
+        else:
             return False
-        self._fire(waited)
         return True
 
     def _watch(self) -> None:
-        while not self.check():
+        while True:
+            with self._lock:
+                if self._phase is None:  # disarmed: the thread ends; the next arm starts another
+                    self._thread = None
+                    faulthandler.cancel_dump_traceback_later()
+                    return
+                waited = self._clock() - self._last
+            if (stderr := _stderr_fd()) is not None:
+                faulthandler.dump_traceback_later(max(self.timeout - waited, 0) + BACKSTOP_SECONDS, exit=True,
+                                                  file=stderr)
+            if self.check():
+                return
             time.sleep(self._poll)
 
-    def _fire(self, waited: float) -> None:
+    def _fire(self, waited: float, why: str) -> None:
+        faulthandler.cancel_dump_traceback_later()  # the watchdog speaks: no backstop while it ends the process
         stream = self._stream or sys.stderr
         prefix = f"process {self.process_index}: "
         with self._lock:
             phase, steps = self._phase, self._steps
         progress = f"after {steps} step(s)" if steps else "before its first step"
-        lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress} "
-                 f"(--stall-timeout {self.timeout:g}).",
+        lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress}; {why}.",
                  f"acceltrain: where it stood, thread by thread ({prefix.strip()} below):"]
         launcher = _launcher_pid()
         if launcher is None:
@@ -106,7 +209,8 @@ class Watchdog:
         else:  # the launcher asks every process for its stacks, this one too, before any of them ends
             lines[-1] = "acceltrain: the launcher now asks every process for its stacks (lines [i] below)."
         lines += [f"acceltrain: usual causes: {CAUSES}. Ending this process (exit {EXIT_STALLED}). A longer "
-                  "first compile needs a larger --stall-timeout (0 turns the watchdog off)."]
+                  "first compile, or a longer wait between steps, needs a larger --stall-timeout (the upper "
+                  "bound; 0 turns the watchdog off)."]
         print("\n".join(lines), file=stream, flush=True)
         sys.stdout.flush()
         if launcher is not None:
@@ -120,6 +224,14 @@ class Watchdog:
 # Launched: how long a stalled process waits, alive, while the launcher collects every process's stacks
 # (a process that ended first could take the others down with it: process 0 hosts jax.distributed).
 LAUNCHER_STACKS_SECONDS = 5.0
+
+
+def _stderr_fd() -> int | None:
+    """The process's own stderr (a test's captured sys.stderr has no file descriptor); None without one."""
+    try:
+        return sys.__stderr__.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def _launcher_pid() -> int | None:

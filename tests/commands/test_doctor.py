@@ -165,6 +165,21 @@ def test_the_device_probe_runs_in_a_child_and_reports_jax_errors():
         doctor._jax_device_count("tpu")
 
 
+def test_the_dry_run_connects_as_the_flags_say(monkeypatch):
+    """doctor --platform/--tpu/--precision were accepted and ignored (issue 20, item 12): the dry run's
+    connect gets them."""
+    asked = []
+
+    def run(command, **kwargs):
+        asked.append(command[-1])
+        raise doctor.subprocess.TimeoutExpired(command, 0)
+
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    doctor.check_dry_run(platform="tpu", tpu="my-tpu", precision="float32")
+    request = json.loads(asked[0].split("_dry_run(", 1)[1].rstrip(")").strip("'"))
+    assert (request["platform"], request["tpu"], request["precision"]) == ("tpu", "my-tpu", "float32")
+
+
 def test_a_dry_run_that_hangs_fails_with_where_to_look():
     status, message, fix = doctor.check_dry_run(timeout=0.1)
     assert status == FAIL and "did not finish in 0 s" in message and "-v" in fix

@@ -44,30 +44,54 @@ def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
 
 
-@pytest.mark.multi_device
-def test_when_a_process_dies_the_launcher_stops_the_other_within_60_seconds(tmp_path):
-    with open(tmp_path / "stderr", "w+") as stderr_file:  # a file: an unread pipe could fill and stall the job
-        launcher = subprocess.Popen(
-            support.command("launch", "--processes", "2", "--simulate-devices", "2", support.SCRIPTS / "dies_midway.py"),
-            env=support.env(), stdout=subprocess.PIPE, stderr=stderr_file, text=True)
-        try:
-            died_at = _wait_for_line(launcher.stdout, "[1] trained one epoch", timeout=240)
-            launcher.wait(timeout=60)
-            ended_after = time.monotonic() - died_at
-        finally:
-            launcher.kill()
-            launcher.wait()
-        stderr_file.seek(0)
-        stderr = stderr_file.read()
-    assert launcher.returncode == 1, stderr
-    assert ended_after < 60
-    assert "acceltrain: warning: process 1 was killed by signal 9; stopping the other 1 running process(es) [0]" \
-        in stderr
+def _timed_lines(command, env, timeout: float) -> tuple[int, list]:
+    """Run `command`, its stdout and stderr merged; (exit code, [(time.monotonic() when read, line)])."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line)) for line in process.stdout],
+                              daemon=True)
+    reader.start()
+    try:
+        code = process.wait(timeout=timeout)
+    finally:
+        process.kill()
+        process.wait()
+    reader.join(timeout=10)
+    return code, lines
+
+
+def _when(lines, text: str) -> float:
+    found = [moment for moment, line in lines if text in line]
+    assert found, f"no line with {text!r} in:\n{''.join(line for _, line in lines)[-4000:]}"
+    return found[0]
+
+
+# Each bound below is README's figure plus a margin for a loaded 2-core machine (the lines are timed as the test
+# reads them, and a process's last lines come a poll or two late); the measured times are in the comments.
 
 
 @pytest.mark.multi_device
-def test_without_a_launcher_jax_ends_the_survivor_within_60_seconds():
-    """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed's heartbeat must."""
+def test_when_a_process_dies_the_launcher_stops_the_other_within_its_grace_period():
+    """README: the launcher stops the others (SIGTERM, then SIGKILL after launch.STOP_GRACE_SECONDS = 5 s: the
+    survivor, stuck in a collective, may not act on SIGTERM). Measured: 0.2 s (the survivor's collective failed
+    at once; load average 9)."""
+    from acceltrain.commands.launch import STOP_GRACE_SECONDS
+
+    code, lines = _timed_lines(support.command("launch", "--processes", "2", "--simulate-devices", "2",
+                                               support.SCRIPTS / "dies_midway.py"), support.env(), timeout=300)
+    text = "".join(line for _, line in lines)
+    assert code == 1, text[-4000:]
+    assert "acceltrain: warning: process 1 was killed by signal 9; stopping the other 1 running process(es) [0]" in text
+    ended_after = lines[-1][0] - _when(lines, "[1] trained one epoch")
+    assert ended_after < STOP_GRACE_SECONDS + 5, f"{ended_after:.1f} s from process 1's death to the job's end"
+
+
+@pytest.mark.multi_device
+def test_without_a_launcher_jax_ends_the_survivor_within_about_30_seconds():
+    """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed's heartbeat must. README:
+    "within about 30 s" (backends/jax.py's HEARTBEAT_TIMEOUT_SECONDS). Measured: 10.1 s (load average 9)."""
+    from acceltrain.backends.jax import HEARTBEAT_TIMEOUT_SECONDS
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -80,14 +104,14 @@ def test_without_a_launcher_jax_ends_the_survivor_within_60_seconds():
     try:
         died_at = _wait_for_line(processes[1].stdout, "trained one epoch", timeout=240)
         processes[1].wait(timeout=30)
-        code = processes[0].wait(timeout=60)
+        code = processes[0].wait(timeout=120)
         ended_after = time.monotonic() - died_at
     finally:
         for process in processes:
             process.kill()
             process.wait()
     assert code != 0
-    assert ended_after < 60
+    assert ended_after < HEARTBEAT_TIMEOUT_SECONDS + 5, f"{ended_after:.1f} s from process 1's death to process 0's end"
 
 
 @pytest.mark.parametrize(
@@ -177,43 +201,112 @@ def test_a_signalled_launcher_leaves_no_process_behind(sig):
     assert code == (128 + signal.SIGTERM if sig == signal.SIGTERM else -signal.SIGKILL)
 
 
+STUCK_SCRIPT = support.SCRIPTS / "one_process_stuck.py"
+
+
+def _lines_marked(marker: str) -> list[int]:
+    """The line numbers of one_process_stuck.py that end with `marker` (a comment)."""
+    return [number for number, line in enumerate(STUCK_SCRIPT.read_text().splitlines(), 1) if marker in line]
+
+
+def _seconds_since_it_waited(job, ended: float) -> float:
+    """From process 0's "waiting in CALL at T" (printed just before the call it waits in) to the job's end."""
+    started = [float(line.rsplit(" at ", 1)[1]) for line in job.stdout.splitlines() if line.startswith("[0] waiting in")]
+    assert started, job.stdout
+    return ended - started[-1]
+
+
+# Whatever the script compiles and feeds (issue 20: compiled with Adam and an accuracy metric, Keras's fit waited
+# in a collective while building its state, before the first callback armed the watchdog, and the job hung).
+STUCK_SHAPES = ["adam_accuracy", *(pytest.param(shape, marks=pytest.mark.slow) for shape in (
+    "sgd", "callback", "tf_data", "custom_train_step", "evaluate"))]
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("shape", STUCK_SHAPES)
+def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_each_stood(shape):
+    timeout = 5  # process 1 never comes: any stall process 0 reports is the right one, and CI time is short
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--stall-timeout", timeout,
+                          STUCK_SCRIPT, shape, timeout=300)
+    waited = _seconds_since_it_waited(job, time.time())
+
+    assert job.returncode == 3, job.stderr[-3000:]  # watchdog.EXIT_STALLED
+    assert "unreachable" not in job.stdout
+    call = "evaluate" if shape == "evaluate" else "fit"
+    assert f"[0] acceltrain: error: stalled: nothing moved for {timeout} s in {call} (compiling and running the first " \
+           f"step), before its first step; the bound is --stall-timeout {timeout} s" in job.stderr, job.stderr[-3000:]
+    assert "a process that never reached this collective" in job.stderr
+    # Process 1's stack, asked for by the launcher before anything ended, shows the line it was stuck on;
+    # process 0's shows the call it waited in.
+    assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
+                     job.stderr), job.stderr[-3000:]
+    assert re.search(rf'\[0\] .*one_process_stuck\.py", line ({"|".join(map(str, _lines_marked("# process 0 waits here")))}) '
+                     "in <module>", job.stderr)
+    # The timeout, then the launcher's wait for every process's stacks (watchdog.LAUNCHER_STACKS_SECONDS) and
+    # the stop: measured 15 s after process 0 began to wait at --stall-timeout 10 (load average 5.8).
+    assert waited < timeout + 15, f"{waited:.0f} s from process 0's wait to the job's end"
+
+
 @pytest.mark.multi_device
 @pytest.mark.slow
-def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_the_stuck_line():
+def test_a_process_stuck_between_steps_at_0_cpu_is_named_within_a_minute_not_the_stall_timeout():
+    """Issue 22: after the first steps the bound follows the step time (max(60 s, 20 × the slowest step)),
+    whatever --stall-timeout's upper bound (600 s here)."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--stall-timeout", 600,
+                          STUCK_SCRIPT, "mid_fit", timeout=400)
+    waited = _seconds_since_it_waited(job, time.time())
+
+    assert job.returncode == 3, job.stderr[-3000:]
+    assert re.search(r"\] acceltrain: error: stalled: nothing moved for 6\d s in fit, epoch 2, after step 3, after \d+ "
+                     r"step\(s\); steps took at most [\d.e-]+ s so far: the bound is max\(60 s, 20 × [\d.e-]+ s\), and "
+                     r"this process was idle \(under 10% of a core\) for the last 6\d s", job.stderr), job.stderr[-3000:]
+    assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
+                     job.stderr)
+    # One epoch and 3 steps (about 2 s), 60 s, then the stacks and the stop: measured 70 s (load average 5.8).
+    assert waited < 60 + 25, f"{waited:.0f} s from the fit's start to the job's end"
+
+
+@pytest.mark.slow
+def test_a_process_holding_the_gil_while_stuck_is_ended_by_the_faulthandler_backstop():
+    """The watchdog is a Python thread; a callback stuck in a C call that holds the GIL stops it too.
+    faulthandler's C thread, re-armed at each of the watchdog's polls, dumps the stacks and ends the process."""
+    from acceltrain import watchdog
+
     started = time.monotonic()
-    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--stall-timeout", "15",
-                          support.SCRIPTS / "one_process_stuck.py", timeout=300)
-    assert job.returncode == 3, job.stderr  # watchdog.EXIT_STALLED
-    assert "[0] entering fit" in job.stdout and "unreachable" not in job.stdout
-    assert "[0] acceltrain: error: stalled: nothing moved for 15 s in fit (compiling and running the first step)" \
-        in job.stderr
-    assert "a process that never reached this collective" in job.stderr
-    # Process 1's stack, asked for by the launcher before anything ended, shows the line it was stuck on.
-    assert re.search(r"\[1\] .*one_process_stuck\.py\", line 15 in <module>", job.stderr), job.stderr
-    # Process 0's stack shows where it waited: its fit call.
-    assert re.search(r"\[0\] .*one_process_stuck\.py\", line 17 in <module>", job.stderr)
-    assert time.monotonic() - started < 240  # start-up, then 15 s: not a job that hung until its test timeout
+    job = support.run_cli("run", "--stall-timeout", 5, STUCK_SCRIPT, "gil_held", timeout=300)
+    seconds = time.monotonic() - started
+
+    assert job.returncode == 1, job.stderr[-3000:]  # faulthandler's exit
+    assert re.search(r"Timeout \(0:00:3\d[.\d]*\)!", job.stderr), job.stderr[-3000:]
+    assert f'one_process_stuck.py", line {_lines_marked("# the stuck line")[0]} in stuck_here' in job.stderr
+    assert "unreachable" not in job.stdout
+    assert seconds < 5 + watchdog.BACKSTOP_SECONDS + 40  # start-up and one epoch included
 
 
 @pytest.mark.multi_device
 def test_a_process_whose_script_fails_ends_the_job_showing_its_error_and_leaving_no_process():
     """Process 1's script raises after fit while process 0 goes on to evaluate, a collective process 1 never
     joins. Process 1 must not wait at exit in jax.distributed's shutdown barrier (for process 0, which waits
-    for it): it exits, and the launcher stops process 0. A hang check: the bound is generous."""
-    started = time.monotonic()
-    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", support.SCRIPTS / "fails_after_fit.py",
-                          timeout=240)
-    seconds = time.monotonic() - started
-    pids = [int(line.split()[-1]) for line in job.stdout.splitlines() if "] ready " in line]
+    for it) longer than README's "at most 10 s" (cli.ENDING_GRACE_SECONDS); the launcher then stops process 0
+    within its grace period. Measured: 10.2 s from the error to process 1's exit and to the job's end (load
+    average 9)."""
+    from acceltrain.cli import ENDING_GRACE_SECONDS
+    from acceltrain.commands.launch import STOP_GRACE_SECONDS
 
-    assert job.returncode == 1, job.stderr[-3000:]
-    assert "[1] RuntimeError: process 1's script failed after fit" in job.stderr
+    code, lines = _timed_lines(support.command("launch", "--processes", "2", "--simulate-devices", "2",
+                                               support.SCRIPTS / "fails_after_fit.py"), support.env(), timeout=300)
+    text = "".join(line for _, line in lines)
+    pids = [int(line.split()[-1]) for _, line in lines if "] ready " in line]
+
+    assert code == 1, text[-3000:]
+    failed_at = _when(lines, "[1] RuntimeError: process 1's script failed after fit")
     # The first to fail is named, not process 0, whose evaluate fails within milliseconds for want of it (or is
     # stopped by the launcher, whichever comes first).
-    assert "acceltrain: warning: process 1 exited with code 1;" in job.stderr
-    assert "unreachable" not in job.stdout
+    named_at = _when(lines, "acceltrain: warning: process 1 exited with code 1;")
+    assert "unreachable" not in text
     assert len(pids) == 2 and not [pid for pid in pids if _alive(pid)]
-    assert seconds < 120, f"the job took {seconds:.0f} s to end: it waited for something"
+    assert named_at - failed_at < ENDING_GRACE_SECONDS + 3, f"process 1 took {named_at - failed_at:.1f} s to exit"
+    assert lines[-1][0] - failed_at < ENDING_GRACE_SECONDS + STOP_GRACE_SECONDS + 5
 
 
 @pytest.mark.multi_device
@@ -241,8 +334,10 @@ def test_keras_entry_points_in_a_two_process_job_finish_with_the_same_global_num
                           support.SCRIPTS / "entry_points.py", tmp_path, *shapes, timeout=600)
     assert job.returncode == 0, job.stderr[-5000:]
     for shape in shapes:
-        lines = {line.split("] ", 1)[1] for line in job.stdout.splitlines() if f"] {shape}: ok" in line}
-        assert len(lines) == 1, f"{shape}: {lines}"  # printed by both processes, the same
+        printed = {line.split("] ", 1)[0]: line.split("] ", 1)[1] for line in job.stdout.splitlines()
+                   if f"] {shape}: ok" in line}
+        assert set(printed) == {"[0", "[1"}, f"{shape}: printed by {sorted(printed)}"  # by both processes
+        assert len(set(printed.values())) == 1, f"{shape}: {printed}"  # the same
     # Both processes wrote each path (a temporary name renamed onto it): the files, whole, and nothing else.
     # seed_shape and save load their files back and print the weights' digest: the same in both processes.
     written = sorted(p.name for p in tmp_path.iterdir())
@@ -336,3 +431,24 @@ def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
     monkeypatch.setattr(launch, "_stop", lambda children, first=None: None)  # nothing to stop: both ended
     assert launch._watch([Ended(0), Ended(1)], received=[]) == 1
     assert said == ["process 1 exited with code 1; no other process was still running"]
+
+
+def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
+    """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12)."""
+    from acceltrain.commands import launch
+
+    class Started(Exception):
+        pass
+
+    def popen(command, **kwargs):
+        raise Started(command)
+
+    monkeypatch.setattr(launch.subprocess, "Popen", popen)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(Started) as started:
+        launch.launch(str(script), ["--epochs", "3"], processes=2, platform="cpu", tpu="my-tpu", precision="float32")
+    command = started.value.args[0]
+    for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
+        assert command[command.index(flag) + 1] == value
+    assert command[-3:] == [str(script), "--epochs", "3"]

@@ -54,8 +54,22 @@ def test_the_markdown_has_hardware_decisions_settings_timings_and_results():
     assert "- **distribution**: DataParallel (8 devices: each takes a slice of every batch)" in text
     assert "| accuracy | 0.9100 |" in text
     assert "| batch_size | 240 |" in text and "| learning_rate | default |" in text
-    assert "- first epoch: 3.00 s (includes compiling)" in text
+    assert "- first epoch (epoch 1): 3.00 s (includes compiling)" in text
+    assert "- later epochs (epochs 2-3): 0.23 s on average" in text
+    assert "- training samples per second: 12,000 (timed over epochs 2, 3)" in text
     assert "| 3 | 0.9000 | 0.4000 | 0.8800 | 0.4500 | 0.25 |" in text  # the last epoch's row
+
+
+def test_a_resumed_runs_timings_say_which_epochs_this_process_timed():
+    """Issue 20, item 14: the first epoch's time came from the earlier process, and the resumed epoch counted whole."""
+    metrics = {**METRICS, "timed_epochs": [{"epoch": 2, "seconds": 4.0, "steps": 3}, {"epoch": 3, "seconds": 0.5, "steps": 10}],
+               "samples_per_second": 4800.0, "samples_per_second_epochs": [3], "seconds_to_first_epoch_end": 6.0}
+    text = report.markdown(metrics)
+    assert "- first epoch this process ran (epoch 2, 3 steps of it): 4.00 s (includes compiling)" in text
+    assert "- later epochs (epoch 3): 0.50 s on average" in text
+    assert "- start to the end of epoch 2: 6.00 s" in text
+    assert ("- training samples per second: 4,800 (timed over epoch 3; earlier epochs ran in an earlier process)"
+            in text)
 
 
 def test_redraw_writes_both_files_from_metrics_json(tmp_path):

@@ -1,5 +1,7 @@
 """`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -99,7 +101,9 @@ def test_the_script_error_is_shown_as_its_own():
     assert run.returncode == 1
     traceback = run.stderr[run.stderr.index("Traceback"):].split("\nacceltrain: ")[0]  # up to acceltrain's next line
     assert "ValueError: the script's own error" in traceback
-    assert "exits.py" in traceback.splitlines()[1] and "acceltrain" not in traceback  # no runpy or acceltrain frames
+    files = _frame_files(traceback)
+    assert files[0].name == "exits.py" and not _acceltrain_frames(files)  # no runpy or acceltrain frames
+    assert not [f for f in files if "runpy" in f.name]
 
 
 def test_an_error_inside_fit_shows_no_acceltrain_frames():
@@ -108,7 +112,23 @@ def test_an_error_inside_fit_shows_no_acceltrain_frames():
     assert run.returncode == 1, run.stderr
     traceback = run.stderr[run.stderr.index("Traceback"):]
     assert "ValueError: the script's own error" in traceback and "in on_train_begin" in traceback
-    assert "/acceltrain/" not in traceback  # the hooks around Keras's fit (backends/) are not the script's
+    assert not _acceltrain_frames(_frame_files(traceback))  # the hooks around Keras's fit (backends/) are not the script's
+
+
+def _frame_files(traceback: str) -> list:
+    """The file of each frame of a printed traceback."""
+    import re
+
+    return [Path(name) for name in re.findall(r'^  File "([^"]+)", line \d+', traceback, flags=re.MULTILINE)]
+
+
+def _acceltrain_frames(files) -> list:
+    """Those of acceltrain's own modules (the package folder, wherever the checkout is and whatever it is named:
+    a clone is a folder named acceltrain too)."""
+    import acceltrain
+
+    package = Path(acceltrain.__file__).resolve().parent
+    return [f for f in files if f.resolve().is_relative_to(package)]
 
 
 WRAPPERS = """
@@ -236,7 +256,7 @@ def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_o
     guard = _guard(8)
     guard.runtime.watchdog = Watchdog(60)
     _, kwargs = guard("evaluate", _FakeModel(), (x, y), {"callbacks": ["the script's"]})
-    assert [c if isinstance(c, str) else type(c).__name__ for c in kwargs["callbacks"]] == ["the script's", "StallWatch"]
+    assert [c if isinstance(c, str) else type(c).__name__ for c in kwargs["callbacks"]] == ["StallWatch", "the script's"]
     _, kwargs = _guard(8)("fit", _FakeModel(), (x, y), {"batch_size": 64})  # off (0): nothing added
     assert kwargs.get("callbacks") is None
 
@@ -304,16 +324,35 @@ def _below(fails_hooked: bool):
     return proceed
 
 
-def _calls(log_lines, monkeypatch, num_processes=1):
+def _calls(log_lines, monkeypatch, num_processes=1, watchdog=None):
     from types import SimpleNamespace
 
     from acceltrain import log
     from acceltrain.commands.run import KerasCalls
+    from acceltrain.watchdog import Watchdog
 
     monkeypatch.setattr(log, "info", lambda message: log_lines.append(("info", message)))
     monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
     return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
-                                      num_replicas=1))
+                                      num_replicas=1, watchdog=watchdog or Watchdog(0)))
+
+
+def test_the_stall_watchdog_is_armed_before_keras_runs_any_of_a_scripts_calls(monkeypatch):
+    """Keras's fit builds the optimizer's and the metrics' variables (a collective in a multi-process job)
+    before its first callback: armed from a callback, the watchdog missed a process stuck there (issue 20)."""
+    from acceltrain.watchdog import Watchdog
+
+    dog, seen = Watchdog(60), []
+    dog._thread = object()  # no thread: the test looks, it does not wait
+    calls, model = _calls([], monkeypatch, watchdog=dog), _Model()
+
+    def keras_method(model, *args, **kwargs):
+        seen.append(dog.stalled_for() is not None)
+
+    for name in ("fit", "evaluate", "predict"):
+        calls(_call(name, model, keras_method), _below(False))
+    assert seen == [True, True, True]
+    assert dog.stalled_for() is None  # disarmed once each call returned
 
 
 def _call(name, model, keras_method):

@@ -50,3 +50,97 @@ def test_the_message_names_the_likely_cause():
     check, _ = _run([0.5, LN10, LN10])
     with pytest.raises(Exception, match=r"diverged at epoch 3.*ln\(10\) = 2.3026.*learning rate too high"):
         check.raise_if_diverged()
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Stalled(Exception):
+    pass
+
+
+def _watched_calls(runtime, waits: dict) -> list:
+    """A fit (2 epochs, validation), then evaluate and predict, each under the StallWatch of a watchdog whose
+    clock the test moves: each step takes 1 s, and at the moments in `waits` the clock jumps by that many
+    seconds while the process is idle, then the watchdog checks. The (moment, fired) seen, until it fired."""
+    import io
+
+    import keras
+    import numpy as np
+
+    from acceltrain.training.callbacks import StallWatch
+    from acceltrain.watchdog import Watchdog
+
+    clock, seen = _Clock(), []
+
+    def fire(code):
+        raise _Stalled(code)  # as the process would end
+
+    dog = Watchdog(1800, clock=clock, cpu_clock=_Clock(), exit=fire, stream=io.StringIO())
+    dog._thread = object()  # the test checks by hand: no thread
+
+    def at(moment):
+        if moment in waits:
+            clock.now += waits[moment]
+            seen.append((moment, True))
+            dog.check()
+            seen[-1] = (moment, False)
+
+    class Moments(keras.callbacks.Callback):  # after StallWatch, as the script's callbacks are
+        epoch, validations, fitting = 0, 0, False
+
+        def on_train_begin(self, logs=None):
+            self.fitting = True
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch + 1
+
+        def on_train_batch_begin(self, batch, logs=None):
+            at(f"fit, epoch {self.epoch}, step {batch + 1}")
+            clock.now += 1
+
+        def on_test_begin(self, logs=None):
+            self.validations += 1
+            at(f"validation {self.validations}" if self.fitting else "evaluate's first step")
+
+        def on_test_batch_begin(self, batch, logs=None):
+            clock.now += 1
+
+        def on_epoch_end(self, epoch, logs=None):
+            at(f"the script's callbacks at epoch {epoch + 1}'s end")
+
+        def on_predict_begin(self, logs=None):
+            at("predict's first step")
+
+    x = np.random.default_rng(0).random((256, 4), dtype=np.float32)
+    y = (x.sum(axis=1) > 2).astype("int32")
+    with runtime.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    try:
+        with dog.watching("fit (compiling and running the first step)"):
+            model.fit(x, y, batch_size=64, epochs=2, validation_data=(x[:128], y[:128]), verbose=0,
+                      callbacks=[StallWatch(dog), Moments()])
+        with dog.watching("evaluate (compiling and running the first step)"):
+            model.evaluate(x, y, batch_size=64, verbose=0, callbacks=[StallWatch(dog), Moments()])
+        with dog.watching("predict (compiling and running the first step)"):
+            model.predict(x, batch_size=64, verbose=0, callbacks=[StallWatch(dog), Moments()])
+    except _Stalled:
+        pass
+    return seen
+
+
+def test_what_compiles_or_runs_between_epochs_may_take_the_users_timeout(runtime):
+    slow = ["fit, epoch 1, step 1", "validation 1", "the script's callbacks at epoch 1's end",
+            "the script's callbacks at epoch 2's end", "evaluate's first step", "predict's first step"]
+    assert _watched_calls(runtime, dict.fromkeys(slow, 900)) == [(moment, False) for moment in slow]
+
+
+@pytest.mark.parametrize("moment", ["fit, epoch 2, step 3", "validation 2"])
+def test_a_stall_in_a_phase_already_timed_is_named_within_the_step_bound(runtime, moment):
+    assert _watched_calls(runtime, {moment: 100}) == [(moment, True)]  # steps of 1 s: the bound is 60 s

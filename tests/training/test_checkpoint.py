@@ -94,6 +94,79 @@ def test_restore_brings_back_the_optimizer_state(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+
+# --- Resuming: no checkpoint, damaged ones, another model's (issue 20, item 13) ---------------------
+
+def _store_with(tmp_path, epochs, model=None, keep=3):
+    model = model or _tiny_model()
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=1, verbose=0)  # the optimizer built, as after training
+    store = Checkpoints(tmp_path / "checkpoints", keep=keep)
+    for epoch in epochs:
+        store.save(model, State(epoch=epoch))
+    return store
+
+
+def _damage(folder: Path) -> None:
+    weights = folder / checkpoint.WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:100])
+
+
+def test_resuming_where_there_is_no_checkpoint_starts_from_the_beginning(tmp_path):
+    assert Checkpoints(tmp_path / "checkpoints").restore_latest(_tiny_model()) is None
+
+
+def test_resuming_where_every_checkpoint_is_damaged_stops_leaving_them_as_they_are(tmp_path):
+    store = _store_with(tmp_path, (1, 2))
+    for folder in store.list():
+        _damage(folder)
+    with pytest.raises(UsageError, match=r"Every checkpoint in .*checkpoints is damaged \(epoch-0002-step-00000: "
+                                         r"ValueError: the weights do not match.*To start over instead, remove"):
+        store.restore_latest(_tiny_model())
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000", "epoch-0002-step-00000"]
+
+
+@pytest.mark.parametrize("other, difference", [
+    (lambda keras: keras.layers.Dense(3), r"trainable variable sequential_\d+/dense_\d+/kernel is \(3, 3\) float32 "
+                                          r"here; the checkpoint's sequential_\d+/dense_\d+/kernel is \(3, 2\) float32"),
+    (lambda keras: keras.layers.Dense(2, use_bias=False),
+     r"the model has 1 trainable variables here, the checkpoint 2 \(first unmatched: sequential_\d+/dense_\d+/bias\)"),
+])
+def test_resuming_with_another_model_names_what_differs_and_stops(tmp_path, other, difference):
+    import keras
+
+    store = _store_with(tmp_path, (1,))
+    changed = keras.Sequential([keras.Input((3,)), other(keras)])
+    changed.compile("adam", "mse")
+    with pytest.raises(UsageError, match=r"The checkpoint .*epoch-0001-step-00000 was written by a different model: "
+                                         + difference + r".*Resume with the model that wrote it\. To start over"):
+        store.restore_latest(changed)
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000"]  # nothing deleted, nothing loaded
+
+
+def test_a_run_resumed_past_a_damaged_checkpoint_never_prunes_its_own_new_ones(tmp_path, capsys):
+    store = _store_with(tmp_path, (1, 2), keep=2)
+    store.keep = 1  # the resumed run keeps one
+    _damage(store.list()[-1])  # epoch 2 damaged
+    model = _tiny_model()
+    path, state = store.restore_latest(model)
+    assert state.epoch == 1 and "skipping damaged checkpoint epoch-0002-step-00000" in capsys.readouterr().err
+    store.save(model, State(epoch=1, step=5))  # the resumed run's first: the stale epoch 2 goes, not this one
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00005"]
+
+
+@pytest.mark.parametrize("folders, saved, keep, deleted", [
+    (["epoch-0001-step-00000", "epoch-0002-step-00000", "epoch-0003-step-00000"], "epoch-0003-step-00000", 2,
+     ["epoch-0001-step-00000"]),
+    (["epoch-0001-step-00005", "epoch-0002-step-00000"], "epoch-0001-step-00005", 1,  # resumed from 1 past a stale 2
+     ["epoch-0002-step-00000"]),
+    (["epoch-0001-step-00000", "epoch-0001-step-00005", "epoch-0005-step-00000"], "epoch-0001-step-00005", 2,
+     ["epoch-0005-step-00000"]),
+    (["epoch-0009-step-00000", "epoch-0010-step-00000"], "epoch-0010-step-00000", 2, []),  # numbers, not text
+])
+def test_to_prune_keeps_the_newest_up_to_the_save_and_drops_what_comes_after_it(folders, saved, keep, deleted):
+    assert [p.name for p in checkpoint.to_prune([Path(f) for f in folders], Path(saved), keep)] == deleted
+
+
 # --- Real runs, killed and resumed --------------------------------------------------------------
 
 def _train_args(data, out, backend):
@@ -144,9 +217,12 @@ def test_killed_and_resumed_runs_end_with_identical_weights(tmp_path, small_mnis
     assert _kill_after_first_checkpoint(args, out, signal.SIGKILL, rng)[0] == -signal.SIGKILL
     for attempt in range(2):
         assert _kill_after_first_checkpoint(args + ["--resume"], out, signal.SIGKILL, rng)[0] == -signal.SIGKILL
-    final = _start(args + ["--resume"])
+    newest = Checkpoints(out / "checkpoints").list()[-1].name
+    # Born from another seed: a resume that restarted from scratch (training is deterministic) would end elsewhere.
+    final = _start([arg for arg in args if arg != "--quiet"] + ["--resume", "--seed", "7"])  # its resume line shown
     stdout, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr
+    assert f"resuming from {newest}" in stderr and "keeping 0 so the data order stays the same" in stderr
     expected, got = _weights(tmp_path / "whole" / "model.weights.h5"), _weights(out / "model.weights.h5")
     assert expected.keys() == got.keys()
     for name in expected:
@@ -255,6 +331,7 @@ def test_a_second_ctrl_c_stops_at_once():
     """The first SIGINT is noted (the step finishes, a checkpoint is written); a second one does not wait."""
     from acceltrain.training import resumable
 
+    before = signal.getsignal(signal.SIGINT)  # Python's default, or SIG_IGN when started in a shell's background
     with pytest.raises(KeyboardInterrupt):
         with resumable._deferred_signals() as received:
             os.kill(os.getpid(), signal.SIGINT)
@@ -262,7 +339,7 @@ def test_a_second_ctrl_c_stops_at_once():
             assert received == [signal.SIGINT]
             os.kill(os.getpid(), signal.SIGINT)
             _wait_until(lambda: False)  # the second raises KeyboardInterrupt here
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the previous handler is back
+    assert signal.getsignal(signal.SIGINT) == before  # the previous handler is back
 
 
 def _wait_until(condition, timeout: float = 10.0) -> None:

@@ -105,3 +105,23 @@ def test_validation_split_is_made_once_and_never_trained_on(runtime, tmp_path, m
 
     assert trained == [set(range(80))] * 2  # samples 80 to 99 are the validation set, never trained on
     assert len(history.history["val_loss"]) == 2
+
+
+def test_a_resumed_run_times_only_what_it_ran(runtime, tmp_path):
+    """Issue 20, item 14: history.timed_epochs holds the epochs this process ran, the resumed one with the steps
+    it ran of it; epoch_seconds keeps every epoch's (the earlier process's too)."""
+    import shutil
+
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(256)  # 8 steps of 32 an epoch
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=folder, checkpoint_every="3 steps",
+                keep_checkpoints=5)
+    kept = sorted(p.name for p in folder.iterdir() if p.name.startswith("epoch-"))
+    for name in kept[kept.index("epoch-0000-step-00006") + 1:]:  # as if killed after step 6 of epoch 1
+        shutil.rmtree(folder / name)
+    history = runtime.fit(model, x, y, batch_size=32, epochs=3, verbose=0, checkpoint_dir=folder, resume=True,
+                          checkpoint_every="3 steps", keep_checkpoints=5)
+    assert [(e["epoch"], e["steps"]) for e in history.timed_epochs] == [(1, 2), (2, 8), (3, 8)]
+    assert len(history.epoch_seconds) == 3

@@ -111,6 +111,60 @@ def test_a_kill_during_a_save_leaves_the_previous_checkpoint_loadable(runtime, t
     assert sorted(p.name for p in folder.iterdir()) == ["epoch-0001-step-00000", "epoch-0002-step-00000"]
 
 
+
+def _damage(folder: Path) -> None:
+    for data_file in (folder / "pytree").rglob("d/*"):  # tensorstore's chunks, truncated as by a full disk
+        data_file.write_bytes(data_file.read_bytes()[:10])
+
+
+def test_resuming_where_every_checkpoint_is_damaged_stops_leaving_them_as_they_are(runtime, tmp_path):
+    from acceltrain.errors import UsageError
+
+    store = ShardedCheckpoints(tmp_path / "checkpoints", keep=2)
+    model = _trained(_sharded_model(None, 1))
+    for epoch in (1, 2):
+        store.save(model, State(epoch=epoch))
+    store.close()
+    for folder in store.list():
+        _damage(folder)
+    with pytest.raises(UsageError, match=r"Every checkpoint in .*checkpoints is damaged \(epoch-0002-step-00000: .*"
+                                         r"epoch-0001-step-00000: .*To start over instead, remove"):
+        ShardedCheckpoints(tmp_path / "checkpoints").restore_latest(_sharded_model(None, 1))
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000", "epoch-0002-step-00000"]
+
+
+def test_resuming_with_another_model_names_what_differs_and_stops(runtime, tmp_path):
+    import keras
+
+    from acceltrain.errors import UsageError
+
+    store = ShardedCheckpoints(tmp_path / "checkpoints")
+    store.save(_trained(_sharded_model(None, 1)), State(epoch=1))
+    store.close()
+    wider = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32), keras.layers.Dropout(0.2), keras.layers.Dense(8)])
+    wider.compile("adam", "mse")
+    with pytest.raises(UsageError, match=r"written by a different model: trainable variable sequential_\d+/dense_\d+/"
+                                         r"kernel is \(16, 32\) float32 here; the checkpoint's sequential_\d+/dense_\d+/"
+                                         r"kernel is \(16, 64\) float32"):
+        ShardedCheckpoints(tmp_path / "checkpoints").restore_latest(wider)
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000"]
+
+
+def test_a_run_resumed_past_a_damaged_checkpoint_never_prunes_its_own_new_ones(runtime, tmp_path, capsys):
+    store = ShardedCheckpoints(tmp_path / "checkpoints", keep=2)
+    model = _trained(_sharded_model(None, 1))
+    for epoch in (1, 2):
+        store.save(model, State(epoch=epoch))
+    store.close()
+    _damage(store.list()[-1])
+    resumed = ShardedCheckpoints(tmp_path / "checkpoints", keep=1)
+    path, state = resumed.restore_latest(model)
+    assert state.epoch == 1 and "skipping damaged checkpoint epoch-0002-step-00000" in capsys.readouterr().err
+    resumed.save(model, State(epoch=1, step=3))  # the resumed run's own: the stale epoch 2 goes, not this one
+    resumed.close()
+    assert [p.name for p in resumed.list()] == ["epoch-0001-step-00003"]
+
+
 # --- A sharded run, stopped by SIGTERM and resumed on the same mesh and on another --------------------
 
 def _sharded_fit(out: Path, *args, timeout=300):

@@ -134,7 +134,8 @@ class Call:
         return bound_arguments(self.keras, self.model, self.args, self.kwargs)
 
     def with_callback(self, callback) -> "Call":
-        """The call with `callback` added to its callbacks. Left as it is where the callbacks came by position or
+        """The call with `callback` first among its callbacks (so it sees an epoch's end before the script's
+        callbacks run theirs). Left as it is where the callbacks came by position or
         as a CallbackList the caller built, or already hold a callback of the same class.
 
         Relies on: fit/evaluate/predict take `callbacks` as a list or a CallbackList.
@@ -147,7 +148,7 @@ class Call:
             return self  # a keras.callbacks.CallbackList: already configured by the caller
         if any(type(c) is type(callback) for c in callbacks or ()):
             return self
-        return self.replace(kwargs={**self.kwargs, "callbacks": [*(callbacks or ()), callback]})
+        return self.replace(kwargs={**self.kwargs, "callbacks": [callback, *(callbacks or ())]})
 
 
 def intercept(backend: str, placement):
@@ -171,6 +172,11 @@ def intercept(backend: str, placement):
         return True
 
     return close
+
+
+def runtimes_open() -> int:
+    """How many runtimes are open now: the interception is installed while there is one."""
+    return len(_open)
 
 
 def runtimes_opened() -> int:

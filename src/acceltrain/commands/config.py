@@ -51,6 +51,7 @@ class TrainConfig:
     seed: int = 0
     platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
     tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
+    precision: str = "auto"  # Keras's dtype policy: auto (bfloat16 compute where native), float32, mixed_bfloat16
     resume: bool = False  # continue from the newest good checkpoint in `out`
     overwrite: bool = False  # replace what a previous run left in `out`
     checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"

@@ -44,8 +44,10 @@ class Check:
 
 
 def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: int | None = None,
-            distribution: str = "auto", batch_size: int | None = None, on_check=None) -> list[Check]:
-    """Every check, in the order a person would fix them: the software, the hardware, then a dry run.
+            distribution: str = "auto", platform: str = "auto", tpu: str | None = None, precision: str = "auto",
+            batch_size: int | None = None, on_check=None) -> list[Check]:
+    """Every check, in the order a person would fix them: the software, the hardware, then a dry run (on
+    `platform`, or the TPU named `tpu`, as `acceltrain train` would connect with the same flags).
 
     `on_check(check)` is called as each one finishes, so a slow check never hides the ones before it.
     """
@@ -60,7 +62,8 @@ def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: 
         ("compile cache", check_compile_cache),
         ("output folder", lambda: check_output_folder(out)),
         ("dry run", lambda: check_dry_run(backend=backend, simulate_devices=simulate_devices,
-                                          distribution=distribution, batch_size=batch_size)),
+                                          distribution=distribution, platform=platform, tpu=tpu,
+                                          precision=precision, batch_size=batch_size)),
     ]
     results = []
     for name, check in checks:
@@ -390,6 +393,7 @@ def _version_matches(version: str, pin: str) -> bool:
 # --- A dry run --------------------------------------------------------------------------------
 
 def check_dry_run(*, backend: str | None = None, simulate_devices: int | None = None, distribution: str = "auto",
+                  platform: str = "auto", tpu: str | None = None, precision: str = "auto",
                   batch_size: int | None = None, timeout: float = DRY_RUN_TIMEOUT) -> tuple[str, str, str]:
     """Connect, build the recipe's model in the distribution's scope, divide the batch, compile one step.
 
@@ -397,7 +401,7 @@ def check_dry_run(*, backend: str | None = None, simulate_devices: int | None = 
     the real hardware.
     """
     request = {"backend": backend, "simulate_devices": simulate_devices, "distribution": distribution,
-               "batch_size": batch_size}
+               "platform": platform, "tpu": tpu, "precision": precision, "batch_size": batch_size}
     code = f"from acceltrain.commands.doctor import _dry_run; _dry_run({json.dumps(request)!r})"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
     try:
@@ -431,7 +435,8 @@ def _dry_run(request_json: str) -> None:
     print(json.dumps({"status": status, "message": message, "fix": fix}))
 
 
-def _one_step(*, backend, simulate_devices, distribution, batch_size) -> tuple[str, str, str]:
+def _one_step(*, backend, simulate_devices, distribution, platform="auto", tpu=None, precision="auto",
+              batch_size) -> tuple[str, str, str]:
     import numpy as np
 
     from acceltrain import data, recipes
@@ -439,7 +444,8 @@ def _one_step(*, backend, simulate_devices, distribution, batch_size) -> tuple[s
 
     recipe = recipes.get(recipes.DEFAULT)
     batch_size = batch_size or recipe.BATCH_SIZE
-    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, verbose=False)
+    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
+                      tpu=tpu, precision=precision, verbose=False)
     data.check_batch_size(batch_size, runtime.num_replicas)
     with runtime.scope():
         model = recipe.build_model()

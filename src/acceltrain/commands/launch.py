@@ -27,12 +27,13 @@ STACKS_SECONDS = 2.0  # for the other processes to write their stacks, once one 
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
-           backend: str | None = None, distribution: str = "auto", stall_timeout: float | None = None,
+           backend: str | None = None, distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
+           precision: str = "auto", stall_timeout: float | None = None,
            device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
            checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
-    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The checkpoint flags are
-    passed on to each process (`acceltrain run --checkpoint-dir`)."""
+    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The connect flags (platform,
+    tpu, precision ...) and the checkpoint flags are passed on to each process (`acceltrain run`)."""
     from acceltrain.commands import run_checkpoints
 
     # 1. Everything that can be wrong is refused before a process starts.
@@ -52,7 +53,10 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
 
     # 2. Start the processes: the same command, each told its index.
     coordinator = f"127.0.0.1:{_free_port()}"
-    command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution]
+    command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution,
+               "--platform", platform, "--precision", precision]
+    if tpu is not None:
+        command += ["--tpu", tpu]
     if device_memory is not None:
         command += ["--device-memory", device_memory]
     if simulate_devices is not None:

@@ -159,14 +159,7 @@ def markdown(metrics: dict) -> str:
     lines += [f"| {key} | {'default' if value is None else value} |" for key, value in config.items()]
 
     lines += ["", "## Timings", ""]
-    if seconds:
-        steady = seconds[1:] or seconds
-        lines.append(f"- first epoch: {seconds[0]:.2f} s (includes compiling)")
-        lines.append(f"- later epochs: {sum(steady) / len(steady):.2f} s on average")
-    for key, label, unit in (("seconds_to_first_epoch_end", "start to the end of the first epoch", " s"),
-                             ("samples_per_second", "training samples per second (after the first epoch)", "")):
-        if isinstance(metrics.get(key), (int, float)):
-            lines.append(f"- {label}: {metrics[key]:,.{2 if unit else 0}f}{unit}")
+    lines += _timings(metrics, seconds)
 
     keys = [key for key, values in history.items() if isinstance(values, list)]
     if keys:
@@ -177,6 +170,36 @@ def markdown(metrics: dict) -> str:
             row.append(f"{seconds[epoch]:.2f}" if epoch < len(seconds) else "")
             lines.append(f"| {epoch + 1} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _timings(metrics: dict, seconds: list) -> list[str]:
+    """What was timed, and from which epochs: a resumed run times only the epochs its last process ran (the
+    first of them compiles; the one it resumed, only the steps it ran), never an earlier process's."""
+    timed = metrics.get("timed_epochs") or [{"epoch": number, "seconds": value, "steps": None}
+                                            for number, value in enumerate(seconds, 1)]
+    if not timed:
+        return []
+    first, steady = timed[0], timed[1:]
+    resumed = timed[0]["epoch"] > 1
+    lines = [f"- first epoch{' this process ran' if resumed else ''} (epoch {first['epoch']}"
+             f"{', ' + str(first['steps']) + ' steps of it' if resumed and first['steps'] else ''}): "
+             f"{first['seconds']:.2f} s (includes compiling)"]
+    if steady:
+        lines.append(f"- later epochs ({_epochs(steady)}): {sum(e['seconds'] for e in steady) / len(steady):.2f} s on average")
+    if isinstance(metrics.get("seconds_to_first_epoch_end"), (int, float)):
+        lines.append(f"- start to the end of epoch {first['epoch']}: {metrics['seconds_to_first_epoch_end']:,.2f} s")
+    if isinstance(metrics.get("samples_per_second"), (int, float)):
+        basis = metrics.get("samples_per_second_epochs") or [e["epoch"] for e in steady or timed]
+        compile_note = ", including its compile" if metrics.get("samples_per_second_includes_compile") else ""
+        lines.append(f"- training samples per second: {metrics['samples_per_second']:,.0f} (timed over epoch"
+                     f"{'s' * (len(basis) > 1)} {', '.join(map(str, basis))}{compile_note}"
+                     f"{'; earlier epochs ran in an earlier process' if resumed else ''})")
+    return lines
+
+
+def _epochs(timed: list[dict]) -> str:
+    numbers = [e["epoch"] for e in timed]
+    return f"epoch {numbers[0]}" if len(numbers) == 1 else f"epochs {numbers[0]}-{numbers[-1]}"
 
 
 def _number(value) -> str:

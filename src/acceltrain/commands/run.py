@@ -33,7 +33,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
                coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
                stall_timeout: float | None = None, device_memory: str | None = None, checkpoint_dir=None,
-               resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
+               resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None,
+               precision: str = "auto") -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
     With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py)."""
     script = Path(path)
@@ -43,7 +44,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
-                      stall_timeout=stall_timeout, device_memory=device_memory)
+                      stall_timeout=stall_timeout, device_memory=device_memory, precision=precision)
     _never_outlive_the_job()
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
@@ -236,7 +237,8 @@ class KerasCalls:
         self._depth += 1
         before = keras_internals.variable_values(call.model) if outermost else []
         try:
-            return proceed(call)
+            with self.runtime.watchdog.watching(f"{call.name} (compiling and running the first step)"):
+                return proceed(call)  # armed from the start: Keras builds state (a collective) before any callback
         except AcceltrainError:
             raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
         except Exception as error:

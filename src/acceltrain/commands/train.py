@@ -34,7 +34,7 @@ def train_and_evaluate(config: TrainConfig) -> dict:
     with log.phase("connecting to the hardware"):
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
                           platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory)
+                          device_memory=config.device_memory, precision=config.precision)
     data.check_batch_size(job.batch_size, runtime.num_replicas)
     runtime.seed(config.seed)
     model, (x_train, y_train), (x_test, y_test) = _build(runtime, config, job)
@@ -48,15 +48,19 @@ def train_and_evaluate(config: TrainConfig) -> dict:
 
     # 4. Write the outputs, each atomically.
     epoch_seconds = history.epoch_seconds
+    timed = getattr(history, "timed_epochs", None) or [
+        {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
+        for number, seconds in enumerate(epoch_seconds, 1)]
     metrics = {
         "test_accuracy": test.get("accuracy"),
         "test_loss": test.get("loss"),
         "test_metrics": test,
         "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-        "epoch_seconds": epoch_seconds,
-        "first_epoch_seconds": epoch_seconds[0],
-        "seconds_to_first_epoch_end": fit_started - started + epoch_seconds[0],
-        "samples_per_second": _steady_samples_per_second(data.num_samples(x_train), epoch_seconds),
+        "epoch_seconds": epoch_seconds,  # each epoch's, whichever process ran it (a resumed run: several)
+        "timed_epochs": timed,  # the epochs this process ran, with the steps it ran of each
+        "first_epoch_seconds": timed[0]["seconds"],  # this process's first: it compiles
+        "seconds_to_first_epoch_end": fit_started - started + timed[0]["seconds"],
+        **throughput(timed, job.batch_size),
         "config": {**asdict(config), "epochs": job.epochs, "batch_size": job.batch_size, "out": str(job.out_dir)},
         "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
         "runtime": runtime.describe(),
@@ -199,10 +203,15 @@ def _progress_verbosity():
     return 1 if sys.stdout.isatty() else 2
 
 
-def _steady_samples_per_second(num_samples: int, epoch_seconds: list[float]) -> float:
-    """Samples per second over the epochs after the first (the first includes compilation)."""
-    steady = epoch_seconds[1:] or epoch_seconds
-    return num_samples * len(steady) / sum(steady)
+def throughput(timed: list[dict], batch_size: int) -> dict:
+    """Training samples per second, from what this process ran and timed only: the steps it ran of each epoch
+    (a resumed epoch's, not the whole epoch's) over their seconds, after its first epoch (which compiles), or
+    that one alone (then said). An earlier process's epochs are not timed here: its compile and its start
+    would be counted for nothing, or not at all."""
+    steady = timed[1:] or timed
+    return {"samples_per_second": batch_size * sum(e["steps"] for e in steady) / sum(e["seconds"] for e in steady),
+            "samples_per_second_epochs": [e["epoch"] for e in steady],
+            "samples_per_second_includes_compile": not timed[1:]}
 
 
 def _recipe_inputs(recipe, x, y, split):

@@ -92,8 +92,14 @@ class EpochTimer(keras.callbacks.Callback):
 
 
 class StallWatch(keras.callbacks.Callback):
-    """Beats the stall watchdog (acceltrain/watchdog.py) at each finished step and each change of phase,
-    and arms it only while a fit, evaluate or predict runs.
+    """Beats the stall watchdog (acceltrain/watchdog.py) at each finished step and each change of phase.
+    The caller arms it (`with watchdog.watching(...)`) around the whole Keras call: Keras builds state
+    before any callback runs.
+
+    Phases whose wait steps do not predict are entered `unmeasured` (watchdog.stall_bound): a fit's first
+    step and the first validation, evaluate and predict steps (each compiles its own function), and an
+    epoch's end (the script's epoch-end callbacks, a checkpoint written between epochs). Put it first among
+    the callbacks, so its on_epoch_end comes before the script's.
 
     `async_safe`: Keras may call the batch ends from its callback thread, once the step's metrics are on
     the host (so the step has finished); nothing here needs them sooner, and it must not make Keras wait.
@@ -105,49 +111,46 @@ class StallWatch(keras.callbacks.Callback):
         super().__init__()
         self.watchdog = watchdog
         self._fitting = False
+        self._trained = self._validated = False  # a step done: later ones do not compile
         self._epoch = 0
 
     def on_train_begin(self, logs=None):
         self._fitting = True
-        self.watchdog.arm("fit (compiling and running the first step)")
+        self.watchdog.enter("fit (compiling and running the first step)", unmeasured=True)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch + 1
-        self.watchdog.beat(f"fit, epoch {self._epoch}")
+        self.watchdog.enter(f"fit, epoch {self._epoch}", unmeasured=not self._trained)
 
     def on_train_batch_end(self, batch, logs=None):
+        self._trained = True
         self.watchdog.beat(f"fit, epoch {self._epoch}, after step {batch + 1}")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.watchdog.enter(f"fit, end of epoch {self._epoch} (callbacks, checkpoint)", unmeasured=True)
 
     def on_train_end(self, logs=None):
         self._fitting = False
-        self.watchdog.disarm()
+        self.watchdog.enter("fit, finishing")
 
     def on_test_begin(self, logs=None):
-        self._begin("validation" if self._fitting else "evaluate")
+        if self._fitting:
+            self.watchdog.enter("validation", unmeasured=not self._validated)
+            self._validated = True
+        else:
+            self.watchdog.enter("evaluate (compiling and running the first step)", unmeasured=True)
 
     def on_test_batch_end(self, batch, logs=None):
         self.watchdog.beat(f"{'validation' if self._fitting else 'evaluate'}, after step {batch + 1}")
 
     def on_test_end(self, logs=None):
-        self._end()
+        self.watchdog.enter(f"fit, epoch {self._epoch}, after validation" if self._fitting else "evaluate, finishing")
 
     def on_predict_begin(self, logs=None):
-        self._begin("predict")
+        self.watchdog.enter("predict (compiling and running the first step)", unmeasured=True)
 
     def on_predict_batch_end(self, batch, logs=None):
         self.watchdog.beat(f"predict, after step {batch + 1}")
 
     def on_predict_end(self, logs=None):
-        self._end()
-
-    def _begin(self, phase):
-        if self._fitting:
-            self.watchdog.beat(phase)
-        else:
-            self.watchdog.arm(f"{phase} (compiling and running the first step)")
-
-    def _end(self):
-        if self._fitting:
-            self.watchdog.beat(f"fit, epoch {self._epoch}")
-        else:
-            self.watchdog.disarm()
+        self.watchdog.enter("predict, finishing")

@@ -41,6 +41,9 @@ class State:
     history: dict = field(default_factory=dict)  # Keras's per-epoch logs so far
     epoch_seconds: list = field(default_factory=list)
     weights_sha256: str = ""
+    # {"trainable"|"non_trainable"|"optimizer": [[path, shape, dtype], ...]} of the model that wrote it, so a
+    # resume can tell another model from a damaged file. Empty in checkpoints written before it was kept.
+    variables: dict = field(default_factory=dict)
 
 
 def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
@@ -89,6 +92,7 @@ class Checkpoints:
             partial.mkdir(parents=True)
             model.save_weights(partial / WEIGHTS)
             state.weights_sha256 = _sha256(partial / WEIGHTS)
+            state.variables = variable_signature(model)
             (partial / STATE).write_text(json.dumps(asdict(state), indent=1))
             _fsync_folder_files(partial)
             if final.exists():  # the same point saved again (a resumed run): replace it
@@ -100,7 +104,7 @@ class Checkpoints:
                 f"Could not write the checkpoint {final} ({error.strerror or error}). The previous checkpoint "
                 "is intact. Free some disk space or pass another --out, then resume with --resume."
             ) from None
-        for old in self.list()[: -self.keep]:
+        for old in to_prune(self.list(), final, self.keep):
             shutil.rmtree(old, ignore_errors=True)
         return final
 
@@ -116,11 +120,9 @@ class Checkpoints:
         return newest_readable(self.list(), read_state)
 
     def restore_latest(self, model) -> tuple[Path, State] | None:
-        """Restore the newest good checkpoint into `model`; returns it and its State, or None if there is none."""
-        found = self.latest()
-        if found is not None:
-            restore(model, found[0])
-        return found
+        """Restore the newest good checkpoint into `model`; returns it and its State, or None if there is none.
+        Raises UsageError when every one is damaged or another model wrote them (restore_newest)."""
+        return restore_newest(self.folder, self.list(), read_state, restore, model)
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -138,6 +140,93 @@ def save_where_nobody_looks(save, name: str) -> None:
     the weights is a step every process takes (or process 0 waits for ever)."""
     with tempfile.TemporaryDirectory(prefix="acceltrain-discarded-") as folder:
         save(Path(folder) / name)
+
+
+def to_prune(folders: list[Path], saved: Path, keep: int) -> list[Path]:
+    """The checkpoints to delete once `saved` is written: those after it, which a run resumed from an older
+    one has left behind (damaged, skipped at the resume), then all but the newest `keep` up to it. Never the
+    run's own newest: a stale checkpoint numbered after them does not push them out."""
+    position = _position(saved)
+    stale = [folder for folder in folders if _position(folder) > position]
+    upto = [folder for folder in folders if _position(folder) <= position]
+    return stale + upto[: max(len(upto) - keep, 0)]
+
+
+def _position(folder: Path) -> tuple[int, int]:
+    return tuple(int(group) for group in _NAME.match(folder.name).groups())
+
+
+def saved_variables(model) -> dict:
+    """What a checkpoint holds, in the order the model creates it: weights, the rest of the layers' state
+    (seed generators, batch-norm statistics), and the optimizer's. Lists, not Keras's state tree by
+    name, so a model whose layers were named otherwise (another `dense_3`) still resumes, as with
+    .weights.h5. Metrics are left out: Keras resets them at each epoch's start."""
+    optimizer = model.optimizer.variables if model.optimizer is not None else []
+    return {"trainable": list(model.trainable_variables), "non_trainable": list(model.non_trainable_variables),
+            "optimizer": list(optimizer)}
+
+
+def variable_signature(model) -> dict:
+    """State.variables: each saved variable's path, shape and dtype, in saved_variables' order."""
+    return {group: [[variable.path, list(variable.shape), str(variable.dtype)] for variable in variables]
+            for group, variables in saved_variables(model).items()}
+
+
+def model_difference(model, state: State) -> str | None:
+    """What tells `model` from the one that wrote `state` (the first variable that does not match), or None.
+    None too for a checkpoint that did not record its model: then only loading it can tell."""
+    if not state.variables:
+        return None
+    here = variable_signature(model)
+    for group in ("trainable", "non_trainable", "optimizer"):
+        mine, saved = here[group], state.variables.get(group, [])
+        for (path, shape, dtype), (saved_path, saved_shape, saved_dtype) in zip(mine, saved):
+            if list(shape) != list(saved_shape) or dtype != saved_dtype:
+                return (f"{group} variable {path} is {tuple(shape)} {dtype} here; the checkpoint's {saved_path} is "
+                        f"{tuple(saved_shape)} {saved_dtype}")
+        if len(mine) != len(saved):
+            first = (mine[len(saved)] if len(mine) > len(saved) else saved[len(mine)])[0]
+            return f"the model has {len(mine)} {group} variables here, the checkpoint {len(saved)} (first unmatched: {first})"
+    return None
+
+
+def restore_newest(folder: Path, folders: list[Path], read, load, model) -> tuple[Path, State] | None:
+    """Load the newest of `folders` (oldest first) that reads back whole into `model`: `read(folder)` gives its
+    State, `load(model, folder)` its arrays. Damaged ones are reported and skipped for the one before.
+
+    Three outcomes a resume must not confuse: no checkpoint (None: start from the beginning); every one
+    damaged, or one written by a different model (UsageError, exit 2: starting over would quietly drop them,
+    and resuming would be wrong), each saying what it found and how to start over.
+    """
+    if model.optimizer is not None and not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)  # its variables are part of the comparison
+    start_over = (f"To start over instead, remove {folder} or train into another folder (acceltrain train: "
+                  "--overwrite)")
+    damaged = []
+    for candidate in reversed(folders):
+        try:
+            state = read(candidate)
+            difference = model_difference(model, state)
+            if difference is None:
+                load(model, candidate)
+        except Exception as error:  # noqa: BLE001  (h5py, Orbax and tensorstore raise many kinds for a damaged file)
+            damaged.append(f"{candidate.name}: {_first_line(error)}")
+            log.warn(f"skipping damaged checkpoint {candidate.name}: {_first_line(error)}")
+            continue
+        if difference is not None:
+            raise UsageError(f"The checkpoint {candidate} was written by a different model: {difference}. Resuming "
+                             f"would load weights that do not fit this model. Resume with the model that wrote it. "
+                             f"{start_over}.")
+        return candidate, state
+    if damaged:
+        raise UsageError(f"Every checkpoint in {folder} is damaged ({'; '.join(damaged)}): there is nothing to resume "
+                         f"from, and they are left as they are. {start_over}.")
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
 def newest_readable(folders: list[Path], read) -> tuple[Path, State] | None:

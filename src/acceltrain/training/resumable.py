@@ -54,6 +54,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     # of it and stops at the same step (checkpoints.preempted_at); Python must not take it over.
     sigterm_here = prepared.num_processes == 1 or keras.backend.backend() != "jax"
     last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
+    timed = []  # the epochs this process ran, and their steps: a resumed epoch only in part (throughput's basis)
     with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
@@ -75,6 +76,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 raise Interrupted(received[0], saver.last_saved)
             state.epoch, state.step = epoch + 1, 0
             state.epoch_seconds.append(time.perf_counter() - started)
+            timed.append({"epoch": epoch + 1, "seconds": state.epoch_seconds[-1], "steps": steps_per_epoch - first_step})
             for name, values in epoch_history.history.items():
                 state.history.setdefault(name, []).extend(float(v) for v in values)
             if model.stop_training:  # a callback (e.g. the divergence check) ended the run
@@ -89,6 +91,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     history.history = {name: list(values) for name, values in state.history.items()}
     history.epoch = list(range(len(state.epoch_seconds)))
     history.epoch_seconds = list(state.epoch_seconds)
+    history.timed_epochs = timed
     history.set_model(model)
     return history
 

@@ -44,6 +44,7 @@ class ShardedCheckpoints:
         self.folder = Path(folder).absolute()  # Orbax wants absolute paths
         self.keep = keep
         self._checkpointer = None
+        self._last_saved: Path | None = None  # this run's newest save: pruning never reaches past it
 
     # --- Writing ------------------------------------------------------------------------------------
 
@@ -56,6 +57,7 @@ class ShardedCheckpoints:
         if self._is_primary():
             self.folder.mkdir(parents=True, exist_ok=True)
         tree = _saved_tree(model)
+        state.variables = checkpoint.variable_signature(model)
         try:
             self._writer().save(final, ocp.args.Composite(**{
                 PYTREE: ocp.args.StandardSave(tree), STATE: ocp.args.JsonSave(asdict(state))}), force=True)
@@ -64,6 +66,7 @@ class ShardedCheckpoints:
                 f"Could not write the checkpoint {final} ({error.strerror or error}). The previous checkpoint "
                 "is intact. Free some disk space or pass another --out, then resume with --resume."
             ) from None
+        self._last_saved = final
         return final
 
     def close(self) -> None:
@@ -80,9 +83,8 @@ class ShardedCheckpoints:
             self._checkpointer.wait_until_finished()
         except Exception as error:  # a background write failed: say so; the previous checkpoint stands
             log.warn(f"a checkpoint could not be written ({error}); the previous one is intact")
-        if self._is_primary():
-            done = self.list()
-            for old in done[: max(len(done) - keep, 0)]:
+        if self._is_primary() and self._last_saved is not None:
+            for old in checkpoint.to_prune(self.list(), self._last_saved, keep):
                 shutil.rmtree(old, ignore_errors=True)
 
     def _writer(self):
@@ -111,16 +113,10 @@ class ShardedCheckpoints:
         return checkpoint.newest_readable(self.list(), _read_state)
 
     def restore_latest(self, model) -> tuple[Path, State] | None:
-        """Restore the newest checkpoint that loads whole into `model`; damaged ones are reported and skipped."""
+        """Restore the newest checkpoint that loads whole into `model`; damaged ones are reported and skipped.
+        Raises UsageError when every one is damaged or another model wrote them (checkpoint.restore_newest)."""
         self._finish_and_prune(keep=self.keep)
-        for candidate in reversed(self.list()):
-            try:
-                state = _read_state(candidate)
-                restore(model, candidate)
-                return candidate, state
-            except Exception as error:  # Orbax and tensorstore raise many kinds for a damaged file
-                log.warn(f"skipping damaged checkpoint {candidate.name}: {_first_line(error)}")
-        return None
+        return checkpoint.restore_newest(self.folder, self.list(), _read_state, restore, model)
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
@@ -172,14 +168,7 @@ def restore(model, path: Path) -> None:
         variable.assign(value)
 
 
-def _saved_variables(model) -> dict:
-    """What a checkpoint holds, in the order the model creates it: weights, the rest of the layers' state
-    (seed generators, batch-norm statistics), and the optimizer's. Lists, not Keras's state tree by
-    name, so a model whose layers were named otherwise (another `dense_3`) still resumes, as with
-    .weights.h5. Metrics are left out: Keras resets them at each epoch's start."""
-    optimizer = model.optimizer.variables if model.optimizer is not None else []
-    return {"trainable": list(model.trainable_variables), "non_trainable": list(model.non_trainable_variables),
-            "optimizer": list(optimizer)}
+_saved_variables = checkpoint.saved_variables
 
 
 def _saved_tree(model) -> dict:
@@ -195,7 +184,3 @@ def _read_state(folder: Path) -> State:
 def _list(folder: Path) -> list[Path]:
     return checkpoint.Checkpoints(folder).list()
 
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
