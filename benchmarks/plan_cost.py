@@ -23,8 +23,9 @@ from acceltrain.sharding import format_bytes  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 BIG_MLP = f"{REPO / 'tests' / 'scripts' / 'big_mlp.py'}:build"
 JOBS = {
-    "MNIST recipe (575K params), batch 1200": ["--target", "tpu-v5e-8"],
-    "~1.4B-param MLP + Adam, batch 1024": ["--target", "tpu-v5e-8", "--model", BIG_MLP, "--batch-size", "1024"],
+    "MNIST recipe (575K params), batch 1200": ["--target", "tpu-v5e-8", "--compare"],
+    "~1.4B-param MLP + Adam, batch 1024": ["--target", "tpu-v5e-8", "--model", BIG_MLP, "--batch-size", "1024",
+                                          "--compare"],
 }
 
 
@@ -55,8 +56,8 @@ def main() -> None:
     body = "\n".join([
         "## What `acceltrain plan` costs: wall time and peak memory of the command, tpu-v5e-8",
         "",
-        f"`python benchmarks/plan_cost.py` on {machine()}; each job a fresh `acceltrain plan ... --json` process "
-        "compiling every candidate (data, fsdp, model) with libtpu's compile-only client. Peak memory is the "
+        f"`python benchmarks/plan_cost.py` on {machine()}; each job a fresh `acceltrain plan ... --compare --json` "
+        "process compiling every candidate (data, fsdp, model) with libtpu's compile-only client. Peak memory is the "
         "child's maximum resident set. Wall time includes starting Python, Keras and libtpu, and grows with "
         "what else the machine runs; CPU time (user + system, all threads) varies less.",
         "",
