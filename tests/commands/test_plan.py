@@ -109,7 +109,7 @@ def test_mnist_on_v5e_8_is_data_parallel_and_fits(cli):
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert set(plan) == {"target", "devices", "device_memory_bytes", "compiled_for", "candidates", "recommended",
-                         "recommended_setting", "levers"}
+                         "recommended_setting", "levers", "remat_layers"}
     assert plan["recommended_setting"] == {"distribution": "data", "compute": "float32", "remat": False,
                                            "accumulation": 1}
     assert [lever["name"] for lever in plan["levers"]] == ["data"]  # the walk stops at the first that fits
@@ -318,6 +318,7 @@ def test_when_no_sharding_fits_the_levers_are_compiled_here_until_one_fits(runti
     assert document["recommended_setting"] == {"distribution": "data", "compute": "mixed_bfloat16", "remat": True,
                                                "accumulation": 4}
     assert [lever["bytes_per_device"] for lever in document["levers"]] == needs
+    assert len(document["remat_layers"]) == 5  # its five Dense layers, named as the model names them
     assert "recommended: data + bfloat16 + remat + accumulate 4 (no sharding alone fits" in result.table()
 
 

@@ -49,6 +49,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     total_params: int = 0  # with frozen weights (LoRA's base)
     sequence_length: int | None = None
+    remat_layers: tuple[str, ...] = ()  # the layers the remat lever rematerialises (step.remat_layers)
 
     @property
     def recommended_setting(self) -> Setting | None:
@@ -65,7 +66,8 @@ class Plan:
                 "recommended": self.recommended,
                 "recommended_setting": asdict(chosen) if chosen else None,
                 "levers": [{**asdict(lever), "setting": asdict(lever.setting) if lever.setting else None}
-                           for lever in self.levers]}
+                           for lever in self.levers],
+                "remat_layers": list(self.remat_layers)}
 
     def table(self) -> str:
         return format_table(self)
@@ -131,13 +133,11 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
                                 sequence_length=sequence_length)
 
         # 4. The walk: each sharding in order, then the levers, up to the first that fits, each compiled once.
-        def needs(setting: Setting) -> int:
-            nbytes, _, refused = measure(setting)
-            return max(nbytes, memory + 1) if refused else nbytes  # refused: it does not fit, whatever it says
-
-        walk = choose_levers([layout.distribution for layout in layouts], memory, needs, global_batch=batch_size,
+        remat_layers = step.remat_layers(abstract.model)
+        walk = choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
+                             global_batch=batch_size,
                              batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts},
-                             remat_layers=step.remat_layers(abstract.model))
+                             remat_layers=remat_layers)
 
         # 5. The candidates: the shardings the walk compiled (all of them with `compare`), with FLOPs and time.
         peak = found.peak_flops_per_device
@@ -170,7 +170,7 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
             walk.append(_more_chips(abstract, layouts, candidates, memory))
     return Plan(found.name, num_devices, memory, compiled_for, candidates, recommended, reason, batch_size,
                 abstract.params, levers=walk, notes=notes, total_params=abstract.total_params,
-                sequence_length=sequence_length)
+                sequence_length=sequence_length, remat_layers=remat_layers)
 
 
 def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_length: int | None = None):
@@ -202,6 +202,18 @@ def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_
         return measured[setting]
 
     return measure
+
+
+def bytes_needed(measure, device_memory: int):
+    """levers.choose_levers's compile function over step_compiler's `measure`: the bytes a setting needs, a
+    program the compiler refused counted as over `device_memory` whatever it says (libtpu refuses at its own
+    usable memory, less than the chip's)."""
+
+    def needs(setting: Setting) -> int:
+        nbytes, _, refused = measure(setting)
+        return max(nbytes, device_memory + 1) if refused else nbytes
+
+    return needs
 
 
 def _params(trainable: int, total: int) -> str:

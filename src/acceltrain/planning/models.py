@@ -78,8 +78,11 @@ def _preset(path: Path):
         raise UsageError(f"Received --model {str(path)!r}: {config} is not a JSON config ({error}).") from None
 
     def build():
-        import keras_hub
-
+        try:
+            import keras_hub
+        except ImportError:
+            raise UsageError(f"Received --model {str(path)!r}, a keras_hub preset, but keras_hub is not installed. "
+                             "pip install keras-hub, or pass FILE.py:FUNCTION.") from None
         with tempfile.TemporaryDirectory(prefix="acceltrain-preset-") as folder:
             shutil.copy(config, Path(folder) / "config.json")  # a lone config file is a preset folder of one file
             try:
