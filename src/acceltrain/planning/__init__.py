@@ -180,8 +180,8 @@ def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_
     or estimated where `devices` is None. Each setting is measured once; ask again and it is remembered.
 
     base: the model as built by `build` with no lever (step.build_abstract), which names the layers a remat
-    setting rematerialises (step.remat_layers). The compile function levers.choose_levers takes is
-    `lambda setting: measure(setting)[0]`.
+    setting rematerialises (step.remat_layers). levers.choose_levers's compile function over it is
+    bytes_needed(measure, device_memory).
     """
     from acceltrain.planning import step
 
