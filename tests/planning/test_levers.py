@@ -16,7 +16,7 @@ def fake_compiler(needs: dict, bfloat16: float = 1.0, remat: float = 1.0, fails:
     def compile_fn(setting: Setting) -> int:
         calls.append(setting)
         if fails and fails in setting.describe():
-            raise RuntimeError(f"{fails} broke\nsecond line")
+            raise RuntimeError(f"Exception encountered when calling {fails}.\n\n\x1b[1m{fails} broke\x1b[0m\n\nmore")
         nbytes = needs[setting.distribution]
         nbytes *= bfloat16 if setting.compute == "mixed_bfloat16" else 1
         nbytes *= remat if setting.remat else 1
@@ -67,7 +67,7 @@ def test_a_lever_that_cannot_compile_is_reported_and_the_walk_goes_on():
     walk = choose_levers(["data", "fsdp"], 75, compile_fn, global_batch=64, batch_ways=WAYS, remat_layers=BLOCKS)
     remat = walk[3]
     assert (remat.name, remat.bytes_per_device, remat.fits) == ("remat", None, False)
-    assert remat.how == "could not compile: RuntimeError: remat broke"  # its first line only
+    assert remat.how == "could not compile: RuntimeError: Exception encountered when calling remat. remat broke"
     assert walk[-1].setting == Setting("fsdp", compute="mixed_bfloat16", accumulation=4) and walk[-1].fits
 
 

@@ -86,9 +86,7 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
         try:
             nbytes = int(compile_fn(setting))
         except Exception as error:  # noqa: BLE001 - a lever that cannot be built is reported, not fatal
-            lever = Lever(name, None, False, f"could not compile: {type(error).__name__}: "
-                                             f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}",
-                          setting)
+            lever = Lever(name, None, False, f"could not compile: {type(error).__name__}: {_gist(error)}", setting)
         else:
             lever = Lever(name, nbytes, nbytes <= budget, how, setting)
         tried.append(lever)
@@ -121,6 +119,15 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
         if attempt(f"accumulate {steps}", replace(best.setting, accumulation=steps), how).fits:
             return tried
     return tried
+
+
+def _gist(error: Exception) -> str:
+    """An error's first two lines of text, on one line: Keras puts what failed first and why second
+    ("Exception encountered when calling GemmaCausalLM.call()." / "Attempted boolean conversion ...")."""
+    import re
+
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+    return " ".join([line for line in lines if line][:2])
 
 
 def _layers(names: tuple[str, ...]) -> str:
