@@ -80,6 +80,7 @@ def test_bad_inputs_exit_2_with_a_message(cli, tmp_path):
         assert zero.returncode == 2 and f"Received {flag} 0" in zero.stderr and "Traceback" not in zero.stderr
 
 
+@pytest.mark.slow  # a fresh process importing keras_hub (~10 s); tests/planning/test_models.py checks it in-process
 def test_a_language_model_without_its_sequence_length_is_one_line_naming_the_flag(cli):
     result = cli("plan", "--target", "here", "--device-memory", "1GiB", "--model", GEMMA_LORA)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -240,7 +241,7 @@ WIDE_MLP = f"{SCRIPTS / 'wide_mlp.py'}:build"
 
 @pytest.mark.parametrize("model, distribution, sequence_length", [
     (WIDE_MLP, "data", None), (WIDE_MLP, "fsdp", None),
-    (GEMMA_LORA, "data", 32), (GEMMA_LORA, "fsdp", 32),  # dict inputs, frozen weights, AdamW on the adapters
+    (GEMMA_LORA, "fsdp", 32),  # dict inputs, frozen weights cut too, AdamW's slots for the adapters alone
 ])
 def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(model, distribution, sequence_length,
                                                                     monkeypatch, runtime):
@@ -285,7 +286,7 @@ def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(model, distri
     batch_bytes = sum(math.prod(spec.shape) * spec.dtype.itemsize for spec in jax_leaves((x, y)))
     counters = sum(math.prod(v.shape) * 4 for v in abstract.model.metrics_variables)  # float32 totals and counts
     # The same weights and slots, to the byte for the MLP; XLA:CPU counts 12 bytes more among the LoRA Gemma's
-    # 1.25 MB of arguments than their arrays (and the abstract variables) hold: measured, for data and fsdp alike.
+    # arguments than their arrays (and the abstract variables) hold: measured, data parallel (1.25 MB) and fsdp.
     assert 0 <= step_compiled.argument_bytes - batch_bytes - counters - held <= (0 if model == WIDE_MLP else 16)
     # measure() counts slots from their shapes, leaving out the optimizer's scalar step counter (8 bytes).
     assert held + gradients - expected_state == 8
