@@ -122,7 +122,6 @@ def test_mnist_on_v5e_8_is_data_parallel_and_fits(cli):
 
 
 @needs_libtpu
-@pytest.mark.slow
 def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip(runtime):
     from acceltrain.planning import plan
 
