@@ -26,8 +26,8 @@ SECTION = "plan-cost"
 TARGET = "tpu-v5e-8"
 BIG_MLP = "tests/scripts/big_mlp.py:build"
 JOBS = {  # smallest first: a child's peak is only seen when it exceeds every earlier child's
-    "MNIST recipe (575K params), batch 1200": [],
-    "~1.4B-param MLP + Adam, batch 1024": ["--model", BIG_MLP, "--batch-size", "1024"],
+    "MNIST recipe (575K params), batch 1200": ["--compare"],
+    "~1.4B-param MLP + Adam, batch 1024": ["--model", BIG_MLP, "--batch-size", "1024", "--compare"],
 }
 BIG = list(JOBS)[1]
 
@@ -100,7 +100,7 @@ def render(summary: dict, record: dict) -> str:
     return "\n".join([
         f"## What `acceltrain plan` costs: wall time and peak memory of the command, {summary['target']}",
         "",
-        f"`{record['command']}`; each job a fresh `acceltrain plan ... --json` process compiling every candidate "
+        f"`{record['command']}`; each job a fresh `acceltrain plan ... --compare --json` process compiling every candidate "
         "(data, fsdp, model) with libtpu's compile-only client. Peak memory is the child's maximum resident set. "
         "Wall time includes starting Python, Keras and libtpu, and grows with what else the machine runs; CPU "
         "time (user + system, all threads) varies less.",

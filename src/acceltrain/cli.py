@@ -55,7 +55,8 @@ EXAMPLES = {
         "examples:\n"
         "  acceltrain plan --target tpu-v5e-8                 # the MNIST recipe on 8 v5e chips: fits? how fast?\n"
         "  acceltrain plan --target tpu-v4-128 --model big.py:build --batch-size 1024 --json\n"
-        "  acceltrain plan --target here --device-memory 2GiB  # this machine's own compiler"
+        "  acceltrain plan --target here --device-memory 2GiB  # this machine's own compiler\n"
+        "  acceltrain plan --target tpu-v5e-8 --model gemma_preset/ --lora-rank 4 --sequence-length 512 --batch-size 8"
     ),
     "bench": (
         "examples:\n"
@@ -219,9 +220,19 @@ def _parser() -> argparse.ArgumentParser:
     plan = _verb(verbs, "plan", "compile the training step for hardware you might rent: does it fit, how fast can it go")
     plan.add_argument("--target", required=True, help="e.g. tpu-v5e-8, v5litepod-16, tpu-v4-128, h100-8, here")
     plan.add_argument("recipe", nargs="?", help="a built-in job (default: mnist-mlp)")
-    plan.add_argument("--model", metavar="FILE.py:FUNCTION", help="plan the compiled Keras model FUNCTION() returns")
+    plan.add_argument("--model", metavar="FILE.py:FUNCTION|PRESET",
+                      help="plan the compiled Keras model FUNCTION() returns, or a keras_hub preset folder (its "
+                           "config.json: no weights read) or a preset's config .json, as its causal LM")
+    plan.add_argument("--sequence-length", type=int, metavar="N",
+                      help="the size of the model's unknown input dimensions, e.g. a language model's 512 tokens")
+    plan.add_argument("--lora-rank", type=int, metavar="R",
+                      help="enable LoRA of rank R on the keras_hub backbone (backbone.enable_lora(R)) before planning")
     plan.add_argument("--batch-size", type=int, help="the global batch (default: the recipe's)")
-    plan.add_argument("--distribution", default="auto", help="auto (default: compare data, fsdp, model), data, fsdp or model")
+    plan.add_argument("--distribution", default="auto",
+                      help="auto (default: data, fsdp, model in order, up to the first that fits), data, fsdp or model")
+    plan.add_argument("--compare", action="store_true",
+                      help="compile every candidate distribution, not only up to the first that fits (minutes each "
+                           "for a billion-parameter model)")
     plan.add_argument("--device-memory", metavar="SIZE", help="memory per device instead of the target's, e.g. 16GiB")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)

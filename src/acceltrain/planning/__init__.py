@@ -11,13 +11,15 @@ no compiler for the target runs here (GPU boxes, or libtpu not installed), the f
 estimate, and say so.
 """
 
+import contextlib
 from dataclasses import asdict, dataclass, field
 
 from acceltrain import log, sharding
-from acceltrain.errors import UsageError
+from acceltrain.errors import UsageError, positive_int
 from acceltrain.planning import targets
+from acceltrain.planning.levers import SHARDINGS, Lever, Setting, choose_levers, first_fit
 
-DISTRIBUTIONS = ("auto", "data", "fsdp", "model")
+DISTRIBUTIONS = ("auto", *SHARDINGS)
 ESTIMATE = "estimate"
 INSTALL_COMPILER = "pip install 'acceltrain[tpu]' (libtpu, ~680 MB) for the TPU compiler's own figures"
 
@@ -33,51 +35,66 @@ class Candidate:
 
 
 @dataclass
-class Lever:
-    name: str  # "bfloat16" | "remat" | "accumulate" | "more chips"
-    bytes_per_device: int
-    fits: bool
-    how: str
-
-
-@dataclass
 class Plan:
     target: str
     devices: int
     device_memory_bytes: int
     compiled_for: str  # the compiler's device_kind, or "estimate"
     candidates: list[Candidate]
-    recommended: str | None
+    recommended: str | None  # the distribution
     reason: str
     batch_size: int
-    params: int
-    levers: list[Lever] = field(default_factory=list)
+    params: int  # trainable
+    levers: list[Lever] = field(default_factory=list)  # the walk of levers.choose_levers, then "more chips"
     notes: list[str] = field(default_factory=list)
+    total_params: int = 0  # with frozen weights (LoRA's base)
+    sequence_length: int | None = None
+    remat_layers: tuple[str, ...] = ()  # the layers the remat lever rematerialises (step.remat_layers)
+
+    @property
+    def recommended_setting(self) -> Setting | None:
+        """The first setting that fits: the distribution, and the levers on top of it."""
+        found = first_fit(self.levers)
+        return found.setting if found else None
 
     def as_dict(self) -> dict:
         """The --json document: these keys exactly."""
+        chosen = self.recommended_setting
         return {"target": self.target, "devices": self.devices, "device_memory_bytes": self.device_memory_bytes,
                 "compiled_for": self.compiled_for,
                 "candidates": [_json_safe(asdict(candidate)) for candidate in self.candidates],
-                "recommended": self.recommended}
+                "recommended": self.recommended,
+                "recommended_setting": asdict(chosen) if chosen else None,
+                "levers": [{**asdict(lever), "setting": asdict(lever.setting) if lever.setting else None}
+                           for lever in self.levers],
+                "remat_layers": list(self.remat_layers)}
 
     def table(self) -> str:
         return format_table(self)
 
 
 def plan(target: str, *, recipe: str | None = None, model: str | None = None, batch_size: int | None = None,
-         distribution: str = "auto", device_memory: str | int | None = None) -> Plan:
-    """Compile (or estimate) the training step for `target` under each candidate distribution.
+         distribution: str = "auto", device_memory: str | int | None = None, sequence_length: int | None = None,
+         lora_rank: int | None = None, compare: bool = False) -> Plan:
+    """Compile (or estimate) the training step for `target` under each candidate distribution in order, up to the
+    first that fits; when none does, the levers in order (bfloat16 compute, rematerialisation, gradient
+    accumulation), each compiled (planning/levers.py).
 
     Args:
         target: what you would rent, e.g. "tpu-v5e-8", "v5litepod-16", "tpu-v4-128", "h100-8", or "here".
         recipe: a built-in job (default "mnist-mlp"); or
-        model: "FILE.py:FUNCTION", a function returning a compiled keras.Model.
+        model: "FILE.py:FUNCTION", a function returning a compiled keras.Model; or a keras_hub preset folder
+            (its config.json: no weights are read) or a preset's config .json, planned as its CausalLM.
         batch_size: the global batch (default: the recipe's).
-        distribution: "auto" (every candidate: data, fsdp, model), or one of them.
+        distribution: "auto" (the candidates data, fsdp, model, in that order), or one of them.
         device_memory: bytes per device (e.g. "16GiB"), instead of the target's; needed for "here" on a CPU.
+        sequence_length: the size of the model's unknown input dimensions (a language model's tokens).
+        lora_rank: enable LoRA of this rank on the model's keras_hub backbone (backbone.enable_lora(rank)).
+        compare: compile every candidate, not only up to the first that fits (for their FLOPs and step times;
+            a 2B-parameter model takes minutes a compile).
     """
     from acceltrain import recipes
+    from acceltrain.planning import models
 
     # 1. Check the arguments, before any framework starts.
     found = targets.resolve(target)
@@ -86,7 +103,10 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
     if recipe is not None and model is not None:
         raise UsageError(f"Received recipe={recipe!r} and model={model!r}: plan one or the other.")
     job = recipes.get(recipe or recipes.DEFAULT)
-    build = _model_builder(job, model)
+    for name, value in (("sequence_length", sequence_length), ("lora_rank", lora_rank)):
+        if value is not None:
+            positive_int(value, name)
+    build = models.builder(job, model, lora_rank)
     batch_size = job.BATCH_SIZE if batch_size is None else batch_size
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UsageError(f"Received batch_size={batch_size!r}. Expected a positive whole number (the global batch).")
@@ -95,38 +115,124 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
     # 2. Start Keras on JAX, on this machine's CPU unless it has an accelerator.
     _start_jax()
 
-    # 3. Build the model from shapes alone; find the devices to compile for.
     from acceltrain.planning import step
 
-    abstract = step.build_abstract(build)
-    devices, compiled_for, memory, notes = _devices(found, memory)
-    if devices is not None:
-        log.info(f"{abstract.params:,} parameters, built from shapes; compiling for {len(devices)} {compiled_for} "
-                 "device(s)")
-    num_devices = len(devices) if devices else found.devices
-    from acceltrain import data
+    with _compiler_environment(found):
+        # 3. Build the model from shapes alone; find the devices to compile for.
+        abstract = step.build_abstract(build, sequence_length=sequence_length)
+        devices, compiled_for, memory, notes = _devices(found, memory)
+        num_devices = len(devices) if devices else found.devices
+        if devices is not None:
+            log.info(f"{_params(abstract.params, abstract.total_params)}, built from shapes; compiling for "
+                     f"{num_devices} {compiled_for} device(s)")
+        from acceltrain import data
 
-    data.check_batch_size(batch_size, num_devices)
+        data.check_batch_size(batch_size, num_devices)
+        layouts = step.layouts(num_devices, distribution)
+        measure = step_compiler(build, devices, batch_size, layouts=layouts, base=abstract,
+                                sequence_length=sequence_length)
 
-    # 4. Each candidate, compiled (or estimated).
-    peak = found.peak_flops_per_device
-    candidates = []
-    for layout in step.layouts(num_devices, distribution):
-        nbytes, flops, refused = _measure(abstract, layout, devices, batch_size)
-        seconds = flops / (num_devices * peak) if peak and flops == flops else None
-        candidates.append(Candidate(layout.distribution, layout.describe(), nbytes, nbytes <= memory and not refused,
-                                    flops, seconds))
-        if refused:
-            notes.append(f"{layout.distribution}: the compiler refused it, {refused.splitlines()[0]}")
+        # 4. The walk: each sharding in order, then the levers, up to the first that fits, each compiled once.
+        remat_layers = step.remat_layers(abstract.model)
+        walk = choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
+                             global_batch=batch_size,
+                             batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts},
+                             remat_layers=remat_layers)
 
-    # 5. The recommendation, and what would help when nothing fits.
-    recommended, reason = choose_plan([(c.distribution, c.bytes_per_device, c.fits) for c in candidates], memory)
-    result = Plan(found.name, num_devices, memory, compiled_for, candidates, recommended, reason, batch_size,
-                  abstract.params, notes=notes)
-    if recommended is None:
-        result.levers = levers(build, abstract, step.layouts(num_devices, distribution), candidates, devices,
-                               batch_size, memory, found)
-    return result
+        # 5. The candidates: the shardings the walk compiled (all of them with `compare`), with FLOPs and time.
+        peak = found.peak_flops_per_device
+        candidates = []
+        walked = {lever.name: lever for lever in walk}
+        for layout in layouts:
+            tried = walked.get(layout.distribution)
+            if tried is not None and tried.bytes_per_device is None:
+                notes.append(f"{layout.distribution}: {tried.how}")
+                continue
+            if tried is None and not compare:
+                notes.append(f"{layout.distribution}: not compiled, as {walk[-1].name} fits before it "
+                             "(--compare / compare=True compiles every candidate)")
+                continue
+            nbytes, flops, refused = measure(Setting(layout.distribution))
+            seconds = flops / (num_devices * peak) if peak and flops == flops else None
+            candidates.append(Candidate(layout.distribution, layout.describe(), nbytes,
+                                        nbytes <= memory and not refused, flops, seconds))
+            if refused:
+                notes.append(f"{layout.distribution}: the compiler refused it, {refused.splitlines()[0]}")
+
+        # 6. The recommendation, why, and, when nothing fits, what more chips would do.
+        recommended, reason = choose_plan([(c.distribution, c.bytes_per_device, c.fits) for c in candidates], memory)
+        chosen = first_fit(walk)
+        if recommended is None and chosen is not None:
+            recommended = chosen.setting.distribution
+            reason = f"no sharding alone fits; {chosen.setting.describe()} needs " \
+                     f"{sharding.format_bytes(chosen.bytes_per_device)} of {sharding.format_bytes(memory)} per device"
+        elif chosen is None and candidates:
+            walk.append(_more_chips(abstract, layouts, candidates, memory))
+    return Plan(found.name, num_devices, memory, compiled_for, candidates, recommended, reason, batch_size,
+                abstract.params, levers=walk, notes=notes, total_params=abstract.total_params,
+                sequence_length=sequence_length, remat_layers=remat_layers)
+
+
+def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_length: int | None = None):
+    """measure(setting) -> (bytes per device, FLOPs per step over all devices, the compiler's refusal or ""):
+    the model built from shapes for the setting's compute, remat and accumulation (each variant once), its
+    step compiled for `devices` under the setting's layout at its per-step batch (global / accumulation),
+    or estimated where `devices` is None. Each setting is measured once; ask again and it is remembered.
+
+    base: the model as built by `build` with no lever (step.build_abstract), which names the layers a remat
+    setting rematerialises (step.remat_layers). levers.choose_levers's compile function over it is
+    bytes_needed(measure, device_memory).
+    """
+    from acceltrain.planning import step
+
+    by_name = {layout.distribution: layout for layout in layouts}
+    abstracts = {("float32", False, 1): base}
+    measured = {}
+
+    def measure(setting: Setting) -> tuple[int, float, str]:
+        if setting not in measured:
+            variant = (setting.compute, setting.remat, setting.accumulation)
+            if variant not in abstracts:
+                with log.phase(f"building the model from shapes: {setting.describe()}"):
+                    abstracts[variant] = step.build_abstract(
+                        build, policy=setting.compute, remat=step.remat_layers(base.model) if setting.remat else (),
+                        accumulation=setting.accumulation, sequence_length=sequence_length)
+            measured[setting] = _measure(abstracts[variant], by_name[setting.distribution], devices,
+                                         global_batch // setting.accumulation, label=setting.describe())
+        return measured[setting]
+
+    return measure
+
+
+def bytes_needed(measure, device_memory: int):
+    """levers.choose_levers's compile function over step_compiler's `measure`: the bytes a setting needs, a
+    program the compiler refused counted as over `device_memory` whatever it says (libtpu refuses at its own
+    usable memory, less than the chip's)."""
+
+    def needs(setting: Setting) -> int:
+        nbytes, _, refused = measure(setting)
+        return max(nbytes, device_memory + 1) if refused else nbytes
+
+    return needs
+
+
+def _params(trainable: int, total: int) -> str:
+    if total > trainable:
+        return f"{sharding.format_params(total)} ({sharding.format_params(trainable).replace(' params', '')} trainable)"
+    return sharding.format_params(trainable)
+
+
+@contextlib.contextmanager
+def _compiler_environment(found):
+    """libtpu's variables (step.LIBTPU_ENV) for the compile of a TPU target only, put back after it: a later
+    connect() in this process, on a TPU VM, reads the VM's own (TPU_WORKER_HOSTNAMES above all)."""
+    from acceltrain.planning import step
+
+    if found.topology is None:
+        yield
+        return
+    with step.libtpu_environment():
+        yield
 
 
 def choose_plan(candidates: list[tuple[str, int, bool]], device_memory: int) -> tuple[str | None, str]:
@@ -149,14 +255,6 @@ def choose_plan(candidates: list[tuple[str, int, bool]], device_memory: int) -> 
         return None, "no candidate"
     name, nbytes, _ = min(candidates, key=lambda c: c[1])
     return None, f"nothing fits: the smallest, {name}, needs {sharding.format_bytes(nbytes)} per device, has {memory}"
-
-
-def _model_builder(job, model_spec: str | None):
-    if model_spec is None:
-        return lambda: job.build_model()
-    from acceltrain import user_model
-
-    return user_model.builder(model_spec)
 
 
 def _start_jax() -> None:
@@ -198,78 +296,38 @@ def _devices(found, memory):
     return devices, devices[0].device_kind, memory, notes
 
 
-def _measure(abstract, layout, devices, batch_size, *, remat=False) -> tuple[int, float, str]:
+def _measure(abstract, layout, devices, batch_size, *, label: str = "") -> tuple[int, float, str]:
     """(bytes per device, FLOPs per step over all devices, the compiler's refusal or ""): compiled when there
     are devices, else estimated. A program the compiler refuses for want of memory has no FLOPs (NaN) and
     the bytes the compiler said it needs."""
     from acceltrain.planning import estimate, step
 
     if devices is None:
-        num_devices = 1
-        for size in layout.mesh_shape:
-            num_devices *= size
         per_device_batch = batch_size // layout.mesh_shape[0]
         nbytes = estimate.state_bytes_per_device(abstract, layout) + estimate.activation_bytes(abstract, per_device_batch)
         return nbytes, estimate.step_flops(step.train_step(abstract), abstract, batch_size), ""
-    with log.phase(f"compiling the step: {layout.distribution} over {layout.describe()}"):
-        compiled = step.compile_step(abstract, layout, devices, batch_size, remat=remat)
+    with log.phase(f"compiling the step: {label or layout.distribution} over {layout.describe()}, batch {batch_size}"):
+        compiled = step.compile_step(abstract, layout, devices, batch_size)
     return compiled.bytes_per_device, compiled.flops_per_device * len(devices), compiled.compiler_said
 
 
-# --- When nothing fits ---------------------------------------------------------------------------
-
-def levers(build, abstract, layouts, candidates, devices, batch_size, memory, found) -> list[Lever]:
-    """What would make the smallest candidate fit, in order, each with its figure."""
-    from acceltrain.planning import step
+def _more_chips(abstract, layouts, candidates, memory) -> Lever:
+    """The fewest devices (doubling) at which fsdp's share of the training state fits, the rest of the smallest
+    candidate's need kept as compiled: an estimate from shapes, and it says so."""
+    from acceltrain.planning import estimate, step
 
     best = min(range(len(candidates)), key=lambda i: candidates[i].bytes_per_device)
     layout = layouts[best]
-    found_levers = []
-
-    half_precision = step.build_abstract(build, policy="mixed_bfloat16")
-    nbytes, _, _ = _measure(half_precision, layout, devices, batch_size)
-    found_levers.append(Lever("bfloat16", nbytes, nbytes <= memory,
-                              f"compute in bfloat16 (mixed_bfloat16: float32 weights), {layout.distribution}"))
-    nbytes, _, _ = _measure(abstract, layout, devices, batch_size, remat=True)
-    found_levers.append(Lever("remat", nbytes, nbytes <= memory,
-                              f"rematerialise the forward pass in the backward (jax.checkpoint), {layout.distribution}"))
-    found_levers.append(_accumulation(abstract, layout, devices, batch_size, memory))
-    found_levers.append(_more_chips(abstract, layout, candidates[best].bytes_per_device, memory, found))
-    return found_levers
-
-
-def _accumulation(abstract, layout, devices, batch_size, memory) -> Lever:
-    """The fewest accumulation steps (of 2, 4, 8, 16) whose smaller batch fits, keeping the global batch."""
-    from acceltrain.planning import estimate
-
-    accumulator = estimate.state_bytes_per_device(abstract, layout)  # an upper bound of one gradient copy's share
-    nbytes = None
-    for steps in (2, 4, 8, 16):
-        if batch_size % (steps * layout.mesh_shape[0]):
-            break
-        nbytes, _, _ = _measure(abstract, layout, devices, batch_size // steps)
-        nbytes += accumulator // 4  # the summed gradients: one of the state's four copies (weight, gradient, 2 slots)
-        if nbytes <= memory:
-            return Lever("accumulate", nbytes, True, f"batch {batch_size // steps} x {steps} accumulation steps "
-                                                     f"(Keras: optimizer gradient_accumulation_steps={steps})")
-    return Lever("accumulate", nbytes or 0, False, "no smaller batch of up to 16 accumulation steps fits")
-
-
-def _more_chips(abstract, layout, nbytes, memory, found) -> Lever:
-    """The fewest devices (doubling) at which the state's share shrinks enough: an estimate from shapes."""
-    from acceltrain.planning import estimate, step
-
-    state_now = estimate.state_bytes_per_device(abstract, layout)
-    rest = max(nbytes - state_now, 0)
+    rest = max(candidates[best].bytes_per_device - estimate.state_bytes_per_device(abstract, layout), 0)
     devices = max(layout.mesh_shape[0] * (layout.weight_parts if layout.weight_axis != "batch" else 1), 1)
     for _ in range(12):
         devices *= 2
         wider = step.Layout("fsdp", (devices,), ("batch",), "batch")
         needed = estimate.state_bytes_per_device(abstract, wider) + rest
         if needed <= memory:
-            return Lever("more chips", needed, True, f"fsdp over {devices} devices (estimate: the state's share "
-                                                     "by shapes, the rest as compiled)")
-    return Lever("more chips", needed, False, f"even {devices} devices do not fit (estimate)")
+            return Lever("more chips", needed, True, f"fsdp over {devices} devices (an estimate: the training "
+                                                     "state's share by shapes, the rest as compiled)")
+    return Lever("more chips", needed, False, f"even {devices} devices do not fit (an estimate)")
 
 
 # --- Output ---------------------------------------------------------------------------------
@@ -277,8 +335,10 @@ def _more_chips(abstract, layout, nbytes, memory, found) -> Lever:
 def format_table(result: Plan) -> str:
     memory = sharding.format_bytes(result.device_memory_bytes)
     source = "compiled for " + result.compiled_for if result.compiled_for != ESTIMATE else "ESTIMATE (no compiler)"
+    sequence = f", sequence length {result.sequence_length}" if result.sequence_length else ""
     lines = [f"plan for {result.target}: {result.devices} devices x {memory}; {source}; "
-             f"{sharding.format_params(result.params)}, global batch {result.batch_size}",
+             f"{_params(result.params, result.total_params or result.params)}, global batch {result.batch_size}"
+             f"{sequence}",
              f"{'distribution':<13}{'mesh':<20}{'per device':>12}{'fits':>6}{'TFLOP/step':>12}"
              f"{'step at peak':>14}{'samples/s':>16}"]
     for c in result.candidates:
@@ -288,10 +348,21 @@ def format_table(result: Plan) -> str:
                      f"{'yes' if c.fits else 'NO':>6}{c.flops_per_step / 1e12:>12.4g}{seconds:>14}{rate:>16}")
     if any(c.flops_per_step != c.flops_per_step for c in result.candidates):
         lines.append("(nan: the compiler refused the program, so it has no cost analysis)")
-    lines.append(f"recommended: {result.recommended or 'none'} ({result.reason})")
-    for lever in result.levers:
-        lines.append(f"  would help? {lever.name}: {sharding.format_bytes(lever.bytes_per_device)} per device, "
-                     f"{'fits' if lever.fits else 'does not fit'}: {lever.how}")
+    beyond_sharding = [lever for lever in result.levers if lever.name not in SHARDINGS]
+    if beyond_sharding:
+        measured = "compiled" if result.compiled_for != ESTIMATE else "estimated"
+        lines.append(f"no sharding fits: the levers in order, each {measured} on top of those that saved bytes:")
+        width = max(len(lever.setting.describe() if lever.setting else lever.name) for lever in beyond_sharding)
+        for lever in beyond_sharding:
+            needs = sharding.format_bytes(lever.bytes_per_device) if lever.bytes_per_device is not None else "?"
+            fits = "yes" if lever.fits else "NO"
+            label = lever.setting.describe() if lever.setting else lever.name
+            lines.append(f"  {label:<{width}}  {needs:>10}  {fits:>3}  {lever.how}")
+    chosen = result.recommended_setting
+    if chosen is not None and chosen != Setting(chosen.distribution):
+        lines.append(f"recommended: {chosen.describe()} ({result.reason})")
+    else:
+        lines.append(f"recommended: {result.recommended or 'none'} ({result.reason})")
     lines.append("step at peak: FLOPs / (devices x published bf16 peak), a lower bound (no communication, "
                  "memory traffic or input pipeline)")
     lines.extend(f"note: {note}" for note in result.notes)

@@ -29,13 +29,12 @@ def activation_bytes(abstract, per_device_batch: int) -> int:
     import jax
 
     model = abstract.model
-    arguments = _abstract_arguments(abstract, per_device_batch)
+    (trainable, non_trainable, _, _), (x, _) = _abstract_arguments(abstract, per_device_batch)
 
-    def forward(trainable, non_trainable, inputs):
-        return model.stateless_call(trainable, non_trainable, inputs[0] if len(inputs) == 1 else inputs,
-                                    training=True)[0]
+    def forward(trainable, non_trainable, x):
+        return model.stateless_call(trainable, non_trainable, x, training=True)[0]
 
-    jaxpr = jax.make_jaxpr(forward)(*arguments[:2], arguments[3])
+    jaxpr = jax.make_jaxpr(forward)(trainable, non_trainable, x)
     return sum(_nbytes(var.aval) for eqn in _equations(jaxpr.jaxpr) for var in eqn.outvars)
 
 
@@ -47,18 +46,18 @@ def step_flops(train_step, abstract, global_batch: int) -> float:
     return float(sum(_matmul_flops(eqn) for eqn in _equations(jaxpr.jaxpr)))
 
 
-def _abstract_arguments(abstract, batch: int):
+def _abstract_arguments(abstract, batch: int) -> tuple:
+    """(state, (x, y)) as the training step takes them, unplaced."""
     import jax
 
     model = abstract.model
 
-    def spec(v):
-        return jax.ShapeDtypeStruct(tuple(v.shape), v.dtype)
+    def specs(variables):
+        return [jax.ShapeDtypeStruct(tuple(v.shape), v.dtype) for v in variables]
 
-    inputs = [jax.ShapeDtypeStruct((batch, *shape), dtype) for shape, dtype in abstract.input_specs]
-    labels = jax.ShapeDtypeStruct((batch, *abstract.label_spec[0]), abstract.label_spec[1])
-    return ([spec(v) for v in model.trainable_variables], [spec(v) for v in model.non_trainable_variables],
-            [spec(v) for v in model.optimizer.variables], inputs, labels)
+    state = (specs(model.trainable_variables), specs(model.non_trainable_variables),
+             specs(model.optimizer.variables), specs(model.metrics_variables))
+    return state, abstract.batch_specs(batch)
 
 
 def _equations(jaxpr):

@@ -23,73 +23,181 @@ from acceltrain.errors import UsageError
 
 @dataclass
 class AbstractModel:
-    """A built, compiled Keras model whose variables hold no values, and what its step takes."""
+    """A built, compiled Keras model whose variables hold no values, and the batch its step takes."""
 
     model: object
-    loss: object  # a Keras loss callable: loss(y_true, y_pred)
-    input_specs: list  # [(shape without batch, dtype)] per model input
-    label_spec: tuple  # (shape without batch, dtype)
+    inputs: object  # the model's own input structure (one, a list, a dict) of ShapeDtypeStructs without the batch
+    labels: object  # the same for the labels its loss takes
     params: int  # trainable parameters
+    total_params: int  # with the frozen ones (LoRA's base weights)
     optimizer_name: str
 
+    def batch_specs(self, batch: int, sharding=None) -> tuple:
+        """(x, y) as the step takes them: the model's input structure and the labels, at `batch` samples."""
+        import jax
+        import keras
 
-def build_abstract(build, *, policy: str = "float32") -> AbstractModel:
-    """Call `build()` (returns a compiled keras.Model) with no weights allocated; its optimizer built too."""
+        def batched(spec):
+            if spec is None:
+                return None
+            return jax.ShapeDtypeStruct((batch, *spec.shape), spec.dtype, sharding=sharding)
+
+        return keras.tree.map_structure(batched, self.inputs), keras.tree.map_structure(batched, self.labels)
+
+
+def build_abstract(build, *, policy: str = "float32", remat: tuple[str, ...] = (), accumulation: int = 1,
+                   sequence_length: int | None = None) -> AbstractModel:
+    """Call `build()` (returns a compiled keras.Model) with no weights allocated; its optimizer, loss and metrics
+    built too, as fit builds them before its first step.
+
+    policy: the dtype policy the model is built under ("float32", "mixed_bfloat16").
+    remat: the names of the layers to rematerialise (remat_layers): built inside
+        keras.RematScope(mode="list_of_layers", layer_names=remat), each recomputes its forward pass in the
+        backward instead of keeping its activations.
+    accumulation: the optimizer's gradient_accumulation_steps (1: none): it sums that many steps' gradients
+        before it updates the weights, in one more gradient-sized variable per trainable weight.
+    sequence_length: the size of every unknown input dimension but the batch (a language model's tokens).
+    """
     import jax
     import keras
 
     from acceltrain import precision
+    from acceltrain.backends import keras_internals
 
     made = {}
 
     def shapes_only():
-        with precision.scope(policy):
+        remat_scope = keras.RematScope(mode="list_of_layers" if remat else None, layer_names=list(remat))
+        with precision.scope(policy), remat_scope:
             model = build()
-            if not isinstance(model, keras.Model):
-                raise UsageError(f"The model function returned {type(model).__name__}, not a Keras model. "
-                                 "Return a keras.Model (Sequential, functional or subclassed).")
-            if getattr(model, "optimizer", None) is None:
-                raise UsageError("The model is not compiled: plan needs its optimizer and loss. Call "
-                                 "model.compile(optimizer=..., loss=...) in the model function before returning it.")
-            model.optimizer.build(model.trainable_variables)
-        made["model"] = model
+        if not isinstance(model, keras.Model):
+            raise UsageError(f"The model function returned {type(model).__name__}, not a Keras model. "
+                             "Return a keras.Model (Sequential, functional or subclassed).")
+        if getattr(model, "optimizer", None) is None:
+            raise UsageError("The model is not compiled: plan needs its optimizer and loss. Call "
+                             "model.compile(optimizer=..., loss=...) in the model function before returning it.")
+        if accumulation > 1:
+            model.optimizer.gradient_accumulation_steps = accumulation  # read when the optimizer is built
+        model.optimizer.build(model.trainable_variables)
+        inputs = _input_specs(model, sequence_length)
+        labels = _build_loss_and_metrics(model, inputs)
+        made.update(model=model, inputs=inputs, labels=labels)
 
-    jax.eval_shape(shapes_only)
+    with keras_internals.keras_state_kept():
+        jax.eval_shape(shapes_only)
     model = made["model"]
-    return AbstractModel(model, _loss_of(model), _input_specs(model), _label_spec(model),
-                         sum(math.prod(v.shape) for v in model.trainable_variables),
-                         type(model.optimizer).__name__.lower())
+    return AbstractModel(model, made["inputs"], made["labels"], _count(model.trainable_variables),
+                         _count(model.weights), type(model.optimizer).__name__.lower())
 
 
-def _loss_of(model):
+def remat_layers(model) -> tuple[str, ...]:
+    """The layers to rematerialise: those of a class that repeats among a model's own layers and that hold
+    weights (a transformer's blocks, an MLP's Dense layers), in every model nested in `model`.
+
+    Why not Keras's mode="full": it wraps every layer, the model itself too, in jax.checkpoint, which traces
+    Python arguments such as `training=True` into arrays; a call that branches on one then fails (measured:
+    keras_hub's GemmaCausalLM, "Attempted boolean conversion", Keras 3.15.1). A repeated block is called on
+    arrays alone, and is where the activations are.
+    """
+    import collections
+
+    import keras
+
+    names = []
+
+    def visit(parent):
+        own = [layer for layer in parent.layers if not isinstance(layer, keras.Model) and layer.weights]
+        repeated = {kind for kind, count in collections.Counter(type(layer) for layer in own).items() if count > 1}
+        names.extend(layer.name for layer in own if type(layer) in repeated)
+        for layer in parent.layers:
+            if isinstance(layer, keras.Model):
+                visit(layer)
+
+    visit(model)
+    return tuple(dict.fromkeys(names))
+
+
+def _count(variables) -> int:
+    return sum(math.prod(v.shape) for v in variables)
+
+
+def _input_specs(model, sequence_length: int | None):
+    """The model's inputs in its own structure (keras_hub's: a dict of token_ids and padding_mask), each a
+    ShapeDtypeStruct without the batch; unknown dimensions are `sequence_length`."""
+    import jax
+
+    inputs = None
+    for structured in ("input", "inputs"):  # a functional model's own structure; a Sequential's list of one
+        try:
+            inputs = getattr(model, structured)
+            break
+        except (AttributeError, ValueError):
+            continue
+    if isinstance(inputs, list) and len(inputs) == 1:
+        inputs = inputs[0]
+    if inputs is None or not jax.tree.leaves(inputs):
+        raise UsageError("The model has no known input shape: plan builds it from shapes alone. Start it with "
+                         "keras.Input(shape=...) (or build it with model.build(input_shape)).")
+
+    unknown = [f"{tensor.name!r} {tuple(tensor.shape)}" for tensor in jax.tree.leaves(inputs)
+               if None in tuple(tensor.shape[1:])]
+    if unknown and sequence_length is None:
+        raise UsageError(f"The model's input{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: plan needs every "
+                         "size but the batch's. Pass --sequence-length N (sequence_length=N), the length of the "
+                         "sequences you will train on, e.g. --sequence-length 512.")
+
+    def spec(tensor):
+        shape = tuple(sequence_length if size is None else int(size) for size in tensor.shape[1:])
+        return jax.ShapeDtypeStruct(shape, tensor.dtype)
+
+    return jax.tree.map(spec, inputs)
+
+
+def _build_loss_and_metrics(model, inputs):
+    """Run the model, its loss and its metrics once on a sample of one, as fit does before its first step (their
+    variables are made then), and return the labels' specs: shaped like each output, or, for a sparse loss
+    (integer classes), without its last axis, as int32."""
+    import jax
+    import keras
+
+    def one(spec):
+        return jax.numpy.zeros((1, *spec.shape), spec.dtype)
+
+    x = keras.tree.map_structure(one, inputs)
+    y_pred = model(x, training=False)
+    labels = keras.tree.map_structure(_label_spec, y_pred, _loss_per_output(model, y_pred))
+    y = keras.tree.map_structure(lambda spec: None if spec is None else one(spec), labels)
+    model.compute_loss(x=x, y=y, y_pred=y_pred, training=False)
+    model.compute_metrics(x, y, y_pred, sample_weight=None)
+    return labels
+
+
+def _loss_per_output(model, y_pred):
+    """The compiled loss of each output, in y_pred's structure (None: an output without one): one loss for all,
+    or a list or a dict of them."""
     import keras
 
     loss = model.loss
-    if isinstance(loss, (dict, list, tuple)):
-        raise UsageError("plan handles models compiled with one loss for now; this one has "
-                         f"{type(loss).__name__} {loss!r}. Plan a one-output version of it.")
-    return keras.losses.get(loss) if isinstance(loss, str) else loss
+    if isinstance(loss, dict):
+        if isinstance(y_pred, dict):
+            return {name: loss.get(name) for name in y_pred}
+        names = iter(getattr(model, "output_names", []))
+        return keras.tree.map_structure(lambda _: loss.get(next(names, None)), y_pred)
+    if isinstance(loss, (list, tuple)):
+        return keras.tree.pack_sequence_as(y_pred, list(loss))
+    return keras.tree.map_structure(lambda _: loss, y_pred)
 
 
-def _input_specs(model) -> list:
-    try:
-        inputs = model.inputs
-    except (AttributeError, ValueError):
-        inputs = None
-    if not inputs:
-        raise UsageError("The model has no known input shape: plan builds it from shapes alone. Start it with "
-                         "keras.Input(shape=...) (or build it with model.build(input_shape)).")
-    return [(tuple(int(d) for d in t.shape[1:]), str(t.dtype)) for t in inputs]
+def _label_spec(output, loss):
+    import jax
 
-
-def _label_spec(model) -> tuple:
-    """Integer class labels for a sparse loss, else labels shaped like the output."""
-    output = model.outputs[0]
-    name = model.loss if isinstance(model.loss, str) else type(model.loss).__name__
-    shape = tuple(int(d) for d in output.shape[1:])
+    if loss is None:
+        return None
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or str(loss)
+    shape = tuple(output.shape[1:])
     if "sparse" in str(name).lower():
-        return shape[:-1], "int32"
-    return shape, "float32"
+        return jax.ShapeDtypeStruct(shape[:-1], "int32")
+    return jax.ShapeDtypeStruct(shape, "float32")
 
 
 # --- Layouts ---------------------------------------------------------------------------------
@@ -145,14 +253,14 @@ class Compiled:
     compiler_said: str = ""
 
 
-def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_batch: int, *,
-                 remat: bool = False) -> Compiled:
+def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_batch: int) -> Compiled:
     """Lower and compile one training step for `devices` laid out as `layout`; the compiler's figures."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
     mesh = Mesh(np.array(devices).reshape(layout.mesh_shape), layout.axis_names)
+    replicated = NamedSharding(mesh, PartitionSpec())
 
     def laid_out(variable):
         spec = PartitionSpec(*layout.weight_spec(variable.shape))
@@ -160,14 +268,13 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
 
     model = abstract.model
     state = ([laid_out(v) for v in model.trainable_variables], [laid_out(v) for v in model.non_trainable_variables],
-             [laid_out(v) for v in model.optimizer.variables])
-    batch = NamedSharding(mesh, PartitionSpec("batch"))
-    inputs = [jax.ShapeDtypeStruct((global_batch, *shape), dtype, sharding=batch) for shape, dtype in abstract.input_specs]
-    labels = jax.ShapeDtypeStruct((global_batch, *abstract.label_spec[0]), abstract.label_spec[1], sharding=batch)
-    out_shardings = tuple([a.sharding for a in part] for part in state) + (NamedSharding(mesh, PartitionSpec()),)
+             [laid_out(v) for v in model.optimizer.variables],
+             [jax.ShapeDtypeStruct(tuple(v.shape), v.dtype, sharding=replicated) for v in model.metrics_variables])
+    data = abstract.batch_specs(global_batch, NamedSharding(mesh, PartitionSpec("batch")))
+    out_shardings = (replicated, tuple([a.sharding for a in part] for part in state))  # (logs, state)
 
-    step = jax.jit(train_step(abstract, remat=remat), donate_argnums=(0, 1, 2), out_shardings=out_shardings)
-    lowered = step.lower(*state, inputs, labels)
+    step = jax.jit(train_step(abstract), donate_argnums=0, out_shardings=out_shardings)
+    lowered = step.lower(state, data)
     try:
         with _no_persistent_cache():
             compiled = lowered.compile()
@@ -202,25 +309,14 @@ def out_of_memory_bytes(message: str) -> int | None:
     return int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None
 
 
-def train_step(abstract: AbstractModel, *, remat: bool = False):
-    """(trainable, non_trainable, optimizer_variables, inputs, labels) -> the same updated, and the loss."""
-    import jax
+def train_step(abstract: AbstractModel):
+    """(state, (x, y)) -> (logs, state): the model's own Keras training step, as fit jits it (Keras's JAX
+    trainer: `model.train_step`), over (trainable, non-trainable, optimizer, metrics) variables. A model's
+    own train_step (written statelessly, as Keras on JAX requires) is the one compiled."""
+    model = abstract.model
 
-    model, loss_fn = abstract.model, abstract.loss
-
-    def loss_and_updates(trainable, non_trainable, inputs, labels):
-        x = inputs[0] if len(inputs) == 1 else inputs
-        predictions, non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
-        return jax.numpy.mean(loss_fn(labels, predictions)), non_trainable  # a loss function gives one per sample
-
-    if remat:
-        loss_and_updates = jax.checkpoint(loss_and_updates)
-
-    def step(trainable, non_trainable, optimizer_variables, inputs, labels):
-        gradients_of = jax.value_and_grad(loss_and_updates, has_aux=True)
-        (loss, non_trainable), gradients = gradients_of(trainable, non_trainable, inputs, labels)
-        trainable, optimizer_variables = model.optimizer.stateless_apply(optimizer_variables, gradients, trainable)
-        return trainable, non_trainable, optimizer_variables, loss
+    def step(state, data):
+        return model.train_step(state, data)
 
     return step
 
@@ -245,22 +341,39 @@ def _flops(cost) -> float:
 
 # --- libtpu's compile-only devices -------------------------------------------------------------
 
-# Set for the process (where not set already) before libtpu loads: see topology_devices.
+# Set while plan compiles for a TPU (where the user has not set them), and put back after: see
+# libtpu_environment and topology_devices.
 LIBTPU_ENV = (("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"), ("TPU_SKIP_MDS_QUERY", "1"), ("TPU_WORKER_HOSTNAMES", "localhost"))
+
+
+@contextlib.contextmanager
+def libtpu_environment():
+    """LIBTPU_ENV set inside (a value the user set is kept), each variable as it was on the way out: a later
+    connect() in the same process, on a TPU VM, must see the VM's hosts, not the compile's one localhost.
+
+    ALLOW_MULTIPLE_LIBTPU_LOAD: libtpu takes /tmp/libtpu_lockfile to guard a real TPU; compiling needs
+    no TPU, and without it a plan fails while any other process (a plain JAX script) holds the lock.
+    TPU_SKIP_MDS_QUERY, TPU_WORKER_HOSTNAMES=localhost: without a TPU VM's metadata server libtpu logs an
+    error about the hosts it cannot find.
+    """
+    before = {name: os.environ.get(name) for name, _ in LIBTPU_ENV}
+    for name, value in LIBTPU_ENV:
+        os.environ.setdefault(name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def topology_devices(topology: str) -> list:
     """libtpu's compile-only devices for a topology name ("v5e:2x4"), with libtpu's start-up chatter on
-    stderr kept out of the way (shown only if it fails).
-
-    ALLOW_MULTIPLE_LIBTPU_LOAD: libtpu takes /tmp/libtpu_lockfile to guard a real TPU; compiling needs
-    no TPU, and without it a plan fails while any other process (a plain JAX script) holds the lock.
-    TPU_WORKER_HOSTNAMES=localhost: without a TPU VM's metadata libtpu logs an error about it.
-    """
+    stderr kept out of the way (shown only if it fails). Call it inside libtpu_environment()."""
     from jax.experimental import topologies
 
-    for name, value in LIBTPU_ENV:
-        os.environ.setdefault(name, value)
     with _stderr_kept() as kept:
         try:
             return list(topologies.get_topology_desc(platform="tpu", topology_name=topology).devices)
