@@ -1,6 +1,7 @@
-"""README's measured figures are made from the committed benchmark records, each tied to its section.
+"""The measured figures of README.md and the manual are made from the committed benchmark records, each tied to
+its section.
 
-A measured figure or sentence of README.md (and of any docs/*.md page) sits between
+A measured figure or sentence of README.md or of any docs/**/*.md page sits between
 `<!-- measured:SECTION/NAME -->` and `<!-- /measured -->`; `python benchmarks/render.py` writes what is between
 them from benchmarks/results/SECTION.json, through that section script's `quotes()`. A figure edited by
 hand, or a record changed without rendering again, fails here. A decimal percentage or ratio outside the
@@ -27,9 +28,9 @@ def test_readme_and_docs_hold_what_the_committed_records_render():
                                               "benchmarks/results/ gives: run `python benchmarks/render.py`")
 
 
-def test_readme_quotes_each_benchmark_it_reports():
-    quoted = {section for section, _ in re.findall(r"<!-- measured:([\w-]+)/([\w-]+) -->",
-                                                    (REPO / "README.md").read_text())}
+def test_the_manual_quotes_each_benchmark_it_reports():
+    quoted = {section for path in render.documents() if path.exists()
+              for section, _ in re.findall(r"<!-- measured:([\w-]+)/([\w-]+) -->", path.read_text())}
     assert {"learning-rate", "epoch-speed", "checkpoint-cost", "sharding-memory", "plan-cost", "stress-simulated",
             "corpus"} <= quoted
 

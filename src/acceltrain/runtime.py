@@ -38,8 +38,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         platform: "auto" (TPU, else GPU, else CPU), or "tpu", "gpu", "cpu": an error if there is none.
         tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
-        coordinator, num_processes, process_id: join a multi-process job ("host:port" of process 0).
-            Default: read from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
+        coordinator: join a multi-process job: "host:port" of process 0. Default (this and the next two): read
+            from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
+        num_processes: the processes in the job (one per host).
+        process_id: this process's index, 0 to num_processes - 1.
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
             prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off. The
             upper bound: after a phase's first steps, a shorter one follows the measured step time

@@ -1,0 +1,92 @@
+"""Every block of README.md and the manual marked runnable (docs/runnable.py says how) runs here, on this CPU,
+and its test fails when the block fails. Blocks marked `runnable slow` (trainings, compiles: tens of seconds
+each) run only under `pytest -m slow`; the rest are in CI."""
+
+import pytest
+
+from docs import runnable
+from tests import support
+
+
+def every_block() -> list[runnable.Block]:
+    return [block for page in runnable.documents() for block in runnable.find(page)]
+
+
+def cases() -> list:
+    return [pytest.param(block, files, id=block.where, marks=(pytest.mark.slow,) if block.slow else ())
+            for page in runnable.documents() for block, files in runnable.executed(runnable.find(page))]
+
+
+def check(block: runnable.Block, files: list[runnable.Block], folder) -> None:
+    done = runnable.run(block, files, folder, support.env())
+    assert done.returncode == 0, (f"the runnable block at {block.where} failed (exit {done.returncode}):\n"
+                                  f"{block.prepared()}\n--- stdout ---\n{done.stdout[-3000:]}\n"
+                                  f"--- stderr ---\n{done.stderr[-3000:]}")
+
+
+@pytest.mark.parametrize("block, files", cases())
+def test_the_block_runs(block, files, tmp_path):
+    check(block, files, tmp_path)
+
+
+def test_the_manual_has_runnable_blocks_and_every_marker_reads():
+    blocks = every_block()  # a marker that cannot be read raises here, naming its page and line
+    for block in blocks:
+        block.prepared()  # every replacement occurs in its block
+    pages = {block.page.name for block in blocks}
+    assert {"README.md", "index.md", "your-script.md", "clusters.md", "checkpoints.md"} <= pages
+    assert any(not block.slow and not block.title for block in blocks), "CI runs at least one block"
+
+
+def page(tmp_path, text: str):
+    path = tmp_path / "page.md"
+    path.write_text(text)
+    return path
+
+
+def test_a_failing_block_fails_its_test_naming_the_page_and_line(tmp_path):
+    found = runnable.find(page(tmp_path, "# A page\n\n<!-- runnable -->\n```bash\necho about to fail\nexit 3\n```\n"))
+    [(block, files)] = runnable.executed(found)
+    assert block.where.endswith("page.md:4")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(AssertionError, match=r"page\.md:4 failed \(exit 3\)"):
+        check(block, files, tmp_path / "run")
+
+
+def test_blocks_share_the_files_written_before_them_and_see_this_source_tree(tmp_path):
+    text = ('<!-- runnable -->\n```python title="hello.py"\nimport acceltrain\nprint(acceltrain.__file__)\n```\n\n'
+            'Not runnable:\n```bash\nexit 1\n```\n\n'
+            '<!-- runnable; "never.py" → "hello.py" -->\n```bash\npython never.py\n```\n')
+    found = runnable.find(page(tmp_path, text))
+    assert [(b.title, b.language) for b in found] == [("hello.py", "python"), (None, "bash")]
+    [(block, files)] = runnable.executed(found)
+    (tmp_path / "run").mkdir()
+    done = runnable.run(block, files, tmp_path / "run", support.env())
+    assert done.returncode == 0, done.stderr
+    import acceltrain
+
+    assert done.stdout.strip() == acceltrain.__file__
+
+
+@pytest.mark.parametrize("marker, says", [
+    ("<!-- runnable quick -->\n```bash\ntrue\n```\n", "Received <!-- runnable quick -->"),
+    ("<!-- runnable; epochs 1 -->\n```bash\ntrue\n```\n", "Received the replacement 'epochs 1'"),
+    ("<!-- runnable -->\n\n```bash\ntrue\n```\n", "on the line just before a ``` fence"),
+    ("<!-- runnable -->\n```text\ntrue\n```\n", "Received a runnable text block. Valid: python, bash"),
+    ("<!-- runnable -->\n```bash\ntrue\n", "no closing ``` fence"),
+])
+def test_a_marker_that_cannot_be_read_is_an_error_naming_the_forms(tmp_path, marker, says):
+    with pytest.raises(runnable.BadMarker, match=re_escape(says)):
+        runnable.find(page(tmp_path, marker))
+
+
+def test_a_replacement_that_no_longer_occurs_is_an_error(tmp_path):
+    [block] = runnable.find(page(tmp_path, '<!-- runnable; "--epochs 20" → "--epochs 1" -->\n```bash\ntrue\n```\n'))
+    with pytest.raises(runnable.BadMarker, match="replaces '--epochs 20', which the block does not contain"):
+        block.prepared()
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
