@@ -52,6 +52,17 @@ def accuracy(stdout: str) -> float:
     return float(lines[-1].rsplit(":", 1)[1])
 
 
+def check_ledger(saved: dict, started: float) -> None:
+    """A run's time ledger (metrics.json's, or `--ledger FILE`'s), against a clock outside the process: its parts sum
+    to its wall time, and that wall is the time from `started` (taken before the command started) to the ledger's end
+    within 5 %: start-up is counted from the process's start (a launched process's: its launcher's). What follows the
+    ledger's end (the report, Python's exit) is not in it."""
+    assert abs(sum(saved["parts"].values()) - saved["wall_seconds"]) <= 1e-6 * saved["wall_seconds"], saved
+    outside = saved["ended"] - started
+    assert abs(outside - saved["wall_seconds"]) <= 0.05 * outside, (outside, saved)
+    assert saved["parts"]["start_up"] > 0 and saved["parts"]["device_steps"] > 0, saved["parts"]
+
+
 def write_small_mnist(path: Path, train: int = 2400, test: int = 600) -> Path:
     """A slice of the real MNIST as an .npz in the keras.datasets layout."""
     from acceltrain.datasets import load_npz

@@ -5,13 +5,14 @@ subprocess to show the exit codes and the clean stderr a user sees.
 """
 
 import json
+import re
+import time
 
 import numpy as np
-import re
-
 import pytest
 
 from acceltrain.cli import main
+from tests import support
 
 
 def _train(capsys, *args):
@@ -132,11 +133,20 @@ def test_devices_json_describes_the_runtime(capsys):
     assert described["num_devices"] == 8 and described["backend"] == "jax"
 
 
-def test_a_real_process_trains_on_one_device_and_exits_0(tmp_path, small_mnist, cli):
-    result = cli("train", "--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", tmp_path / "run")
+def test_a_real_process_trains_on_one_device_and_exits_0_saying_where_its_time_went(tmp_path, small_mnist, cli):
+    started = time.time()
+    result = cli("train", "--data", small_mnist, "--epochs", 2, "--batch-size", 600, "--out", tmp_path / "run")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].startswith("test accuracy: ")
-    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["runtime"]["num_replicas"] == 1
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["runtime"]["num_replicas"] == 1
+    # The ledger, from the process's start: every part of the default path took time, and they sum to the wall.
+    support.check_ledger(metrics["ledger"], started)
+    for part in ("compilation", "checkpoint", "evaluation"):
+        assert metrics["ledger"]["parts"][part] > 0, metrics["ledger"]["parts"]
+    assert metrics["ledger"]["steps"] == 2 * 4 and metrics["ledger"]["checkpoints"] == 2
+    assert "acceltrain: where the " in result.stderr.splitlines()[-1]
+    assert "## Where the time went" in (tmp_path / "run" / "report.md").read_text()
 
 
 # --- Bad input: a clear message naming the value and the fix, exit 2, no traceback, nothing written ---

@@ -60,6 +60,24 @@ def test_fit_kept_whole_gives_each_epoch_its_order_less_its_last_few_with_their_
     assert epoch["batch_size"] == 16
 
 
+def test_an_epoch_batch_by_batch_is_the_same_epoch_cut_at_the_local_batch():
+    """Runtime.fit with checkpoints on JAX reads an epoch batch by batch (no copy of the whole epoch in its order):
+    the same samples, weights and split over processes as the whole epoch's arrays, resumed or not."""
+    x, y, w = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4, np.arange(100) / 100
+    for processes, index, first_step in ((1, 0, 0), (2, 1, 1)):
+        fit = inputs.prepare_fit(_runtime(8, num_processes=processes, process_index=index), x, y, batch_size=32,
+                                 sample_weight=w, trim=False)
+        order = np.random.default_rng(processes).permutation(100)
+        whole, batches = fit.epoch(order, first_step), fit.epoch_batches(order, first_step)
+        local = whole["batch_size"]
+        assert len(batches) == 3 - first_step
+        for i in range(len(batches)):
+            for got, expected in zip(batches[i], (whole["x"], whole["y"], whole["sample_weight"])):
+                np.testing.assert_array_equal(got, expected[i * local:(i + 1) * local])
+    fit = inputs.prepare_fit(_runtime(1), x, y, batch_size=32, trim=False)
+    assert len(fit.epoch_batches(np.arange(100))[3]) == 2  # no weights: (x, y); the last batch is the rest, 4
+
+
 def test_fit_unchecked_leaves_dtypes_and_keras_default_batch():
     x, y = np.zeros((100, 3)), np.zeros(100)
     fit = inputs.prepare_fit(_runtime(8), x, y, checked=False)

@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from acceltrain import __version__, backends, log, user_model
+from acceltrain import __version__, backends, ledger, log, user_model
 from acceltrain.decisions import PRECISIONS
 from acceltrain.errors import AcceltrainError
 from acceltrain.hardware import PLATFORMS
@@ -194,6 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
     _add_stall_timeout(run)
     _add_checkpoint_flags(run)
+    _add_ledger_flag(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
@@ -202,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_stall_timeout(launch)
     _add_memory_flag(launch)
     _add_checkpoint_flags(launch)
+    _add_ledger_flag(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
@@ -256,6 +258,12 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
                         help="keep the newest K checkpoints of each fit (default: 2)")
 
 
+def _add_ledger_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ledger", metavar="FILE.json",
+                        help="also write where the run's time went (the line printed at its end) as JSON to FILE; in a "
+                             "job of several processes, each writes its own, FILE.0.json, FILE.1.json ...")
+
+
 def _checkpoint_flags(args) -> dict:
     names = ("checkpoint_dir", "resume", "checkpoint_every", "keep_checkpoints")
     return {name: getattr(args, name) for name in names}
@@ -268,7 +276,8 @@ def _run(args) -> int:
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory, precision=args.precision, **_checkpoint_flags(args))
+                      device_memory=args.device_memory, precision=args.precision, started=ledger.run_start(),
+                      ledger_file=args.ledger, **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
@@ -277,7 +286,7 @@ def _launch(args) -> int:
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
                   backend=args.backend, distribution=args.distribution, platform=args.platform, tpu=args.tpu,
                   precision=args.precision, stall_timeout=args.stall_timeout, device_memory=args.device_memory,
-                  **_checkpoint_flags(args))
+                  ledger_file=args.ledger, **_checkpoint_flags(args))
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -354,7 +363,7 @@ def _train(args) -> int:
     flags = {name: getattr(args, name) for name in config_files.fields() if getattr(args, name, None) is not None}
     config = config_files.resolve(args.config, flags)
     log.debug(f"settings: {config}")
-    metrics = train_and_evaluate(config)
+    metrics = train_and_evaluate(config, started=ledger.process_start())
     accuracy = metrics["test_accuracy"]
     print(f"test accuracy: {accuracy:.4f}" if accuracy is not None else f"test metrics: {metrics['test_metrics']}")
     return 0
@@ -386,13 +395,9 @@ def _plan(args) -> int:
 
 
 def _bench(args) -> int:
-    from pathlib import Path
-
     from acceltrain.commands import bench, outputs
-    from acceltrain.errors import UsageError
 
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise UsageError(f"Received --json {args.json!r}, but its folder does not exist. Pass a path in an existing folder.")
+    outputs.check_file_folder(args.json, "--json")
     report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
                                          epochs=args.epochs, repeats=args.repeats, samples=args.samples,
                                          checkpoints=args.checkpoints))

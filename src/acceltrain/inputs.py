@@ -95,6 +95,29 @@ class Fit(Prepared):
         x, y, weights = self.share(tuple(data.take(a, order) for a in (self.x, self.y, self.sample_weight)))
         return {"x": x, "y": y, "sample_weight": weights, "batch_size": self.local_batch_size}
 
+    def epoch_batches(self, order, first_step: int = 0) -> "EpochBatches":
+        """The same epoch as `epoch`, batch by batch: each batch gathered only when asked for, so the epoch's order
+        is never copied whole (the batches are the same arrays `epoch` gives Keras, cut at local_batch_size)."""
+        return EpochBatches(self, order[:len(order) - self.left_out][first_step * self.batch_size:])
+
+
+@dataclass
+class EpochBatches:
+    """One epoch of a Fit's arrays in `order` (global sample indices, from the epoch's first step to run): `[i]` is
+    this process's share of global batch i, as (x, y) or (x, y, sample_weight). A keras.utils.PyDataset wraps it."""
+
+    fit: Fit
+    order: np.ndarray
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.order) / self.fit.batch_size)
+
+    def __getitem__(self, i: int) -> tuple:
+        batch = self.fit.batch_size
+        indices = self.order[i * batch:(i + 1) * batch][self.fit.process_index::self.fit.num_processes]
+        x, y, weights = (data.take(a, indices) for a in (self.fit.x, self.fit.y, self.fit.sample_weight))
+        return (x, y, weights) if weights is not None else (x, y) if y is not None else (x,)
+
 
 @dataclass
 class Predict(Prepared):

@@ -14,7 +14,7 @@ import os
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, hardware, inputs, log, placement, watchdog
+from acceltrain import backends, cluster, decisions, hardware, inputs, ledger, log, placement, watchdog
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.version import __version__
 
@@ -148,6 +148,9 @@ class Runtime:
         self.precision = precision  # Keras's dtype policy for models built under scope()
         self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
         self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
+        # Where the time goes (acceltrain/ledger.py): every call of this runtime records into it while a window is
+        # open; Runtime.fit opens one (history.ledger), and so do the commands, over the whole run.
+        self.timeline = ledger.Timeline.from_environment(framework.watch_compiles)
         self._seed = 0
         # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
         self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
@@ -276,7 +279,10 @@ class Runtime:
             checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, stall_timeout: float | None = None,
             **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
-        `epoch_seconds` holds the wall time of each epoch.
+        `epoch_seconds` holds the wall time of each epoch and `ledger` where the fit's time went: an
+        `acceltrain.ledger.Ledger`, whose `parts` (seconds of start-up, compilation, input wait, device steps,
+        host syncs, evaluation, checkpoint, preemption and the rest) sum to its `wall_seconds`; `line()` says it in
+        one line, `as_json()` as metrics.json carries it.
 
         `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
@@ -291,6 +297,14 @@ class Runtime:
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
         off).
         """
+        with self.timeline.window() as window:
+            history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir,
+                                resume, checkpoint_every, keep_checkpoints, stall_timeout, fit_kwargs)
+        history.ledger = window.ledger
+        return history
+
+    def _fit(self, model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir, resume,
+             checkpoint_every, keep_checkpoints, stall_timeout, fit_kwargs):
         from acceltrain.training.callbacks import DivergenceCheck
 
         dog = self._watchdog_for(stall_timeout)
@@ -315,7 +329,8 @@ class Runtime:
         self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        watched = [*self._watched(dog), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
+        self.timeline.note("peak_flops_per_second", self._peak_flops(model))
+        watched = [*self._watched(dog, callbacks), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
         with dog.watching("fit (compiling and running the first step)"), self.scope():
             if checkpointing is None:
                 history = self._fit_once(model, prepared, epochs, watched, verbose, fit_kwargs)
@@ -324,7 +339,7 @@ class Runtime:
 
                 history = resumable.fit(model, prepared, epochs=epochs, checkpoints=checkpointing[0],
                                         every=checkpointing[1], resume=resume, seed=self._seed, verbose=verbose,
-                                        callbacks=watched, **fit_kwargs)
+                                        callbacks=watched, timeline=self.timeline, **fit_kwargs)
         divergence.raise_if_diverged()
         return history
 
@@ -377,18 +392,33 @@ class Runtime:
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
-        callbacks = [*self._watched(self.watchdog), *(evaluate_kwargs.pop("callbacks", None) or ())]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
+        callbacks = evaluate_kwargs.pop("callbacks", None) or ()
+        callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
+                self.timeline.timed("evaluation"):
             return keras_internals.keras_method(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
                 return_dict=True, callbacks=callbacks, **evaluate_kwargs)
 
-    def _watched(self, dog) -> list:
+    def _watched(self, dog, callbacks=()) -> list:
         """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
-        caller around the whole call), and one step at a time where steps must not overlap."""
+        caller around the whole call), the time ledger's watch (unless `callbacks`, the caller's, hold one: a
+        script's fit passed on by `run --checkpoint-dir`), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
+        from acceltrain.training.ledger_watch import LedgerWatch
 
-        return [StallWatch(dog), *self._framework.step_callbacks(self.distribution)]
+        syncs = self._framework.step_callbacks(self.distribution)
+        watch = [] if not self.timeline.enabled or any(isinstance(c, LedgerWatch) for c in callbacks) else \
+            [LedgerWatch(self.timeline, self._framework, syncs=bool(syncs))]
+        return [StallWatch(dog), *watch, *syncs]
+
+    def _peak_flops(self, model) -> float | None:
+        """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);
+        None where none is published (CPUs) or the devices are slices of one CPU."""
+        if self.hardware.simulated:
+            return None
+        peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
+        return peak * self.num_devices if peak else None
 
     def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
@@ -402,8 +432,10 @@ class Runtime:
         from acceltrain.backends import keras_internals
 
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
-        callbacks = [*self._watched(self.watchdog), *(predict_kwargs.pop("callbacks", None) or ())]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
+        callbacks = predict_kwargs.pop("callbacks", None) or ()
+        callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
+        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope(), \
+                self.timeline.timed("evaluation"):
             return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
                                     verbose=verbose, callbacks=callbacks, **predict_kwargs)
 

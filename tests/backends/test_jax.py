@@ -55,3 +55,29 @@ def test_the_rule_is_several_cpu_devices(runtime):
     assert backend._steps_must_not_overlap(runtime.distribution)  # 8 simulated CPU devices
     one = backend.make_distribution("data", runtime.hardware.devices[:1])
     assert not backend._steps_must_not_overlap(one)
+
+
+def test_watch_compiles_books_jaxs_own_compile_events_and_the_caches(runtime):
+    """The event names of JAX 0.10.2 (backends/jax.py COMPILE_SPANS, CACHE_EVENTS) still fire: a function never
+    compiled before is traced, lowered and compiled (compilation), the persistent cache asked and missed; the same
+    program again, in a new function, is found in it."""
+    import uuid
+
+    import jax
+
+    from acceltrain import ledger
+    from acceltrain.backends import jax as backend
+
+    assert jax.config.jax_compilation_cache_dir  # connect() turned the persistent cache on
+    constant = float(uuid.uuid4().int % 10**9)  # a program no earlier run compiled
+    timeline = ledger.Timeline(backend.watch_compiles)
+    with timeline.window() as cold:
+        jax.jit(lambda x: x * constant + 1)(np.ones(3, np.float32)).block_until_ready()
+    with timeline.window() as warm:
+        jax.jit(lambda x: x * constant + 1)(np.ones(3, np.float32)).block_until_ready()
+    assert cold.ledger.parts["compilation"] > 0 and cold.ledger.facts["compiles"] >= 1
+    assert cold.ledger.facts["cache_requests"] >= 1 and cold.ledger.facts["compile_seconds_missed"] > 0
+    assert warm.ledger.facts.get("cache_hits", 0) >= 1 and not warm.ledger.facts.get("compile_seconds_missed")
+    with timeline.window() as stopped:  # the listeners went with the windows: one watch at a time, not one a window
+        pass
+    assert stopped.ledger.facts == {}

@@ -134,6 +134,52 @@ def test_async_safe_is_what_keras_reads_to_dispatch_callbacks_on_its_thread():
     assert CallbackList([safe()], model=_model())._async_train is True
 
 
+def test_watch_train_steps_sees_each_executions_next_and_unwatch_gives_the_function_back():
+    """JAXTrainer.fit makes its train function before on_epoch_begin and keeps one that exists; each execution is
+    train_function(state, iterator), whose steps pull their batches with next(iterator) inside it."""
+    import keras
+
+    pulled = []
+
+    class Pulling:
+        def __init__(self, iterator):
+            self.iterator = iterator
+
+        def __next__(self):
+            batch = next(self.iterator)
+            pulled.append(np.shape(batch[0]))
+            return batch
+
+    class Watch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            assert keras_internals.watch_train_steps(self.model, lambda state, iterator: Pulling(iterator))
+
+    model = _model()
+    model.fit(np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32"), batch_size=4, epochs=2, verbose=0,
+              callbacks=[Watch()])
+    assert pulled == [(4, 3), (4, 3), (2, 3)] * 2  # one next() an execution, in the train function's call
+    assert model.train_function.acceltrain_watched
+    keras_internals.unwatch_train_steps(model)
+    assert not hasattr(model.train_function, "acceltrain_watched")
+
+
+def test_jitted_train_step_is_the_step_keras_compiled_and_its_flops_are_counted():
+    """JAXTrainer.make_train_function's train_function closes over `step_function`, the jitted train step."""
+    from acceltrain.backends import jax as jax_backend
+
+    model = _model()
+    x, y = np.zeros((8, 3), "float32"), np.zeros((8, 2), "float32")
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    step = keras_internals.jitted_train_step(model)
+    assert step is not None and hasattr(step, "lower")
+    state = jax_backend.shapes_of(([v.value for v in model.trainable_variables],
+                                   [v.value for v in model.non_trainable_variables],
+                                   [v.value for v in model.optimizer.variables],
+                                   [v.value for v in model.metrics_variables]))
+    flops = jax_backend.step_flops(step, (state, jax_backend.shapes_of((x, y))))
+    assert flops >= 8 * 2 * 3 * 2 * 2  # forward and the kernel's gradient of the 3 × 2 matmul, at the least
+
+
 def test_saving_replaced_covers_save_and_save_weights(tmp_path):
     import keras
 
@@ -178,12 +224,13 @@ def test_a_call_passes_the_layers_in_their_order_and_keras_method_passes_none(ru
     model, seen = _model(), []
     x = np.zeros((8, 3), "float32")
     with keras_internals.layers(script_inputs=_recording("script_inputs", seen),
-                                script_calls=_recording("script_calls", seen)):
+                                script_calls=_recording("script_calls", seen), ledger=_recording("ledger", seen)):
         model.predict(x, verbose=0)
         keras_internals.keras_method(model, "predict")(x, verbose=0)  # acceltrain's own call
     model.predict(x, verbose=0)  # the slots are empty again
 
-    assert seen == [("script_calls", "predict"), ("script_inputs", "predict")]  # LAYERS's order, not the given one
+    # LAYERS's order, not the given one: the ledger first
+    assert seen == [("ledger", "predict"), ("script_calls", "predict"), ("script_inputs", "predict")]
     with pytest.raises(ValueError, match=r"Received layers \['timing'\]: no such slot"):
         with keras_internals.layers(timing=_recording("timing", seen)):
             pass

@@ -30,8 +30,8 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
 
     report = json.loads(report_path.read_text())
     assert set(report["variants"]) == {"plain", "acceltrain", "hand"}
-    for variant in report["variants"].values():
-        assert set(variant) == VARIANT_FIELDS
+    for name, variant in report["variants"].items():
+        assert set(variant) == VARIANT_FIELDS | ({"ledgers"} if name == "acceltrain" else set())
         assert variant["steady_epoch_seconds"] > 0 and variant["seconds_to_first_epoch_end"] > 0
         assert 0 < variant["fraction_of_ceiling"]
         assert variant["fraction_of_peak"] is None  # no published peak for a CPU
@@ -46,6 +46,11 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
     cache = report["compilation_cache"]
     assert {"cold_seconds_to_first_epoch_end", "warm_seconds_to_first_epoch_end", "cut"} <= set(cache)
     assert report["runtime"]["platform"] == "cpu" and report["precision"] == "float32"
+    # bench uses the runs' own ledger: each acceltrain run's Runtime.fit, its parts summing to its wall
+    for saved in report["variants"]["acceltrain"]["ledgers"]:
+        assert abs(sum(saved["parts"].values()) - saved["wall_seconds"]) <= 1e-6 * saved["wall_seconds"]
+        assert saved["parts"]["device_steps"] > 0 and saved["flops_per_step"] > 0
+    assert "acceltrain's Runtime.fit, its last run: where the " in done.stdout
 
 
 @pytest.mark.parametrize("flag, value", [("--epochs", "0"), ("--repeats", "0"), ("--samples", "0")])

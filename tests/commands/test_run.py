@@ -1,5 +1,7 @@
 """`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
 
+import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +14,13 @@ SMALL_MNIST = [MNIST, "--train-samples", "4000", "--epochs", "2"]
 
 
 @pytest.mark.multi_device
-def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
+def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy(tmp_path):
     plain = support.python(support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300, KERAS_BACKEND="jax")
     assert plain.returncode == 0, plain.stderr
 
-    run = support.run_cli("run", "--simulate-devices", "8", support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
+    started = time.time()
+    run = support.run_cli("run", "--simulate-devices", "8", "--ledger", tmp_path / "ledger.json",
+                          support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, timeout=300)
 
     assert run.returncode == 0, run.stderr
     banners = [line for line in run.stderr.splitlines() if "→" in line]
@@ -27,6 +31,11 @@ def test_plain_script_trains_on_8_replicas_to_its_plain_accuracy():
     # Same seed, same global batch: the same training, up to the order of float sums.
     assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.01
     assert support.accuracy(run.stdout) > 0.85
+    # Where the run's time went, from the process's start: the parts sum to the wall, within 5 % of a clock outside.
+    saved = json.loads((tmp_path / "ledger.json").read_text())
+    support.check_ledger(saved, started)
+    assert saved["parts"]["host_syncs"] > 0 and saved["parts"]["evaluation"] > 0, saved["parts"]  # one step at a time
+    assert "acceltrain: where the " in run.stderr
 
 
 @pytest.mark.tensorflow
@@ -433,7 +442,8 @@ def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
     assert plain.returncode == 1 and "TypeError" in plain.stderr
     assert run.returncode == 1 and "TypeError" in run.stderr
     assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
-            "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-1]
+            "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-2]
+    assert run.stderr.splitlines()[-1].startswith("acceltrain: where the ")  # a failed run's time is told too
 
 
 # --- Saving in a job of several processes: each process its own whole copy ----------------------------

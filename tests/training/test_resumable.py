@@ -3,22 +3,23 @@
 import numpy as np
 import pytest
 
-from acceltrain import data
+from acceltrain import inputs
 from tests.test_runtime import _mlp, _toy_data
 
 
 @pytest.fixture
 def epoch_orders(monkeypatch):
-    """The sample order each epoch of resumable.fit trains on, recorded."""
+    """The sample order each epoch of resumable.fit trains on, recorded (on JAX it gathers each batch as Keras asks
+    for it: inputs.Fit.epoch_batches)."""
     seen = []
-    take = data.take
+    epoch_batches = inputs.Fit.epoch_batches
 
-    def recording(x, indices):
-        if isinstance(indices, np.ndarray) and x is not None and np.ndim(x) == 2:
-            seen.append(indices.copy())
-        return take(x, indices)
+    def recording(fit, order, first_step=0):
+        batches = epoch_batches(fit, order, first_step)
+        seen.append(np.asarray(batches.order).copy())
+        return batches
 
-    monkeypatch.setattr(data, "take", recording)
+    monkeypatch.setattr(inputs.Fit, "epoch_batches", recording)
     return seen
 
 
@@ -85,25 +86,15 @@ def test_sample_weights_follow_their_samples_through_each_epochs_order(runtime, 
     assert max(history.history["loss"]) < 100, history.history["loss"]
 
 
-def test_validation_split_is_made_once_and_never_trained_on(runtime, tmp_path, monkeypatch):
-    """Each sample's one feature is its number: the samples each epoch trains on are the first 80, every epoch."""
-    trained = []
-    take = data.take
-
-    def recording(x, indices):
-        taken = take(x, indices)
-        if isinstance(indices, np.ndarray) and np.ndim(taken) == 2:
-            trained.append(set(taken[:, 0].astype(int).tolist()))
-        return taken
-
-    monkeypatch.setattr(data, "take", recording)
+def test_validation_split_is_made_once_and_never_trained_on(runtime, tmp_path, epoch_orders):
+    """The samples each epoch trains on are the first 80, every epoch."""
     with runtime.scope():
         model = _mlp(features=1)
     x, y = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4
     history = runtime.fit(model, x, y, batch_size=16, epochs=2, verbose=0, validation_split=0.2,
                           checkpoint_dir=tmp_path / "ckpt")
 
-    assert trained == [set(range(80))] * 2  # samples 80 to 99 are the validation set, never trained on
+    assert [set(order.tolist()) for order in epoch_orders] == [set(range(80))] * 2  # 80-99: validation only
     assert len(history.history["val_loss"]) == 2
 
 

@@ -113,4 +113,6 @@ INTERFACE = (
     "step_callbacks",
     # unmodified scripts
     "devices_spanned", "gathering_predictions",
+    # the time ledger (acceltrain/ledger.py): compile events, a step's FLOPs
+    "watch_compiles", "step_flops", "shapes_of",
 )

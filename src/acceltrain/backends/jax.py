@@ -6,6 +6,7 @@ Same function names as `backends/tensorflow.py`. Only this module imports jax.
 import contextlib
 import functools
 import math
+import threading
 
 import jax
 
@@ -306,6 +307,76 @@ def follow_placement(call, proceed):
         call = call.with_callback(callback)
     with scope(distribution):
         return proceed(call)
+
+
+# --- The time ledger's view of JAX (acceltrain/ledger.py) ------------------------------------------
+
+# JAX's monitoring events (jax/_src/dispatch.py, pjit.py, interpreters/pxla.py, compiler.py, JAX 0.10.2). Each
+# compile event is a time span; a persistent-cache hit is inside the backend compile's span (its read).
+COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                 "/jax/core/compile/backend_compile_duration")
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+CACHE_EVENTS = {"/jax/compilation_cache/compile_requests_use_cache": "cache_requests",
+                "/jax/compilation_cache/cache_hits": "cache_hits"}
+
+
+def watch_compiles(timeline):
+    """Book each compile of this thread (the one running the training loop) into `timeline` as compilation, from
+    JAX's own monitoring events, and count the programs, the persistent cache's requests and hits, and the seconds
+    of backend compiles whose program was not in the cache (`compile_seconds_missed`: what a second run saves).
+    Nested spans (a function traced inside another's trace) overlap, and the ledger books an instant once. Returns
+    the function that stops it. Compiles of other threads (a checkpoint writer's) overlap the steps: left out."""
+    thread = threading.get_ident()
+    program = {"requested": False, "hit": False}  # the backend compile in progress: JAX asks the cache, then ends it
+
+    def span(event, start, end, **_):
+        if event not in COMPILE_SPANS or threading.get_ident() != thread:
+            return
+        timeline.add("compilation", start, end)
+        if event == BACKEND_COMPILE:
+            timeline.count("compiles")
+            if program["requested"] and not program["hit"]:
+                timeline.count("compile_seconds_missed", end - start)
+            program.update(requested=False, hit=False)
+
+    def counted(event, **_):
+        if event in CACHE_EVENTS and threading.get_ident() == thread:
+            timeline.count(CACHE_EVENTS[event])
+            program["hit" if event.endswith("cache_hits") else "requested"] = True
+
+    jax.monitoring.register_event_time_span_listener(span)
+    jax.monitoring.register_event_listener(counted)
+
+    def stop():
+        jax.monitoring.unregister_event_time_span_listener(span)
+        jax.monitoring.unregister_event_listener(counted)
+
+    return stop
+
+
+def step_flops(jitted_step, arguments) -> float | None:
+    """FLOPs of one call of `jitted_step` (the whole step, every device's share together) with arguments shaped as
+    `arguments` (arrays or their jax.ShapeDtypeStruct), from XLA's cost analysis of the lowered step: lowering a
+    function already called with such arguments is a cache hit. None where the backend gives no count."""
+    try:
+        cost = jitted_step.lower(*arguments).cost_analysis()
+    except Exception:  # noqa: BLE001  (no count is an answer: the ledger then reports none)
+        return None
+    flops = (cost or {}).get("flops") if isinstance(cost, dict) else None
+    return float(flops) if flops and flops > 0 else None
+
+
+def shapes_of(tree):
+    """The jax.ShapeDtypeStruct of each array of a nest (shape, dtype, sharding): what `step_flops` lowers with,
+    kept before the step's arguments are donated."""
+    def shape(leaf):
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            return leaf
+        sharding = getattr(leaf, "sharding", None) if isinstance(leaf, jax.Array) else None
+        weak = bool(getattr(getattr(leaf, "aval", None), "weak_type", False))
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak)
+
+    return jax.tree.map(shape, tree)
 
 
 _told = set()  # what this process has said once

@@ -103,6 +103,7 @@ def patched(owner, names, wrap):
 
 # The layers a call passes, outermost first: the order is this list's.
 LAYERS = (
+    "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
     "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
     "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
     "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
@@ -266,6 +267,60 @@ def gathering_predictions(model, gather):
         yield
     finally:
         model.predict_function = step
+
+
+# --- The time ledger's view of a fit (training/ledger_watch.py) ------------------------------------
+
+def watch_train_steps(model, wrap_iterator) -> bool:
+    """Inside this fit, each call of the model's train function pulls its batches through
+    `wrap_iterator(state, iterator)` (the ledger times each `next()`). Returns False where it cannot (TensorFlow:
+    the step takes its input inside the graph; a model not compiled for a fit yet). `unwatch_train_steps` undoes it.
+
+    Relies on: JAXTrainer.fit calls make_train_function() before the callbacks' on_train_begin and on_epoch_begin,
+    and make_train_function keeps an existing `model.train_function`; then each execution is
+    `logs, state = self.train_function(state, iterator)`, whose steps pull their batches with next(iterator)
+    inside it (Trainer._make_function's iterator_step).
+    """
+    if keras.backend.backend() != "jax" or model.train_function is None:
+        return False
+    own = _unwatched(model.train_function)
+
+    def watched(state, iterator):
+        return own(state, wrap_iterator(state, iterator))
+
+    watched.__wrapped__ = own
+    watched.acceltrain_watched = True
+    model.train_function = watched
+    return True
+
+
+def unwatch_train_steps(model) -> None:
+    if getattr(model, "train_function", None) is not None:
+        model.train_function = _unwatched(model.train_function)
+
+
+def _unwatched(function):
+    return function.__wrapped__ if getattr(function, "acceltrain_watched", False) else function
+
+
+def jitted_train_step(model):
+    """The jitted train step inside the model's train function (JAX), or None: what the ledger lowers for the
+    step's FLOPs, so the count is of the program Keras compiled.
+
+    Relies on: JAXTrainer.make_train_function sets `train_function = self._make_function(jit(train_step))`, a
+    closure (iterator_step) whose free variable `step_function` is the jitted step (a jax PjitFunction).
+    """
+    function = getattr(model, "train_function", None)
+    if function is None:
+        return None
+    function = _unwatched(function)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    cells = dict(zip(code.co_freevars, function.__closure__ or ()))
+    step = cells.get("step_function")
+    step = step.cell_contents if step is not None else None
+    return step if hasattr(step, "lower") else None
 
 
 # --- Callbacks ----------------------------------------------------------------------------------

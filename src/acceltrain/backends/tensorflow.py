@@ -280,6 +280,23 @@ def step_callbacks(distribution) -> list:
     return []
 
 
+# --- The time ledger's view of TensorFlow (acceltrain/ledger.py) ------------------------------------
+
+def watch_compiles(timeline):
+    """None: TensorFlow reports no compile events (the ledger then books each new train function's first step as
+    its compilation)."""
+    return None
+
+
+def step_flops(jitted_step, arguments) -> float | None:
+    """None: no cost analysis of Keras's tf.function step is read here."""
+    return None
+
+
+def shapes_of(tree):
+    return tree
+
+
 # --- Many processes, and unmodified scripts (`acceltrain run`) ------------------------------------
 
 def start_processes(processes) -> None:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from acceltrain import log
+from acceltrain import ledger, log
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
 
 RESULT_TAG = "ACCELTRAIN_BENCH_RESULT "
@@ -130,6 +130,8 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
             "runs": [{k: r[k] for k in ("epoch_seconds", "seconds_to_first_epoch_end", "fit_to_first_epoch_end")}
                      for r in child_runs],
         }
+        if name == "acceltrain":  # each run's ledger of its Runtime.fit: the first with a cold compilation cache
+            variants[name]["ledgers"] = [r.get("ledger") for r in child_runs]
     cold, warm = runs["acceltrain"][0], runs["acceltrain"][1:]
     cache = {"cold_seconds_to_first_epoch_end": cold["seconds_to_first_epoch_end"],
              "cold_fit_to_first_epoch_end": cold["fit_to_first_epoch_end"]}
@@ -212,6 +214,9 @@ def format_table(report: dict) -> str:
             f"warm ({100 * cache['cut']:.0f}% less); from fit() start: {cache['cold_fit_to_first_epoch_end']:.2f} s "
             f"cold, {cache['warm_fit_to_first_epoch_end']:.2f} s warm."
         )
+    ledgers = [run for run in report["variants"]["acceltrain"].get("ledgers") or [] if run]
+    if ledgers:
+        lines.append(f"acceltrain's Runtime.fit, its last run: {ledger.Ledger.from_json(ledgers[-1]).line()}.")
     load = report["load_average"]
     if load["before"] is not None:
         lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
@@ -319,8 +324,8 @@ def _acceltrain(config) -> dict:
     timer = EpochTimer()
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-checkpoints-") as folder:
         # With checkpoints, as `acceltrain train` runs it: their cost counts in the epoch they end.
-        runtime.fit(model, x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0,
-                    callbacks=[timer], checkpoint_dir=folder if config["checkpoints"] else None)
+        history = runtime.fit(model, x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0,
+                              callbacks=[timer], checkpoint_dir=folder if config["checkpoints"] else None)
     compute_dtype = model.dtype_policy.compute_dtype
     return _timing(
         timer, config["started"],
@@ -332,6 +337,7 @@ def _acceltrain(config) -> dict:
         compute_dtype=compute_dtype,
         flops_per_sample=training_flops_per_sample(model),
         peak_flops_per_second=hardware.kind(runtime.platform).peak_flops_per_second(runtime.device_kind, compute_dtype),
+        ledger=history.ledger.as_json() if history.ledger else None,  # where the fit's time went (acceltrain/ledger.py)
     )
 
 

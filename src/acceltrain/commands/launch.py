@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, log, sharding, watchdog
+from acceltrain import backends, cluster, decisions, ledger, log, sharding, watchdog
 from acceltrain.errors import UsageError, positive_int
 
 POLL_SECONDS = 0.2
@@ -30,11 +30,12 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
            backend: str | None = None, distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
            precision: str = "auto", stall_timeout: float | None = None,
            device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
-           checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
+           checkpoint_every: str | None = None, keep_checkpoints: int | None = None, ledger_file=None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
     watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The connect flags (platform,
-    tpu, precision ...) and the checkpoint flags are passed on to each process (`acceltrain run`)."""
-    from acceltrain.commands import run_checkpoints
+    tpu, precision ...), the checkpoint flags and `ledger_file` are passed on to each process (`acceltrain run`:
+    each prints its own ledger line, and writes its own FILE.i.json)."""
+    from acceltrain.commands import outputs, run_checkpoints
 
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
@@ -47,6 +48,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if device_memory is not None:
         sharding.parse_bytes(device_memory, "--device-memory")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+    outputs.check_file_folder(ledger_file, "--ledger")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -64,6 +66,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     command += ["--stall-timeout", f"{stall_timeout:g}"]
     if checkpointing is not None:
         command += checkpointing.as_args()
+    if ledger_file is not None:
+        command += ["--ledger", str(Path(ledger_file).resolve())]
     command += [script, *argv]
     log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
     children = []
@@ -205,7 +209,8 @@ def _forwarded_signals(children):
 def _child_env(coordinator: str, processes: int, index: int) -> dict:
     env = dict(os.environ)
     env.update({cluster.ENV_COORDINATOR: coordinator, cluster.ENV_NUM_PROCESSES: str(processes),
-                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", cluster.ENV_LAUNCHER_PID: str(os.getpid())})
+                cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", cluster.ENV_LAUNCHER_PID: str(os.getpid()),
+                ledger.ENV_STARTED: repr(ledger.process_start())})  # each process's ledger counts from the job's start
     # The children import this same acceltrain, wherever it was imported from (a checkout or site-packages).
     source_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH")) if p)

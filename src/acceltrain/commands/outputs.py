@@ -41,6 +41,13 @@ def check_writable(out_dir: Path) -> None:
         raise UsageError(f"Received --out {str(out_dir)!r}, but {problem}. Pass a folder you can write to.")
 
 
+def check_file_folder(path, flag: str) -> None:
+    """A file to write (--ledger, --json) must be in a folder that exists: said before anything runs."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"Received {flag} {str(path)!r}, but its folder does not exist. Pass a path in an existing "
+                         "folder.")
+
+
 def check_free_space(out_dir: Path, bytes_needed: int) -> None:
     """Fail before training if the disk cannot hold the checkpoints and outputs."""
     existing = Path(out_dir)

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from acceltrain import log
+from acceltrain import ledger, log
 from acceltrain.commands import outputs
 from acceltrain.errors import UsageError
 
@@ -56,17 +56,19 @@ def redraw(out_dir: str | Path) -> list[Path]:
 # --- The figure -------------------------------------------------------------------------------
 
 def figure(metrics: dict):
-    """A matplotlib Figure: loss, then the other metrics, then seconds per epoch, one panel each.
+    """A matplotlib Figure: loss, then the other metrics, then seconds per epoch, then (where metrics.json has a
+    ledger) where the run's time went, one panel each.
 
     Each series is a line labelled "training NAME" or "validation NAME" (Keras's val_NAME), x the
-    epoch number from 1.
+    epoch number from 1. The ledger's panel has a bar per part that took time, in seconds.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     history = metrics.get("history", {})
     names = [name for name in _metric_names(history) if name != "loss"]
-    panels = ["loss"] * ("loss" in history) + (["metrics"] if names else []) + ["seconds"]
+    panels = ["loss"] * ("loss" in history) + (["metrics"] if names else []) + ["seconds"] + \
+        ["ledger"] * bool(metrics.get("ledger"))
     fig = Figure(figsize=(4.2 * len(panels), 3.8), layout="constrained")
     fig.suptitle(title(metrics), fontsize=9)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -77,6 +79,9 @@ def figure(metrics: dict):
         elif panel == "metrics":
             _plot_series(ax, history, names)
             ax.set_title(", ".join(names))
+        elif panel == "ledger":
+            _plot_ledger(ax, ledger.Ledger.from_json(metrics["ledger"]))
+            continue
         else:
             seconds = metrics.get("epoch_seconds") or []
             epochs = list(range(1, len(seconds) + 1))
@@ -89,6 +94,15 @@ def figure(metrics: dict):
         if panel != "seconds":
             ax.legend(fontsize=8)
     return fig
+
+
+def _plot_ledger(ax, run: ledger.Ledger) -> None:
+    """Horizontal bars: the seconds of each part that took any, the largest on top."""
+    parts = [(part, seconds) for part, seconds in sorted(run.parts.items(), key=lambda item: item[1]) if seconds > 0]
+    ax.barh([ledger.words(part) for part, _ in parts], [seconds for _, seconds in parts], color="tab:blue")
+    ax.set_title(f"where the {run.wall_seconds:.1f} s went")
+    ax.set_xlabel("s")
+    ax.grid(alpha=0.3, axis="x")
 
 
 def _metric_names(history: dict) -> list[str]:
@@ -160,6 +174,8 @@ def markdown(metrics: dict) -> str:
 
     lines += ["", "## Timings", ""]
     lines += _timings(metrics, seconds)
+    if metrics.get("ledger"):
+        lines += ["", "## Where the time went", ""] + _ledger(ledger.Ledger.from_json(metrics["ledger"]))
 
     keys = [key for key, values in history.items() if isinstance(values, list)]
     if keys:
@@ -195,6 +211,32 @@ def _timings(metrics: dict, seconds: list) -> list[str]:
                      f"{'s' * (len(basis) > 1)} {', '.join(map(str, basis))}{compile_note}"
                      f"{'; earlier epochs ran in an earlier process' if resumed else ''})")
     return lines
+
+
+def _ledger(run: ledger.Ledger) -> list[str]:
+    """The ledger as a table of its parts (acceltrain/ledger.py says what each is), its line, and what it counted."""
+    wall = run.wall_seconds or 1.0
+    lines = [run.line(), "", "| part | seconds | share |", "|---|---|---|"]
+    lines += [f"| {ledger.words(part)} | {seconds:.2f} | {ledger.percent(seconds / wall)} |"
+              for part, seconds in run.parts.items()]
+    lines.append(f"| **wall time** | {run.wall_seconds:.2f} | 100 % |")
+    facts = run.facts
+    counted = []
+    if facts.get("compiles"):
+        cache = (f"; the persistent cache: {facts.get('cache_hits', 0)} hits, "
+                 f"{facts['cache_requests'] - facts.get('cache_hits', 0)} misses" if "cache_requests" in facts else "")
+        counted.append(f"{facts['compiles']} programs compiled or loaded{cache}")
+    if facts.get("steps"):
+        counted.append(f"{facts['steps']} training steps")
+    if facts.get("flops_per_step"):
+        counted.append(f"{facts['flops_per_step'] / 1e9:.2f} GFLOP a training step (XLA's cost analysis)")
+    if run.mfu is not None:
+        counted.append(f"MFU {ledger.percent(run.mfu)} of the published peak")
+    if facts.get("checkpoints"):
+        counted.append(f"{facts['checkpoints']} checkpoints")
+    if facts.get("steps_redone"):
+        counted.append(f"{facts['steps_redone']} steps run again after the resume")
+    return lines + ([""] + [f"- {fact}" for fact in counted] if counted else [])
 
 
 def _epochs(timed: list[dict]) -> str:

@@ -18,13 +18,14 @@ import os
 import runpy
 import shlex
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from acceltrain import checks, data, inputs, log, placement, user_model
-from acceltrain.commands import run_checkpoints
+from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, predict_prepared
 
@@ -34,49 +35,79 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
                stall_timeout: float | None = None, device_memory: str | None = None, checkpoint_dir=None,
                resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None,
-               precision: str = "auto") -> int:
+               precision: str = "auto", started: float | None = None, ledger_file=None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
-    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py)."""
+    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py). At the end, one line
+    says where the run's time went (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the
+    process's start; default: this call's); `ledger_file`: also written there as JSON (in a job of several
+    processes, each its own: the process index before the suffix, ledger.1.json)."""
+    started = time.time() if started is None else started
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
+    outputs.check_file_folder(ledger_file, "--ledger")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                       stall_timeout=stall_timeout, device_memory=device_memory, precision=precision)
+    connected = time.time()
     _never_outlive_the_job()
     if runtime.num_processes > 1:
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
     from acceltrain.backends import keras_internals
+    from acceltrain.training import ledger_watch
 
     calls = KerasCalls(runtime)
     checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
         runtime, checkpointing, _resume_command(checkpointing, script, argv))
     with contextlib.ExitStack() as stack:
         stack.callback(runtime.close)  # last out: Keras's fit is its own again
+        window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
-        stack.enter_context(keras_internals.layers(script_calls=calls, checkpointed=checkpointed or None,
+        watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
+            if runtime.timeline.enabled else None
+        stack.enter_context(keras_internals.layers(ledger=watch, script_calls=calls, checkpointed=checkpointed or None,
                                                    script_inputs=FitGuard(runtime)))
         if runtime.num_processes > 1:
             stack.enter_context(_saving_whole(runtime))
-        try:
-            runpy.run_path(str(script), run_name="__main__")
-        except SystemExit as exit:
-            calls.tell_summary()
-            return _exit_code(exit.code)
-        except AcceltrainError:
-            raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
-        except Exception as error:  # the script's own failure: its traceback, from its own frames
-            user_model.print_traceback(error, script)
-            calls.tell_whose(error, script)
-            return 1
+        code = _run_main(script, calls)
+    _tell_ledger(window.ledger, ledger_file, runtime)
+    return code
+
+
+def _run_main(script: Path, calls) -> int:
+    """The script, run as __main__: its exit code, after the line saying what ran distributed (or, when the script
+    raised, its traceback and whose error it is)."""
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit:
+        calls.tell_summary()
+        return _exit_code(exit.code)
+    except AcceltrainError:
+        raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
+    except Exception as error:  # the script's own failure: its traceback, from its own frames
+        user_model.print_traceback(error, script)
+        calls.tell_whose(error, script)
+        return 1
     calls.tell_summary()
     return 0
+
+
+def _tell_ledger(ledger, ledger_file, runtime) -> None:
+    """The run's ledger in one line, and as JSON in `ledger_file` (process i of a job: FILE.i.json)."""
+    if ledger is None:  # ACCELTRAIN_LEDGER=0
+        return
+    log.info(ledger.line())
+    if ledger_file is not None:
+        path = Path(ledger_file)
+        if runtime.num_processes > 1:
+            path = path.with_name(f"{path.stem}.{runtime.process_index}{path.suffix}")
+        outputs.write_json(path, ledger.as_json())
 
 
 def _resume_command(flags, script: Path, argv) -> str:

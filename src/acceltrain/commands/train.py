@@ -24,9 +24,11 @@ from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import connect
 
 
-def train_and_evaluate(config: TrainConfig) -> dict:
-    """Train, evaluate on the test split, write model.keras, model.weights.h5 and metrics.json."""
-    started = time.perf_counter()
+def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
+    """Train, evaluate on the test split, write model.keras, model.weights.h5 and metrics.json, and say in one line
+    where the run's time went (metrics.json's `ledger`). `started`: when the run began (time.time()), the ledger's
+    start-up counted from it: the CLI passes the process's start; default: this call's."""
+    started = time.time() if started is None else started
     # 1. Check everything that needs no framework.
     job = _check(config)
 
@@ -35,18 +37,22 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
                           platform=config.platform, tpu=config.tpu, stall_timeout=config.stall_timeout,
                           device_memory=config.device_memory, precision=config.precision)
-    data.check_batch_size(job.batch_size, runtime.num_replicas)
-    runtime.seed(config.seed)
-    model, (x_train, y_train), (x_test, y_test) = _build(runtime, config, job)
-    data.check_arrays(x_test, y_test, name="x_test")
-    outputs.check_free_space(job.out_dir, _bytes_needed(model, config.keep_checkpoints))
+    with runtime.timeline.window(started, start_up_until=time.time()) as window:
+        data.check_batch_size(job.batch_size, runtime.num_replicas)
+        runtime.seed(config.seed)
+        model, (x_train, y_train), (x_test, y_test) = _build(runtime, config, job)
+        data.check_arrays(x_test, y_test, name="x_test")
+        outputs.check_free_space(job.out_dir, _bytes_needed(model, config.keep_checkpoints))
 
-    # 3. Train (checkpointing into out_dir) and evaluate.
-    fit_started = time.perf_counter()
-    history = _train(runtime, model, x_train, y_train, config, job)
-    test = runtime.evaluate(model, x_test, y_test, batch_size=job.batch_size, verbose=0)
+        # 3. Train (checkpointing into out_dir) and evaluate.
+        fit_started = time.time()
+        history = _train(runtime, model, x_train, y_train, config, job)
+        test = runtime.evaluate(model, x_test, y_test, batch_size=job.batch_size, verbose=0)
 
-    # 4. Write the outputs, each atomically.
+        # 4. Write the model, each file atomically.
+        _save_model(runtime, model, job.out_dir)
+        optimizer = optimizer_summary(model)  # what trained, whatever --learning-rate said
+    # 5. The records of the run, with its ledger (what follows is outside it: these files and the report).
     epoch_seconds = history.epoch_seconds
     timed = getattr(history, "timed_epochs", None) or [
         {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
@@ -62,11 +68,15 @@ def train_and_evaluate(config: TrainConfig) -> dict:
         "seconds_to_first_epoch_end": fit_started - started + timed[0]["seconds"],
         **throughput(timed, job.batch_size),
         "config": {**asdict(config), "epochs": job.epochs, "batch_size": job.batch_size, "out": str(job.out_dir)},
-        "optimizer": optimizer_summary(model),  # what trained, whatever --learning-rate said
+        "optimizer": optimizer,
         "runtime": runtime.describe(),
+        # Where the run's time went, from the process's start to here (None with ACCELTRAIN_LEDGER=0).
+        "ledger": window.ledger.as_json() if window.ledger else None,
     }
-    _write_outputs(runtime, model, metrics, replace(config, epochs=job.epochs, batch_size=job.batch_size,
-                                                    out=str(job.out_dir), backend=runtime.backend))
+    _write_records(runtime, metrics, replace(config, epochs=job.epochs, batch_size=job.batch_size,
+                                             out=str(job.out_dir), backend=runtime.backend))
+    if window.ledger:
+        log.info(window.ledger.line())
     return metrics
 
 
@@ -157,19 +167,25 @@ def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
                                                               f"... --out {job.out_dir} --resume)") from None
 
 
-def _write_outputs(runtime, model, metrics: dict, resolved: TrainConfig) -> None:
-    """model.keras, model.weights.h5, metrics.json, config.toml and the report, each written atomically by process
-    0; the other processes of a job save where nobody looks (reading the weights is a step they all take)."""
+def _save_model(runtime, model, out_dir: Path) -> None:
+    """model.keras and model.weights.h5, each written atomically by process 0; the other processes of a job save
+    where nobody looks (reading the weights is a step they all take)."""
     if runtime.process_index > 0:
         save_where_nobody_looks(model.save, "model.keras")
         save_where_nobody_looks(model.save_weights, "model.weights.h5")
         return
-    out_dir = Path(resolved.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     with outputs.atomic_path(out_dir / "model.keras") as path:
         model.save(path)
     with outputs.atomic_path(out_dir / "model.weights.h5") as path:
         model.save_weights(path)
+
+
+def _write_records(runtime, metrics: dict, resolved: TrainConfig) -> None:
+    """metrics.json, config.toml and the report, each written atomically by process 0."""
+    if runtime.process_index > 0:
+        return
+    out_dir = Path(resolved.out)
     outputs.write_json(out_dir / "metrics.json", metrics)
     config_files.write(out_dir / "config.toml", resolved)
     log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))} and config.toml")

@@ -8,6 +8,7 @@ current step, write a checkpoint and raise Interrupted. Imports keras: import on
 """
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -16,7 +17,7 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, log
+from acceltrain import data, ledger, log
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
@@ -35,14 +36,19 @@ class Interrupted(AcceltrainError):
 
 
 def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
-        callbacks=(), verbose="auto", **fit_kwargs):
+        callbacks=(), verbose="auto", timeline=None, **fit_kwargs):
     """Train `prepared` (an inputs.Fit, kept whole: trim=False) from the newest checkpoint (if resume) to `epochs`,
     checkpointing as `every` says. Arrays: each epoch in the order epoch_order(seed, epoch), less its last few
-    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position)."""
+    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position). `timeline`: the runtime's time
+    ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume."""
+    timeline = timeline or ledger.Timeline()  # none: nothing is booked
     feed = DatasetFeed(prepared.x, checkpoints.folder / "data", prepared.steps_per_epoch) if prepared.is_dataset else None
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
-    state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
+    with timeline.timed("checkpoint"):
+        state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
     steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
+    reached = _Reached(checkpoints.folder, writer=prepared.process_index == 0)
+    redo = _Redo(timeline, reached.read() if resume else None, state.epoch * steps_per_epoch + state.step)
     if prepared.left_out:
         log.info(f"left out {prepared.left_out} training sample(s) of each epoch, the last of its "
                  f"{'shuffled ' if shuffle else ''}order{', so they differ from epoch to epoch,' if shuffle else ''} "
@@ -55,18 +61,20 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     sigterm_here = prepared.num_processes == 1 or keras.backend.backend() != "jax"
     last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
     timed = []  # the epochs this process ran, and their steps: a resumed epoch only in part (throughput's basis)
-    with _deferred_signals(sigterm_here) as received, contextlib.closing(checkpoints), end_of_pass_expected(), \
+    with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
-        saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received)
+        saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo)
+        started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
             saver.start_epoch(epoch, first_step)
-            started = time.perf_counter()
-            if feed:  # a dataset: the next batches of the one iterator the run reads
-                inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
-            else:  # arrays: this epoch's order, from the step reached on
-                n = data.num_samples(prepared.x)
-                inputs = prepared.epoch(epoch_order(state.seed, epoch, n) if shuffle else np.arange(n), first_step)
+            with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
+                if feed:  # a dataset: the next batches of the one iterator the run reads
+                    inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+                else:  # arrays: this epoch's order, from the step reached on
+                    n = data.num_samples(prepared.x)
+                    inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
+                                           first_step)
             epoch_history = keras_internals.keras_method(model, "fit")(
                 **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=prepared.validation_data,
                 validation_batch_size=prepared.validation_batch_size, verbose=verbose,
@@ -75,7 +83,9 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             if saver.stopped_mid_epoch:
                 raise Interrupted(received[0], saver.last_saved)
             state.epoch, state.step = epoch + 1, 0
-            state.epoch_seconds.append(time.perf_counter() - started)
+            now = time.perf_counter()
+            state.epoch_seconds.append(now - started)
+            started = now
             timed.append({"epoch": epoch + 1, "seconds": state.epoch_seconds[-1], "steps": steps_per_epoch - first_step})
             for name, values in epoch_history.history.items():
                 state.history.setdefault(name, []).extend(float(v) for v in values)
@@ -83,9 +93,11 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 break
             if not received and checkpoints.preempted_at((epoch + 1) * steps_per_epoch):
                 received.append(signal.SIGTERM)
+            redo.passed((epoch + 1) * steps_per_epoch)
+            reached.note((epoch + 1) * steps_per_epoch, now=True)
             due = every.unit == "epochs" and (epoch + 1) % every.count == 0
             if due or received or epoch + 1 == epochs:
-                saver.last_saved = checkpoints.save(model, state)
+                saver.last_saved = saver.save(model, state)
             if received:
                 raise Interrupted(received[0], saver.last_saved)
     history.history = {name: list(values) for name, values in state.history.items()}
@@ -94,6 +106,31 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     history.timed_epochs = timed
     history.set_model(model)
     return history
+
+
+def _epoch_inputs(prepared, order, first_step: int) -> dict:
+    """Keras's fit arguments for an epoch of arrays in `order`. On JAX, batch by batch (a PyDataset gathering each
+    batch as Keras asks for it, as Keras's own shuffle does): the host gathers a batch while the step before runs,
+    instead of copying the whole epoch into its order while the device waits (the ledger booked that copy as
+    input wait; BENCHMARKS.md, default-job, times the job side by side). On TensorFlow, arrays: tf.data gathers
+    them in its own threads, where a PyDataset would run Python for every batch."""
+    if keras.backend.backend() != "jax":
+        return prepared.epoch(order, first_step)
+    return {"x": _Batches(prepared.epoch_batches(order, first_step))}
+
+
+class _Batches(keras.utils.PyDataset):
+    """inputs.EpochBatches as Keras takes it: read in order, in the training loop's thread (one worker)."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
 
 
 def open_checkpoints(folder, keep: int, backend: str, process_index: int = 0):
@@ -176,12 +213,14 @@ def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, nu
 
 
 class _StepSaver(keras.callbacks.Callback):
-    """Checkpoints every N steps, and at the first step end after SIGTERM/SIGINT (then stops)."""
+    """Checkpoints every N steps, and at the first step end after SIGTERM/SIGINT (then stops); notes how far
+    training has reached, and where the steps run again after a resume end."""
 
-    def __init__(self, checkpoints, every, state, steps_per_epoch, received):
+    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo):
         super().__init__()
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
+        self.timeline, self.reached, self.redo = timeline, reached, redo
         self.last_saved = None
         self.stopped_mid_epoch = False
         self._epoch = self._first_step = 0
@@ -199,16 +238,74 @@ class _StepSaver(keras.callbacks.Callback):
         if batch == 0 or step >= self.steps_per_epoch:
             return  # nothing new since the last check; the epoch's end is checkpointed by the loop
         global_step = self._epoch * self.steps_per_epoch + step
+        self.redo.passed(global_step)
+        self.reached.note(global_step)
         if not self.received and self.checkpoints.preempted_at(global_step):
             self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
         due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
-            self.last_saved = self.checkpoints.save(self.model, self.state)  # self.model syncs JAX state
+            self.last_saved = self.save(self.model, self.state)  # self.model syncs JAX state
             self._last_global_step = global_step
             if self.received:
                 self.stopped_mid_epoch = True
                 self.model.stop_training = True
+
+    def save(self, model, state):
+        """A checkpoint, its time booked in the ledger."""
+        with self.timeline.timed("checkpoint"):
+            saved = self.checkpoints.save(model, state)
+        self.timeline.count("checkpoints")
+        return saved
+
+
+class _Reached:
+    """How far training has got, noted in the checkpoint folder (`reached.json`: the global step), so a run that
+    resumes after a hard stop knows how many steps past its checkpoint it runs again. Written by one process, at
+    each epoch's end and every NOTE_SECONDS within an epoch (one small file: no measurable cost)."""
+
+    NOTE_SECONDS = 5.0
+    FILE = "reached.json"
+
+    def __init__(self, folder, writer: bool = True):
+        self.path = folder / self.FILE
+        self.writer = writer
+        self._noted = time.monotonic()
+
+    def note(self, global_step: int, now: bool = False) -> None:
+        if not self.writer or not (now or time.monotonic() - self._noted >= self.NOTE_SECONDS):
+            return
+        self._noted = time.monotonic()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_suffix(".partial")
+            partial.write_text(json.dumps({"global_step": global_step}))
+            partial.replace(self.path)
+        except OSError:
+            pass  # the note is for the ledger only: a full disk is the checkpoint's to report
+
+    def read(self) -> int | None:
+        try:
+            return int(json.loads(self.path.read_text())["global_step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+class _Redo:
+    """After a resume: the steps from the checkpoint up to where the stopped run had reached run again. Books
+    them, from the resumed loop's start until that step begins, as preemption in the ledger."""
+
+    def __init__(self, timeline, reached: int | None, restored: int):
+        self.timeline = timeline
+        self.until = reached if reached is not None and reached > restored else None
+        self._token = timeline.begin("preemption") if self.until is not None else None
+        if self.until is not None:
+            timeline.count("steps_redone", reached - restored)
+
+    def passed(self, global_step: int) -> None:
+        if self._token is not None and global_step >= self.until:
+            self.timeline.end(self._token)
+            self._token = None
 
 
 # As safe as Keras's own progress bar, which Keras runs from its callback thread: passed in
@@ -223,6 +320,16 @@ class _WholeRunProgress(keras.callbacks.ProgbarLogger):
 
     def set_params(self, params):
         super().set_params({**params, "epochs": self._total_epochs})
+
+
+@contextlib.contextmanager
+def _closed(checkpoints, timeline):
+    """The checkpoints closed at the end (the write in flight finished), its wait booked as checkpoint time."""
+    try:
+        yield
+    finally:
+        with timeline.timed("checkpoint"):
+            checkpoints.close()
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ distribution is active, which fails on a machine with fewer devices. The state t
 
 import json
 import shutil
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from acceltrain.training.checkpoint import State
 
 PYTREE, STATE = "pytree", "state"
 _TMP_MARK = ".orbax-checkpoint-tmp"
+_PRUNED = ".pruned-"  # an old checkpoint renamed out of the listing, its files deleted in the background
 
 
 class ShardedCheckpoints:
@@ -45,6 +47,7 @@ class ShardedCheckpoints:
         self.keep = keep
         self._checkpointer = None
         self._last_saved: Path | None = None  # this run's newest save: pruning never reaches past it
+        self._pruning: threading.Thread | None = None
 
     # --- Writing ------------------------------------------------------------------------------------
 
@@ -75,6 +78,7 @@ class ShardedCheckpoints:
             self._finish_and_prune(keep=self.keep)
             self._checkpointer.close()
             self._checkpointer = None
+        self._wait_for_pruning()
 
     def _finish_and_prune(self, keep: int) -> None:
         if self._checkpointer is None:
@@ -84,8 +88,29 @@ class ShardedCheckpoints:
         except Exception as error:  # a background write failed: say so; the previous checkpoint stands
             log.warn(f"a checkpoint could not be written ({error}); the previous one is intact")
         if self._is_primary() and self._last_saved is not None:
-            for old in checkpoint.to_prune(self.list(), self._last_saved, keep):
-                shutil.rmtree(old, ignore_errors=True)
+            self._prune(checkpoint.to_prune(self.list(), self._last_saved, keep))
+
+    def _prune(self, old: list[Path]) -> None:
+        """Rename the old checkpoints out of the listing at once, and delete their files in the background: Orbax
+        writes dozens of files a checkpoint, and deleting them in the loop held training at every save."""
+        self._wait_for_pruning()
+        renamed = []
+        for folder in old:
+            target = folder.with_name(_PRUNED + folder.name)
+            try:
+                folder.rename(target)
+                renamed.append(target)
+            except OSError:
+                shutil.rmtree(folder, ignore_errors=True)
+        if renamed:
+            self._pruning = threading.Thread(target=lambda: [shutil.rmtree(f, ignore_errors=True) for f in renamed],
+                                             name="acceltrain-prune-checkpoints", daemon=True)
+            self._pruning.start()
+
+    def _wait_for_pruning(self) -> None:
+        if self._pruning is not None:
+            self._pruning.join()
+            self._pruning = None
 
     def _writer(self):
         if self._checkpointer is None:
@@ -96,10 +121,10 @@ class ShardedCheckpoints:
         return self._checkpointer
 
     def _remove_unfinished(self) -> None:
-        """Folders a killed run left half written: never listed, removed before this run writes."""
+        """Folders a killed run left half written or half deleted: never listed, removed before this run writes."""
         if self._is_primary() and self.folder.is_dir():
             for path in self.folder.iterdir():
-                if _TMP_MARK in path.name:
+                if _TMP_MARK in path.name or path.name.startswith(_PRUNED):
                     shutil.rmtree(path, ignore_errors=True)
 
     # --- Reading ------------------------------------------------------------------------------------

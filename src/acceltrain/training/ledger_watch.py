@@ -1,0 +1,137 @@
+"""The time ledger's eyes inside Keras (acceltrain/ledger.py says what each part is and how instants are booked):
+LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime._watched), and `layer`,
+its slot "ledger" of the interception for a script's own calls (acceltrain run). Imports keras: import only after
+connect().
+
+What the callback records into the runtime's timeline:
+- a step: from its batch in hand (JAX: the end of the iterator's first `next()` in that call of the train
+  function; TensorFlow: the batch-begin callback) to its metrics on the host (the batch-end callback, which Keras
+  calls once they are there);
+- each `next()` of the iterator (JAX): input; while a step runs, the ledger books that time to the step;
+- an epoch, as host_syncs, where acceltrain makes Keras wait for each step: what steps, input and compiles leave
+  of it is the device idle between steps;
+- evaluation and prediction, from their begin to their end callbacks;
+- the FLOPs of one step, once a fit has ended (JAX: the compiled step's cost analysis).
+"""
+
+import keras
+
+from acceltrain.backends import keras_internals
+
+
+class LedgerWatch(keras.callbacks.Callback):
+    """Records a call's steps, input, evaluations and FLOPs into `timeline`. `syncs`: acceltrain makes Keras wait
+    for every step of this call (backends' step_callbacks).
+
+    `async_safe`: its batch ends only read the clock, so Keras may call them from its callback thread, once the
+    step's metrics are on the host; it must not make Keras wait for each step itself.
+    """
+
+    async_safe = True
+
+    def __init__(self, timeline, framework, *, syncs: bool = False):
+        super().__init__()
+        self.timeline, self.framework, self.syncs = timeline, framework, syncs
+        self._dispatched = {}  # first step of an execution -> when its batch was in hand
+        self._executing = None  # the execution whose batches the iterator is pulling
+        self._epoch = None  # the epoch's host_syncs token
+        self._evaluating = None
+        self._compiles_first = set()  # TensorFlow: the executions whose step is the function's first (it compiles)
+        self._arguments = None  # (state, batch) shapes of the first execution: what the FLOPs are counted for
+        self._steps_per_execution = 1
+        self._batches = None
+
+    # --- Epochs and steps ---------------------------------------------------------------------------
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.timeline.book()  # nothing in flight between epochs: book what came before, keep memory small
+        self._steps_per_execution = getattr(self.model, "steps_per_execution", 1) or 1
+        self._batches = self.params.get("steps") if self.params else None
+        keras_internals.watch_train_steps(self.model, self._timed_iterator)
+        if self.syncs:
+            self._epoch = self.timeline.begin("host_syncs")
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.timeline.end(self._epoch)
+        self._epoch = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._executing = batch
+        self._dispatched[batch] = self.timeline.clock()  # the batch is pulled next (JAX): _timed_iterator moves it
+        if not self.timeline.compile_events and self.timeline.first_seen(self.model.train_function):
+            self._compiles_first.add(batch)
+
+    def on_train_batch_end(self, batch, logs=None):
+        done = self.timeline.clock()
+        first = batch - self._steps_per_execution + 1
+        dispatched = self._dispatched.pop(first, None)
+        if dispatched is not None:
+            compiled = first in self._compiles_first
+            self._compiles_first.discard(first)
+            self.timeline.add("compilation" if compiled else "device_steps", dispatched, done)
+        last = min(batch, self._batches - 1) if self._batches else batch
+        self.timeline.count("steps", last - first + 1)
+
+    def on_train_end(self, logs=None):
+        keras_internals.unwatch_train_steps(self.model)
+        if self._arguments is not None and "flops_per_step" not in self.timeline.notes:
+            step = keras_internals.jitted_train_step(self.model)
+            flops = self.framework.step_flops(step, self._arguments) if step is not None else None
+            if flops:
+                self.timeline.note("flops_per_step", flops)
+
+    def _timed_iterator(self, state, iterator):
+        if self._arguments is None:
+            self._arguments = (self.framework.shapes_of(state), None)  # the batch's, at its first next()
+        return _TimedIterator(self, iterator, self._executing)
+
+    # --- Evaluation and prediction ------------------------------------------------------------------
+
+    def on_test_begin(self, logs=None):
+        self._evaluating = self.timeline.begin("evaluation")
+
+    def on_test_end(self, logs=None):
+        self.timeline.end(self._evaluating)
+
+    on_predict_begin, on_predict_end = on_test_begin, on_test_end
+
+
+class _TimedIterator:
+    """The iterator of one execution of the train function, each `next()` booked as input; the end of the first
+    is when the execution's batch is in hand (its dispatch)."""
+
+    def __init__(self, watch, iterator, execution):
+        self._watch, self._iterator, self._execution = watch, iterator, execution
+        self._first = True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        timeline = self._watch.timeline
+        start = timeline.clock()
+        batch = next(self._iterator)
+        end = timeline.clock()
+        timeline.add("input_wait", start, end)
+        if self._first:
+            self._first = False
+            self._watch._dispatched[self._execution] = end
+            state, known = self._watch._arguments
+            if known is None:
+                self._watch._arguments = (state, self._watch.framework.shapes_of(batch))
+        return batch
+
+
+def layer(timeline, framework, distribution):
+    """Slot "ledger" of the interception (keras_internals.LAYERS), for a script's own calls under `distribution`: a
+    fit carries a LedgerWatch (told whether acceltrain makes it wait for each step); an evaluate or predict is booked
+    whole as evaluation."""
+
+    def ledger(call, proceed):
+        if call.name == "fit":
+            syncs = bool(framework.step_callbacks(distribution))
+            return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
+        with timeline.timed("evaluation"):
+            return proceed(call)
+
+    return ledger

@@ -1,0 +1,143 @@
+"""The time ledger of a real Runtime.fit (history.ledger), and its advice in the situations it names, each produced
+here: a slow input pipeline, a cold and a warm compilation cache, a checkpoint every step, steps run again after a
+resume. In this process, on tiny models: the commands' whole-run ledgers are tested in tests/commands."""
+
+import json
+import shutil
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import acceltrain
+from acceltrain import ledger
+from tests.test_runtime import _mlp, _toy_data
+
+
+@pytest.fixture
+def one_device():
+    """A runtime of one device: no sync between steps, so the parts are the run's own."""
+    with acceltrain.connect(distribution="none", verbose=False) as runtime:
+        yield runtime
+
+
+def _parts_sum_to_the_wall(run):
+    assert run.wall_seconds > 0 and sum(run.parts.values()) == pytest.approx(run.wall_seconds, rel=1e-9)
+    assert all(seconds >= 0 for seconds in run.parts.values()) and set(run.parts) == set(ledger.PARTS)
+
+
+def test_a_fit_books_its_time_into_parts_that_sum_to_it_with_the_steps_and_their_flops(runtime):
+    """On 8 simulated CPU devices acceltrain makes Keras wait for each step: the idle time between steps is host
+    syncs. The first step compiles: its compile is compilation, JAX's events say how many programs."""
+    with runtime.scope():
+        model = _mlp(units=24)
+    x, y = _toy_data(256)
+    history = runtime.fit(model, x, y, batch_size=64, epochs=2, verbose=0, validation_data=(x[:64], y[:64]))
+    run = history.ledger
+    _parts_sum_to_the_wall(run)
+    assert run.started <= run.ended <= time.time() and run.wall_seconds == pytest.approx(run.ended - run.started)
+    for part in ("compilation", "device_steps", "host_syncs", "evaluation"):
+        assert run.parts[part] > 0, (part, run.parts)
+    assert run.parts["checkpoint"] == run.parts["preemption"] == run.parts["start_up"] == 0
+    assert run.facts["steps"] == 2 * 4 and run.facts["compiles"] >= 1
+    # The compiled step's FLOPs (XLA's cost analysis) against the matmuls' own count: 2·in·out a Dense forward,
+    # twice that backward (the first layer's input needs no gradient).
+    matmuls = 64 * 2 * (8 * 24 * 2 + 24 * 4 * 3)
+    assert matmuls <= run.flops_per_step < 2 * matmuls
+    assert run.mfu is None  # no published peak for a CPU
+    assert json.loads(json.dumps(run.as_json()))["parts"] == run.parts
+
+
+def test_a_slow_generator_in_a_scripts_fit_is_input_wait_and_the_line_says_what_shrinks_it(one_device):
+    """A script's own model.fit (acceltrain run's path: the interception's "ledger" slot) on a slow PyDataset."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+    from acceltrain.training import ledger_watch
+
+    class SlowBatches(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__()
+            self.x, self.y = _toy_data(64)
+
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, index):
+            time.sleep(0.06)  # a generator reading from a slow disk
+            return self.x.astype("float32"), self.y
+
+    with one_device.scope():
+        model = _mlp()
+    model.fit(*_toy_data(64), batch_size=64, epochs=1, verbose=0)  # compiled here, so the next fit does not
+    watch = ledger_watch.layer(one_device.timeline, one_device.backend_module, one_device.distribution)
+    with one_device.timeline.window() as window, keras_internals.layers(ledger=watch):
+        model.fit(SlowBatches(), epochs=1, verbose=0)
+    run = window.ledger
+    _parts_sum_to_the_wall(run)
+    assert run.largest()[0] == "input_wait" and run.parts["input_wait"] >= 8 * 0.06 * 0.9, run.parts
+    assert "the input pipeline kept the device waiting" in run.line() and run.facts["steps"] == 8
+
+
+def test_a_checkpoint_every_step_is_checkpoint_time_and_the_line_says_checkpoint_less_often(one_device, tmp_path):
+    with one_device.scope():
+        model = _mlp()
+    x, y = _toy_data(256)
+    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0)  # compiled here
+    run = one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "ckpt",
+                         checkpoint_every="1 steps").ledger
+    _parts_sum_to_the_wall(run)
+    assert run.largest()[0] == "checkpoint" and run.facts["checkpoints"] == 8, run.parts  # 7 in the epoch, 1 at its end
+    assert "checkpoint less often" in run.line() and "8 checkpoints" in run.line()
+
+
+def test_a_cold_compilation_cache_is_said_and_a_warm_one_is_not(one_device):
+    """Shapes no earlier run compiled: the cache cannot hold the programs. The same shapes again: it does."""
+    draw = uuid.uuid4().int  # shapes (one of a million) whose programs were never compiled on this machine
+    features, units = 9 + draw % 1000, 16 + draw // 1000 % 1000
+    x, y = _toy_data(64, features=features)
+    lines = []
+    for _ in range(2):
+        with one_device.scope():
+            model = _mlp(units=units, features=features)
+        run = one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0).ledger
+        _parts_sum_to_the_wall(run)
+        lines.append((run.largest()[0], run.facts, run.line()))
+    (cold_part, cold, cold_line), (_, warm, warm_line) = lines
+    assert cold_part == "compilation" and "the compilation cache was cold" in cold_line, cold_line
+    assert cold["cache_requests"] > cold.get("cache_hits", 0) and cold["compile_seconds_missed"] > 0
+    assert warm.get("cache_hits", 0) > cold.get("cache_hits", 0) and "cold" not in warm_line, warm_line
+
+
+def test_steps_run_again_after_a_resume_are_preemption(one_device, tmp_path):
+    """A run that got to the end of its epoch but whose last checkpoints are lost (killed before they were written):
+    its resume runs steps 6 to 8 again, and books them as preemption."""
+    with one_device.scope():
+        model = _mlp()
+    x, y = _toy_data(256)  # 8 steps of 32
+    folder = tmp_path / "ckpt"
+    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=folder, checkpoint_every="3 steps",
+                   keep_checkpoints=5)
+    assert json.loads((folder / "reached.json").read_text()) == {"global_step": 8}
+    for name in ("epoch-0001-step-00000",):
+        shutil.rmtree(folder / name)  # the newest left is step 6
+    run = one_device.fit(model, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, resume=True,
+                         checkpoint_every="3 steps", keep_checkpoints=5).ledger
+    _parts_sum_to_the_wall(run)
+    assert run.facts["steps_redone"] == 2 and run.parts["preemption"] > 0, run.parts
+    assert run.facts["steps"] == 2 + 8
+
+
+def test_the_ledger_off_gives_no_ledger_and_adds_no_callback(monkeypatch):
+    monkeypatch.setenv("ACCELTRAIN_LEDGER", "0")
+    with acceltrain.connect(distribution="none", verbose=False) as runtime:
+        from acceltrain.training.ledger_watch import LedgerWatch
+
+        assert not any(isinstance(c, LedgerWatch) for c in runtime._watched(runtime.watchdog))
+        with runtime.scope():
+            model = _mlp()
+        x, y = _toy_data(64)
+        assert runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0).ledger is None
+    np.testing.assert_equal(model.train_function is None or not hasattr(model.train_function, "acceltrain_watched"),
+                            True)
