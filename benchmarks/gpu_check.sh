@@ -16,7 +16,8 @@
 #        --platform manylinux2014_x86_64 -d .whl keras==3.15.1 namex==0.1.0 optree==0.20.0
 # 2. The device tool sends the checkout the session started in (the merged tree), src/ included:
 #      run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=480)
-# 3. What comes back under $OUT: epoch-speed-gpu.json (the record), bench-gpu.txt (the run's output), env.txt.
+# 3. What comes back under $OUT: epoch-speed-gpu.json (the record), bench-gpu.txt (the run's output), env.txt,
+#    default-job-metrics.json (`acceltrain train`'s, with its ledger; not yet run on a GPU either).
 set -uo pipefail
 OUT=${OUT:-/tmp/acceltrain-gpu-check}
 mkdir -p "$OUT"
@@ -36,4 +37,9 @@ timeout 420 python3 benchmarks/epoch_speed.py --section epoch-speed-gpu --epochs
   | tee "$OUT/bench-gpu.txt"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 124 ] && echo "gpu_check: bench ran past 7 minutes and was stopped" >&2
+# The default job's ledger on the GPU (metrics.json's "ledger": where its time went, with the MFU of its steps,
+# the H200's peak being published): best effort, it does not change the exit status. The bench record above
+# holds the ledger of each of acceltrain's runs too.
+timeout 120 python3 -m acceltrain train --epochs 3 --out /tmp/acceltrain-default-job 2>&1 | tail -3 \
+  && cp /tmp/acceltrain-default-job/metrics.json "$OUT/default-job-metrics.json"
 exit "$status"

@@ -221,3 +221,22 @@ def test_corpus_table_and_pass_counts_come_from_the_judged_runs():
             "on DataParallel over 8 replica(s) (fails in launch-2x2) |") in said["table"]
     assert "| a loop | `loop.py` | pass | pass | n/a | runs unchanged, undistributed: ran as is |" in said["table"]
     assert corpus.WIDEST_FIRST[0] == "run-8"
+
+
+# --- default-job -------------------------------------------------------------------------------
+
+def test_default_job_judges_each_ratio_by_the_runs_spread_and_never_calls_the_ledger_a_speed_up():
+    def runs(*medians, ledger=None):
+        return [{"epoch_seconds": [9.0, m, m, m, m, 0.1], "ledger": ledger} for m in medians]
+
+    parts = {"start_up": 5.0, "compilation": 2.0, "device_steps": 10.0, "checkpoint": 1.0, "rest": 2.0}
+    saved = {"wall_seconds": 20.0, "parts": parts, "started": 0.0, "ended": 20.0, "checkpoints": 5}
+    raw = {"epochs": 5, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
+        "train": runs(1.20, 1.21, ledger=saved), "no-ledger": runs(1.25, 1.26), "hand": runs(1.00, 1.01),
+        "plain": runs(1.40, 1.42)}}
+    text, said = rendered("default-job", raw)
+    assert "| `acceltrain train` (a checkpoint every epoch) | 1.205 s | 1.200, 1.210 |" in text
+    assert said["train-vs-hand"].startswith("1.199× (beyond this run's noise")  # epochs 2-5 (not 6)
+    assert said["train-vs-plain"].startswith("0.855× (beyond")
+    assert said["ledger-overhead"].startswith("inconclusive (faster than the control although it only adds work")
+    assert "where the 20.0 s went: device steps 10.0 s (50 %), start-up 5.0 s (25 %)" in text
