@@ -60,6 +60,30 @@ def test_the_markdown_has_hardware_decisions_settings_timings_and_results():
     assert "| 3 | 0.9000 | 0.4000 | 0.8800 | 0.4500 | 0.25 |" in text  # the last epoch's row
 
 
+LEDGER = {"wall_seconds": 20.0, "parts": {"start_up": 5.0, "compilation": 2.0, "input_wait": 0.0, "device_steps": 8.0,
+                                         "host_syncs": 0.0, "evaluation": 0.5, "checkpoint": 3.0, "preemption": 0.0,
+                                         "rest": 1.5},
+          "started": 100.0, "ended": 120.0, "compiles": 6, "cache_requests": 6, "cache_hits": 6, "cache_misses": 0,
+          "steps": 150, "checkpoints": 3, "flops_per_step": 3.2e9, "mfu": None}
+
+
+def test_a_runs_ledger_is_a_panel_of_the_figure_and_a_table_of_the_markdown():
+    """metrics.json's ledger (acceltrain/ledger.py): one bar a part that took time, the largest on top; the table
+    sums to the wall, with the line and what was counted."""
+    metrics = {**METRICS, "ledger": LEDGER}
+    ledger_ax = report.figure(metrics).axes[-1]
+    assert [tick.get_text() for tick in ledger_ax.get_yticklabels()][-1] == "device steps"
+    assert sorted(bar.get_width() for bar in ledger_ax.patches) == [0.5, 1.5, 2.0, 3.0, 5.0, 8.0]
+    assert ledger_ax.get_title() == "where the 20.0 s went"
+    text = report.markdown(metrics)
+    assert "## Where the time went" in text and "| checkpoint | 3.00 | 15 % |" in text
+    assert "| **wall time** | 20.00 | 100 % |" in text
+    assert "where the 20.0 s went: device steps 8.0 s (40 %), start-up 5.0 s (25 %)" in text
+    assert "- 6 programs compiled or loaded; the persistent cache: 6 hits, 0 misses" in text
+    assert "- 3.20 GFLOP a training step (XLA's cost analysis)" in text and "MFU" not in text
+    assert "Where the time went" not in report.markdown(METRICS) and len(report.figure(METRICS).axes) == 3
+
+
 def test_a_resumed_runs_timings_say_which_epochs_this_process_timed():
     """Issue 20, item 14: the first epoch's time came from the earlier process, and the resumed epoch counted whole."""
     metrics = {**METRICS, "timed_epochs": [{"epoch": 2, "seconds": 4.0, "steps": 3}, {"epoch": 3, "seconds": 0.5, "steps": 10}],
