@@ -141,3 +141,27 @@ def test_the_ledger_off_gives_no_ledger_and_adds_no_callback(monkeypatch):
         assert runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0).ledger is None
     np.testing.assert_equal(model.train_function is None or not hasattr(model.train_function, "acceltrain_watched"),
                             True)
+
+
+def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_published_peak(one_device, monkeypatch):
+    """A CPU has no published peak: the devices' peak reaches the ledger through Runtime._peak_flops (a seam here;
+    the tables are hardware/gpu.py's and tpu.py's), and an H200's is read from its table, for every device."""
+    from types import SimpleNamespace
+
+    from acceltrain.runtime import Runtime
+
+    monkeypatch.setattr(one_device, "_peak_flops", lambda model: 1e12)
+    with one_device.scope():
+        model = _mlp()
+    x, y = _toy_data(128)
+    run = one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0).ledger
+    assert run.facts["peak_flops_per_second"] == 1e12 and run.flops_per_step > 0
+    assert run.mfu == pytest.approx(run.flops_per_step * 4 / run.parts["device_steps"] / 1e12)
+    assert run.as_json()["mfu"] == run.mfu
+
+    h200s = SimpleNamespace(hardware=SimpleNamespace(simulated=False), platform="gpu", device_kind="NVIDIA H200",
+                            num_devices=2)
+    bf16 = SimpleNamespace(dtype_policy=SimpleNamespace(compute_dtype="bfloat16"))
+    assert Runtime._peak_flops(h200s, bf16) == 2 * 989e12
+    assert Runtime._peak_flops(SimpleNamespace(**{**vars(h200s), "hardware": SimpleNamespace(simulated=True)}),
+                               bf16) is None  # simulated devices share one CPU
