@@ -10,7 +10,11 @@ What runs, each in its own Python process, interleaved round by round (so a neig
   no-ledger: the same with ACCELTRAIN_LEDGER=0 (the ledger records nothing): the ledger's overhead is
              train / no-ledger - 1, of the median steady epoch (the time of the steps);
   hand:      `acceltrain bench`'s hand-written jitted JAX loop (one lax.scan an epoch, the data on the device once);
-  plain:     `acceltrain bench`'s plain Keras fit on TensorFlow with Keras's defaults.
+  plain:     `acceltrain bench`'s plain Keras fit on TensorFlow with Keras's defaults;
+  own cost:  once, the default job's Runtime.fit with every function of the ledger's recording timed from inside
+             (LedgerWatch's callbacks, the Timeline's add/begin/end/count/book): their seconds over the ledger's
+             device steps; apart, the one read of the step's FLOPs at the first epoch's end (a trace of the step). On a shared machine this ratio holds where the A/B above
+             drowns in the load (both sides of it slow alike).
 A run's steady epochs are its epochs 2-5 (the first compiles); each variant's figure is the median of all its runs'
 steady epochs, its noise the spread of its runs' medians (benchmarks/_noise.py). --quick: 2 epochs on 2,400
 samples, 1 round.
@@ -23,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
@@ -49,6 +54,7 @@ def main():
     record = _results.Run(__file__, args)
     epochs, repeats = (2, 1) if args.quick else (args.epochs, args.repeats)
     raw = measure(epochs, repeats, samples=2400 if args.quick else None)
+    raw["own_cost"] = _own_cost_child(epochs, 2400 if args.quick else None)
     print(render(summarize(raw), {"command": record.command}))
     record.save(SECTION, raw)
 
@@ -91,6 +97,66 @@ def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool) -> dict:
     return {"epoch_seconds": metrics["epoch_seconds"], "ledger": metrics.get("ledger"),
             "platform": runtime["platform"], "backend": runtime["backend"], "device_kind": runtime["device_kind"],
             "compute_dtype": _compute_dtype(metrics)}
+
+
+def _own_cost_child(epochs: int, samples: int | None) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run([sys.executable, __file__, OWN_COST, str(epochs), str(samples or 0)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"default-job: the ledger's own cost failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+OWN_COST = "_own_cost"  # the child's first argument
+
+
+def own_cost(epochs: int, samples: int | None) -> dict:
+    """The default job's Runtime.fit (a checkpoint every epoch), the seconds spent inside the ledger's recording
+    summed (only the outermost of nested calls), and the fit's ledger."""
+    import functools
+
+    import acceltrain
+    from acceltrain import datasets, ledger, recipes
+
+    runtime = acceltrain.connect(verbose=False)
+    from acceltrain.training import ledger_watch
+
+    spent = {"recording": 0.0, "flops": 0.0}
+    depth = [0]
+
+    def timed(function, into):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0 or into == "flops":  # the outermost call; the FLOPs read, out of its caller's
+                    spent[into] += time.perf_counter() - start
+                    if depth[0] > 0:
+                        spent["recording"] -= time.perf_counter() - start
+        return wrapper
+
+    for owner, names in ((ledger.Timeline, ("add", "begin", "end", "count", "note", "book", "first_seen")),
+                         (ledger_watch.LedgerWatch, ("on_epoch_begin", "on_epoch_end", "on_train_batch_begin",
+                                                     "on_train_batch_end", "on_train_end", "_timed_iterator"))):
+        for name in names:
+            setattr(owner, name, timed(getattr(owner, name), "recording"))
+    ledger_watch.LedgerWatch._note_flops = timed(ledger_watch.LedgerWatch._note_flops, "flops")
+    recipe = recipes.get("mnist-mlp")
+    splits = datasets.load_npz()
+    x, y = recipe.preprocess(splits.x_train, splits.y_train)
+    x, y = (x[:samples], y[:samples]) if samples else (x, y)
+    with runtime.scope():
+        model = recipe.build_model(total_steps=epochs * -(-len(x) // recipe.BATCH_SIZE))
+    with tempfile.TemporaryDirectory(prefix="acceltrain-default-job-own-cost-") as folder:
+        history = runtime.fit(model, x, y, batch_size=recipe.BATCH_SIZE, epochs=epochs, verbose=0,
+                              checkpoint_dir=folder)
+    return {"recording_seconds": spent["recording"], "flops_seconds": spent["flops"], "ledger": history.ledger.as_json()}
 
 
 def _compute_dtype(metrics: dict) -> str:
@@ -141,7 +207,17 @@ def summarize(raw: dict) -> dict:
         "train_over_plain": judged("train", "plain"),
         "ledger_overhead": judged("train", "no-ledger", adds_work=True),
         "ledger": ledgers[-1] if ledgers else None,
+        "own_cost": _own_share(raw.get("own_cost")),
     }
+
+
+def _own_share(own: dict | None) -> dict | None:
+    """The ledger's recording over the device steps it timed, in the same run."""
+    if not own:
+        return None
+    steps = own["ledger"]["parts"]["device_steps"]
+    return {"recording_seconds": own["recording_seconds"], "flops_seconds": own.get("flops_seconds"),
+            "device_steps_seconds": steps, "share": own["recording_seconds"] / steps if steps else None}
 
 
 def _says(judged: dict, form: str = "{:.3f}×") -> str:
@@ -175,6 +251,13 @@ def render(summary: dict, record: dict) -> str:
         + (f", {_noise.percent(overhead['ratio'] - 1)} of step time" if overhead["verdict"] == _noise.HIGHER else "")
         + f" (bound: ≤ {_noise.percent(LEDGER_BOUND)}).",
     ]
+    own = summary.get("own_cost")
+    if own and own["share"] is not None:
+        lines.append(f"- The ledger's own recording, timed from inside one run: {own['recording_seconds']:.3f} s over "
+                     f"{own['device_steps_seconds']:.1f} s of device steps, {_noise.percent(own['share'])} of step "
+                     f"time (bound: ≤ {_noise.percent(LEDGER_BOUND)})"
+                     + (f"; once a run, at its first epoch's end, reading the step's FLOPs took {own['flops_seconds']:.2f} s"
+                        if own.get("flops_seconds") else "") + ".")
     if summary["ledger"]:
         lines += ["", f"The last `acceltrain train` run's ledger: "
                       f"{ledger.Ledger.from_json(summary['ledger']).line()}."]
@@ -182,10 +265,16 @@ def render(summary: dict, record: dict) -> str:
 
 
 def quotes(summary: dict, record: dict) -> dict:
-    """`train-vs-hand`, `train-vs-plain`, `ledger-overhead`: each ratio as the section judges it."""
+    """`train-vs-hand`, `train-vs-plain`, `ledger-overhead`: each ratio as the section judges it; `ledger-own-share`:
+    the ledger's recording over step time, timed from inside."""
     return {"train-vs-hand": _says(summary["train_over_hand"]), "train-vs-plain": _says(summary["train_over_plain"]),
-            "ledger-overhead": _says(summary["ledger_overhead"])}
+            "ledger-overhead": _says(summary["ledger_overhead"]),
+            **({"ledger-own-share": _noise.percent(summary["own_cost"]["share"])}
+               if summary.get("own_cost") and summary["own_cost"]["share"] is not None else {})}
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == [OWN_COST]:
+        print(json.dumps(own_cost(int(sys.argv[2]), int(sys.argv[3]) or None)))
+    else:
+        main()

@@ -32,7 +32,7 @@ SECTIONS = (
     Section("learning-rate", "learning_rate.py", (), 12),
     Section("epoch-speed", "epoch_speed.py", (), 3),
     Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 4),
-    Section("default-job", "default_job.py", (), 12),
+    Section("default-job", "default_job.py", (), 8),
     Section("fit-options", "fit_options.py", (), 4),
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),
     Section("checkpoint-cost", "checkpoint_cost.py", (), 8),

@@ -233,10 +233,13 @@ def test_default_job_judges_each_ratio_by_the_runs_spread_and_never_calls_the_le
     saved = {"wall_seconds": 20.0, "parts": parts, "started": 0.0, "ended": 20.0, "checkpoints": 5}
     raw = {"epochs": 5, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
         "train": runs(1.20, 1.21, ledger=saved), "no-ledger": runs(1.25, 1.26), "hand": runs(1.00, 1.01),
-        "plain": runs(1.40, 1.42)}}
+        "plain": runs(1.40, 1.42)}, "own_cost": {"recording_seconds": 0.02, "flops_seconds": 0.2, "ledger": saved}}
     text, said = rendered("default-job", raw)
     assert "| `acceltrain train` (a checkpoint every epoch) | 1.205 s | 1.200, 1.210 |" in text
     assert said["train-vs-hand"].startswith("1.199× (beyond this run's noise")  # epochs 2-5 (not 6)
     assert said["train-vs-plain"].startswith("0.855× (beyond")
     assert said["ledger-overhead"].startswith("inconclusive (faster than the control although it only adds work")
     assert "where the 20.0 s went: device steps 10.0 s (50 %), start-up 5.0 s (25 %)" in text
+    assert ("own recording, timed from inside one run: 0.020 s over 10.0 s of device steps, 0.2% of step time "
+            "(bound: ≤ 1%); once a run, at its first epoch's end, reading the step's FLOPs took 0.20 s.") in text
+    assert said["ledger-own-share"] == "0.2%"

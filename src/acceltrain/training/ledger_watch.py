@@ -11,7 +11,7 @@ What the callback records into the runtime's timeline:
 - an epoch, as host_syncs, where acceltrain makes Keras wait for each step: what steps, input and compiles leave
   of it is the device idle between steps;
 - evaluation and prediction, from their begin to their end callbacks;
-- the FLOPs of one step, once a fit has ended (JAX: the compiled step's cost analysis).
+- the FLOPs of one step, at the first epoch's end (JAX: the compiled step's cost analysis).
 """
 
 import keras
@@ -38,6 +38,7 @@ class LedgerWatch(keras.callbacks.Callback):
         self._evaluating = None
         self._compiles_first = set()  # TensorFlow: the executions whose step is the function's first (it compiles)
         self._arguments = None  # (state, batch) shapes of the first execution: what the FLOPs are counted for
+        self._flops_read = False
         self._steps_per_execution = 1
         self._batches = None
 
@@ -54,6 +55,9 @@ class LedgerWatch(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.timeline.end(self._epoch)
         self._epoch = None
+        # At the first epoch's end, which pays the compiles already: reading the FLOPs traces the step again, a fixed
+        # cost (0.2 s for the seed's MLP here, benchmarks/default_job.py) that the steady epochs then do not carry.
+        self._note_flops()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._executing = batch
@@ -74,11 +78,17 @@ class LedgerWatch(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         keras_internals.unwatch_train_steps(self.model)
-        if self._arguments is not None and "flops_per_step" not in self.timeline.notes:
-            step = keras_internals.jitted_train_step(self.model)
-            flops = self.framework.step_flops(step, self._arguments) if step is not None else None
-            if flops:
-                self.timeline.note("flops_per_step", flops)
+        self._note_flops()  # a fit that stopped within its first epoch
+
+    def _note_flops(self):
+        """The FLOPs of one step (JAX: the compiled step's cost analysis), once a watch and once a window."""
+        if self._flops_read or self._arguments is None or "flops_per_step" in self.timeline.notes:
+            return
+        self._flops_read = True
+        step = keras_internals.jitted_train_step(self.model)
+        flops = self.framework.step_flops(step, self._arguments) if step is not None else None
+        if flops:
+            self.timeline.note("flops_per_step", flops)
 
     def _timed_iterator(self, state, iterator):
         if self._arguments is None:
