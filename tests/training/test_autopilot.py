@@ -1,0 +1,159 @@
+"""A model's first fit made to fit (training/autopilot.py), on the 8 simulated CPU devices, judged by XLA:CPU's
+memory analysis of the compiled step: a model built in scope() born within the budget and laid out sharded before
+its first step; a step whose activations do not fit trained with gradient accumulation, the global batch kept;
+and the stops, with the autopilot and without it."""
+
+import numpy as np
+import pytest
+
+import acceltrain
+from acceltrain.errors import UsageError
+from tests import support
+
+pytestmark = pytest.mark.multi_device
+
+DEVICES = 8
+MIB = 1024**2
+
+
+def _wide_mlp():
+    """2.1M parameters with Adam: 32.1 MiB of training state replicated (tests/test_placement.py's)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((512,)), keras.layers.Dense(1024, activation="relu", name="dense_0"),
+                              keras.layers.Dense(1024, activation="relu", name="dense_1"),
+                              keras.layers.Dense(512, activation="relu", name="dense_2"),
+                              keras.layers.Dense(10, name="logits")], name="wide_mlp")
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    return model
+
+
+def _wide_data(n=256):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 512)).astype(np.float32)
+    return x, x[:, :10].argmax(axis=1).astype(np.int32)
+
+
+def _share(runtime, variables) -> float:
+    whole = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return runtime.backend_module.first_device_bytes(variables) / whole
+
+
+def test_a_model_built_in_scope_is_born_within_the_budget_and_sharded_before_its_first_step(capsys):
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="24MiB")
+    runtime.seed(0)
+    with runtime.scope():
+        model = _wide_mlp()
+    # Born: 18 MiB of training state a device (24 less 25%): dense_0 (8 MiB of state) whole, dense_1 (16 MiB)
+    # past the budget cut, dense_2 (8 MiB more) cut; the logits (80 KiB of state) fit the budget whole.
+    kernels = {v.path.split("/")[1]: v for v in model.weights if len(v.shape) == 2}
+    assert [_share(runtime, [kernels[name]]) for name in ("dense_0", "dense_1", "dense_2", "logits")] == [1, 1 / 8,
+                                                                                                         1 / 8, 1]
+    x, y = _wide_data()
+    history = runtime.fit(model, x, y, batch_size=64, epochs=2, verbose=0)
+
+    err = capsys.readouterr().err
+    assert "autopilot: wide_mlp (2.1M params): its training step, compiled here at batch 64, needs data parallel " \
+           in err and "a device, of 24.0 MiB (device_memory=) → fsdp; 2.0 MiB of variables moved to it" in err
+    assert runtime.distribution_name == "FSDP"
+    # Every kernel cut over 8 before the first step, and Adam's slots, made by fit, with them.
+    assert _share(runtime, list(kernels.values())) == pytest.approx(1 / 8, abs=1e-3)
+    slots = [v for v in model.optimizer.variables if len(v.shape) >= 1]
+    assert len(slots) == 2 * len(model.trainable_variables) and _share(runtime, slots) < 1 / 8 + 0.002
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    # A second fit of the same model is not weighed again, and evaluate runs under its layout.
+    runtime.fit(model, x, y, batch_size=64, verbose=0)
+    assert "autopilot" not in capsys.readouterr().err
+    assert runtime.evaluate(model, x, y, batch_size=64, verbose=0)["accuracy"] > 0
+
+
+def test_a_model_that_fits_stays_data_parallel_and_is_said_so(capsys):
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="1GiB", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp()
+    runtime.fit(model, *_wide_data(64), batch_size=64, verbose=0)
+    err = capsys.readouterr().err
+    assert "autopilot: wide_mlp (2.1M params): its training step, compiled here at batch 64, needs data parallel" in err
+    assert "of 1.0 GiB (device_memory=) → data parallel" in err and "moved" not in err
+    assert runtime.distribution_name == "DataParallel" and _share(runtime, model.weights) == 1.0
+
+
+def test_nothing_is_weighed_where_the_device_memory_is_unknown(runtime, capsys):
+    with runtime.scope():
+        model = _wide_mlp()
+    runtime.fit(model, *_wide_data(64), batch_size=64, verbose=0)
+    assert "autopilot" not in capsys.readouterr().err and _share(runtime, model.weights) == 1.0
+
+
+def test_a_model_that_fits_no_way_stops_before_training_naming_what_else_would_help():
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp()
+    with pytest.raises(UsageError) as stopped:
+        runtime.fit(model, *_wide_data(64), batch_size=64, verbose=0)
+    message = str(stopped.value)
+    assert message.startswith("wide_mlp (2.1M params) does not fit 2.0 MiB a device (device_memory=): its training "
+                              "step, compiled here at batch 64, needs data ")
+    assert "fsdp + accumulate 2 " in message and "fsdp + accumulate 8 " in message  # every step that divides 64 / 8
+    assert "bfloat16 compute (precision='mixed_bfloat16' (connect): models built in it)" in message
+    assert "keras.RematScope(mode='list_of_layers', layer_names=['dense_0', 'dense_1', 'dense_2'] ...)" in message
+    assert "acceltrain.plan('here', model='FILE.py:FUNCTION', batch_size=64, device_memory='2MiB')" in message
+    assert model.optimizer.iterations == 0  # stopped before any step
+
+
+# --- The accumulation lever, on a plain script under `acceltrain run` (in this process) -----------------
+
+@pytest.fixture
+def run_here(monkeypatch):
+    """`acceltrain run` in this process: its launcher watch (faulthandler on SIGUSR1) left out. The script's
+    keras.utils.set_random_seed imports TensorFlow, which sets environment variables as it starts: put back after
+    the test, so the check for leaked variables looks at acceltrain's."""
+    import os
+
+    from acceltrain.commands import run
+
+    monkeypatch.setattr(run, "_never_outlive_the_job", lambda: None)
+    before = dict(os.environ)
+    yield run.run_script
+    os.environ.clear()
+    os.environ.update(before)
+
+
+def test_a_step_whose_activations_do_not_fit_trains_with_accumulation_keeping_the_global_batch(capfd, run_here):
+    """tests/scripts/wide_tokens.py, unchanged, with 88 MiB a device: its step compiled here needs more data parallel,
+    under fsdp and on the 2 x 4 mesh; fsdp with 2 steps of 256 a weight update fits. Each lever is named with its
+    figure and how to turn it off; the script sees 3 weight updates of 512 in 6 steps, its losses falling."""
+    code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB")
+
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    sharding = next(line for line in err.splitlines() if "autopilot: wide_tokens" in line)
+    assert "needs data parallel " in sharding and ", fsdp " in sharding and ", a batch x model mesh " in sharding
+    assert "of 88.0 MiB (--device-memory) → fsdp;" in sharding and "--distribution NAME chooses yourself" in sharding
+    assert ("autopilot: accumulate 2: each weight update sums the gradients of 2 steps of batch 256, so the global "
+            "batch stays 512; ") in err and "a device with fsdp (--no-autopilot stops instead)" in err
+    assert "fit: global batch 512 = 2 steps × 32 × 8 replica(s)" in err
+    assert "updates: 3 steps: 6" in out
+    losses = [float(loss) for loss in out.split("losses:")[1].split()]
+    assert losses == sorted(losses, reverse=True)
+
+
+def test_without_the_autopilot_such_a_step_stops_saying_what_it_would_do(run_here):
+    with pytest.raises(UsageError, match=r"wide_tokens \(5\.2M params\) does not fit 88\.0 MiB a device "
+                                         r"\(--device-memory\): .* The autopilot would train it with fsdp \+ accumulate 2 "
+                                         r"\(.* MiB a device\), keeping the global batch of 512: leave --no-autopilot out"):
+        run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
+                 autopilot=False)
+
+
+def test_a_librarys_plain_model_fit_is_prepared_as_runtime_fit_prepares_it(capsys):
+    """connect() + scope() + Keras's own model.fit outside the scope: the interception's "autopilot" slot finds the
+    runtime by the model's layout and lays the model out before its first step."""
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="24MiB", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp()
+    model.fit(*_wide_data(64), batch_size=64, verbose=0)
+    assert "→ fsdp; 2.0 MiB of variables moved to it" in capsys.readouterr().err
+    kernels = [v for v in model.weights if len(v.shape) == 2]
+    assert runtime.distribution_name == "FSDP" and _share(runtime, kernels) == pytest.approx(1 / 8, abs=1e-3)
