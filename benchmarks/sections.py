@@ -36,6 +36,7 @@ SECTIONS = (
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),
     Section("checkpoint-cost", "checkpoint_cost.py", (), 8),
     Section("sharding-memory", "sharding_memory.py", (), 4),
+    Section("auto-placement", "auto_placement.py", (), 6),
     Section("plan-cost", "plan_cost.py", (), 6),
     Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 8),
     Section("corpus", "corpus.py", (), 30),

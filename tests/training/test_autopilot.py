@@ -142,9 +142,28 @@ def test_a_step_whose_activations_do_not_fit_trains_with_accumulation_keeping_th
 def test_without_the_autopilot_such_a_step_stops_saying_what_it_would_do(run_here):
     with pytest.raises(UsageError, match=r"wide_tokens \(5\.2M params\) does not fit 88\.0 MiB a device "
                                          r"\(--device-memory\): .* The autopilot would train it with fsdp \+ accumulate 2 "
-                                         r"\(.* MiB a device\), keeping the global batch of 512: leave --no-autopilot out"):
+                                         r"\(.* MiB a device\), keeping the global batch of 512: leave --no-autopilot out"
+                       ) as stopped:
         run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
                  autopilot=False)
+    assert "runtime.build" not in str(stopped.value)  # a run user has no runtime: flags only
+
+
+@pytest.mark.slow
+def test_an_unchanged_script_of_a_25m_parameter_model_is_sharded_and_trains():
+    """Issue 21's script (tests/scripts/wide_dense.py: Dense 4096-4096-1024 at module level, Adam, batch 256), run as a
+    user runs it: laid out fsdp before its first step; the first device holds about 1/8 of the weights and of Adam's
+    slots (its own figures, from the arrays' addressable_shards); the loss falls. Slow: a 25M-parameter model."""
+    run = support.run_cli("run", "--simulate-devices", "8", "--device-memory", "128MiB",
+                          support.SCRIPTS / "wide_dense.py", timeout=900)
+    assert run.returncode == 0, run.stderr
+    assert "autopilot: wide_dense (25.2M params): its training step, compiled here at batch 256, needs data " \
+           "parallel " in run.stderr and "of 128.0 MiB (--device-memory) → fsdp;" in run.stderr
+    shares = run.stdout.split("first device: weights ")[1].split()
+    assert float(shares[0]) < 1 / 8 + 0.002 and float(shares[2]) < 1 / 8 + 0.002  # the biases whole: 0.1253 each
+    losses = [float(loss) for loss in run.stdout.split("losses:")[1].split()]
+    assert losses[-1] < losses[0]
+    assert "runtime.build" not in run.stderr and "Traceback" not in run.stderr
 
 
 def test_a_librarys_plain_model_fit_is_prepared_as_runtime_fit_prepares_it(capsys):
