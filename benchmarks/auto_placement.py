@@ -95,7 +95,7 @@ print(json.dumps({"weights": weights, "built_device": built["device"], "built_pe
                   "moving_device": moving[0],
                   "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before,
                   "first_device": runtime.backend_module.first_device_bytes(model.weights),
-                  "distribution": runtime.distribution_name}))
+                  "distribution": "FSDP (moved here)" if settings.get("move") else runtime.distribution_name}))
 """
 
 

@@ -168,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_memory_flag(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
+    train.add_argument("--autopilot", action=argparse.BooleanOptionalAction,
+                       help="when the training step does not fit the device memory under any sharding, try bfloat16 "
+                            "compute, rematerialisation and gradient accumulation in turn, each compiled first "
+                            "(default); --no-autopilot stops instead")
     train.add_argument("--config", metavar="FILE.toml",
                        help="read these options from a TOML file (keys as the flags, with _); flags override it")
     # None means "not given on the command line", so a --config file's value stands; the defaults

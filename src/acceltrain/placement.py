@@ -131,6 +131,14 @@ def choose_for_model(runtime, build_model, layout_map=None, job: dict | None = N
     return None
 
 
+def check_fits_sharded(runtime, build_model, job: dict | None = None) -> None:
+    """Stop, with the numbers and the `acceltrain plan` line, where even the training state alone (weights,
+    gradients, slots: no lever makes them smaller) does not fit cut over every device: before anything is compiled."""
+    state = measure(runtime, build_model)
+    by_degree = {runtime.num_devices: state["at_all_devices"]} if runtime.num_devices > 1 else {}
+    _choose_sharding(runtime, job_of(build_model, job), state["replicated"], by_degree)
+
+
 def measure(runtime, build_model) -> dict:
     """The training state `build_model()` would have, per sharding degree, with nothing allocated."""
     from acceltrain import precision

@@ -245,7 +245,8 @@ class Runtime:
         with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
-    def build(self, build_model, *, layout_map=None, job: dict | None = None):
+    def build(self, build_model, *, layout_map=None, job: dict | None = None, batch_size: int | None = None,
+              autopilot: bool = True):
         """`build_model()` run with its weights born placed for this hardware: the model it returns.
 
         Under 'auto' with a device memory known (device_memory=, or the hardware's), the training state
@@ -256,12 +257,37 @@ class Runtime:
         weight bytes is sharded and warns about big weights left whole. `job`: how `acceltrain plan` names this
         job ({"recipe": NAME} or {"model": "FILE.py:FUNCTION"}, and "batch_size"), for the line a model that does
         not fit ends with; default: build_model's own FILE.py:NAME where it is a function at a module's top.
+
+        `batch_size`: the global batch fit will take. With it (and 'auto' with a device memory), the training step
+        is compiled here from shapes for each sharding, and where none fits, with `autopilot`, for bfloat16
+        compute, rematerialisation of the repeated layers and gradient accumulation in turn (what `acceltrain plan`
+        recommends, from the same code); the model is built under the first setting that fits, and each lever is
+        said with its figure.
         """
-        choice = placement.choose_for_model(self, build_model, layout_map, job)
-        if choice is not None:
-            self._use_distribution(*choice)
-        with self.scope():
+        from acceltrain.training import autopilot as autopilots
+
+        found = None
+        if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
+                and self.sharding_request.layout_map is None and hasattr(self._framework, "relayout"):
+            found = autopilots.for_build(self, build_model, positive_int(batch_size, "batch_size"), enabled=autopilot,
+                                         naming=autopilots.BUILDING, job=job)
+        if found is not None:
+            setting, remat = found
+            if self.num_devices > 1:  # the chosen layout for every variable, none born past a budget
+                model_axis = self.sharding_request.mesh_shape[1] if self.sharding_request.mesh_shape else None
+                self._use_distribution(setting.distribution, self._framework.make_distribution(
+                    setting.distribution, self.hardware.devices, model_axis=model_axis,
+                    layout_map=layout_map if setting.distribution == "model" else None),
+                    f"the training step compiled here needs {setting.describe()}")
+        else:
+            setting, remat = None, ()
+            choice = placement.choose_for_model(self, build_model, layout_map, job)
+            if choice is not None:
+                self._use_distribution(*choice)
+        with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext():
             model = build_model()
+        if setting is not None:
+            autopilots.built(model, setting)
         placement.report(self, model)
         return model
 
@@ -330,10 +356,11 @@ class Runtime:
         _check_compiled(model)
         verify = verification.check_steps(verify)
         # 0. The first fit: weighed, laid out, the levers applied (training/autopilot.py).
-        first = self.first_fit(model, x, y, batch_size=batch_size, autopilot=autopilot)
-        x, batch_size = autopilots.per_step(x, batch_size, first.accumulation)
-        if first.accumulation > 1 and fit_kwargs.get("steps_per_epoch"):
-            fit_kwargs["steps_per_epoch"] *= first.accumulation  # as many weight updates an epoch
+        self.first_fit(model, x, y, batch_size=batch_size, autopilot=autopilot)
+        accumulation = autopilots.accumulation_of(model)  # the first fit's (or Runtime.build's) choice
+        x, batch_size = autopilots.per_step(x, batch_size, accumulation)
+        if accumulation > 1 and fit_kwargs.get("steps_per_epoch"):
+            fit_kwargs["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
         placement.report(self, model)  # once per model: what was sharded
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
         # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
@@ -348,7 +375,7 @@ class Runtime:
         if verify:
             x_local, y_local, _ = prepared.local()
             verification.verify(self, model, x_local, y_local, prepared.local_batch_size, verify,
-                                accumulation=first.accumulation)
+                                accumulation=accumulation)
         if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.

@@ -176,3 +176,29 @@ def test_a_librarys_plain_model_fit_is_prepared_as_runtime_fit_prepares_it(capsy
     assert "→ fsdp; 2.0 MiB of variables moved to it" in capsys.readouterr().err
     kernels = [v for v in model.weights if len(v.shape) == 2]
     assert runtime.distribution_name == "FSDP" and _share(runtime, kernels) == pytest.approx(1 / 8, abs=1e-3)
+
+
+@pytest.mark.slow  # seven builds from shapes and seven compiles: 18 s here, loaded
+def test_with_a_build_function_every_lever_is_compiled_and_the_model_built_under_the_first_that_fits(capsys):
+    """Runtime.build(build, batch_size=...) (what acceltrain train does): tests/scripts/wide_activations.py at a
+    global batch of 1024 with 16 MiB a device fits no sharding; bfloat16 compute, then remat of its five Dense layers,
+    then 4 steps of 256 accumulated do (as `acceltrain plan` finds for it), and the model is built so: its layers
+    compute in bfloat16, it trains 2 weight updates of 1024 in 8 steps. Each lever is named with its figure."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wide_activations", support.SCRIPTS / "wide_activations.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="16MiB", verbose=False)
+    model = runtime.build(module.build, batch_size=1024)
+
+    err = capsys.readouterr().err
+    assert "autopilot: the training step, compiled here at batch 1024, needs data parallel " in err
+    for lever in ("bfloat16: ", "remat: ", "accumulate 4: "):
+        assert f"autopilot: {lever}" in err and "(autopilot=False (Runtime.build), --no-autopilot (acceltrain " \
+                                                "train) stops instead)" in err
+    assert model.layers[1].dtype_policy.name == "mixed_bfloat16" and model.optimizer.gradient_accumulation_steps == 4
+    rng = np.random.default_rng(0)
+    runtime.fit(model, rng.normal(size=(1024, 128, 64)).astype(np.float32), rng.integers(0, 8, 1024),
+                batch_size=1024, epochs=2, verbose=0)
+    assert (int(model.optimizer.iterations), int(model.optimizer._iterations)) == (2, 8)

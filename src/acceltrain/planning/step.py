@@ -292,6 +292,13 @@ class Layout:
         return sharding.fsdp_spec(tuple(shape), self.weight_parts, self.weight_axis)
 
 
+def here_devices() -> list:
+    """This machine's devices, to compile for (a runtime's own: Runtime.build's levers)."""
+    import jax
+
+    return jax.devices()
+
+
 def layouts(num_devices: int, distribution: str = "auto") -> list[Layout]:
     """The candidates for `distribution` over `num_devices`: data, fsdp and model for 'auto'."""
     every = [Layout("data", (num_devices,), ("batch",), None)]

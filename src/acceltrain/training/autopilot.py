@@ -44,6 +44,8 @@ class Naming:
 FLAGS = Naming("--no-autopilot", "--distribution {}", "--precision mixed_bfloat16", "--device-memory")
 ARGUMENTS = Naming("autopilot=False (Runtime.fit)", "distribution='{}' (connect)", "precision='mixed_bfloat16' (connect)",
                    "device_memory=")
+BUILDING = Naming("autopilot=False (Runtime.build), --no-autopilot (acceltrain train)", "distribution='{}' (connect)",
+                  "precision='mixed_bfloat16' (connect)", "device_memory= (--device-memory)")
 
 
 @dataclass
@@ -98,6 +100,81 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
                  f"{batch // steps}, so the global batch stays {batch}; {judge.figure(chosen.bytes_per_device)} a "
                  f"device with {chosen.setting.distribution}{schedule} ({naming.off} stops instead)")
     return decision
+
+
+# --- With a build function (Runtime.build): every lever, the model built under the setting chosen ----------------
+
+def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, naming: Naming = ARGUMENTS,
+              job: dict | None = None):
+    """Before Runtime.build runs `build_model()` for real, under 'auto' with a device memory and the global batch fit
+    will take: the training step compiled here from shapes for each sharding and each lever on top (planning's
+    step_compiler: what `acceltrain plan --target here` compiles), the levers' walk in full (bfloat16 and remat too:
+    the model is yet to be built); the first setting that fits (levers.Setting), to build under (building). None
+    where the model cannot be built from shapes (an unknown input dimension: the estimate decides instead)."""
+    from acceltrain.planning import bytes_needed, step, step_compiler
+
+    memory = runtime.sharding_request.device_memory
+    placement.check_fits_sharded(runtime, build_model, job)  # no lever shrinks the state: no compile is worth it
+    job = {**placement.job_of(build_model, job), "batch_size": batch_size}
+    try:
+        base = step.build_abstract(build_model, policy=runtime.precision)
+    except UsageError as error:
+        log.info(f"autopilot: the step is not compiled ahead ({error}): the training state by shapes decides")
+        return None
+    layouts = step.layouts(runtime.num_devices)
+    measure = step_compiler(build_model, step.here_devices(), batch_size, layouts=layouts, base=base)
+    remat = step.remat_layers(base.model) if enabled else ()
+    walk = levers.choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
+                                global_batch=batch_size, remat_layers=remat, accumulate=enabled,
+                                bfloat16=enabled and runtime.precision == "float32",
+                                batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts})
+    chosen = levers.first_fit(walk)
+    where = f"{sharding.format_bytes(memory)} ({naming.memory_source(runtime.sharding_request.memory_source)})"
+    if chosen is None:
+        figures = "; ".join(f"{lever.setting.describe() if lever.setting else lever.name} {_bytes(lever)}"
+                            for lever in walk)
+        raise UsageError(f"The model does not fit {where} a device at batch {batch_size}: its training step, compiled "
+                         f"here, needs {figures}. {placement.check_before_renting(runtime, job)}")
+    shardings = [lever for lever in walk if lever.name in levers.SHARDINGS]
+    kind = chosen.setting.distribution
+    log.info(f"autopilot: the training step, compiled here at batch {batch_size}, needs "
+             f"{', '.join(f'{_named(lever.name)} {_bytes(lever)}' for lever in shardings)} a device, of {where} "
+             f"→ {_named(kind)}")
+    # One line per lever applied on top of the sharding: those kept on the way (they saved bytes) and the last.
+    applied = [lever for lever in walk if _applied(lever, chosen.setting)]
+    for lever in applied:
+        log.info(f"autopilot: {lever.name}: {_bytes(lever)} a device with {lever.setting.describe()}: {lever.how} "
+                 f"({naming.off} stops instead)")
+    return chosen.setting, remat
+
+
+def _applied(lever: levers.Lever, chosen: levers.Setting) -> bool:
+    """A lever of the walk that the chosen setting keeps: bfloat16 and remat where it has them, and its accumulation."""
+    return {"bfloat16": chosen.compute == "mixed_bfloat16", "remat": chosen.remat,
+            f"accumulate {chosen.accumulation}": chosen.accumulation > 1}.get(lever.name, False)
+
+
+def building(setting, remat_layers):
+    """Inside, a model is built as `setting` says: its compute dtype, its repeated layers rematerialised."""
+    import contextlib
+
+    import keras
+
+    from acceltrain import precision
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(precision.scope(setting.compute))
+    if setting.remat:
+        stack.enter_context(keras.RematScope(mode="list_of_layers", layer_names=list(remat_layers)))
+    return stack
+
+
+def built(model, setting) -> None:
+    """A model Runtime.build built under `setting`: its optimizer accumulates as the setting says, and its first fit
+    is not weighed again (its batch is cut by per_step)."""
+    if setting.accumulation > 1:
+        model.optimizer.gradient_accumulation_steps = setting.accumulation  # read when fit builds the optimizer
+    _weighed[model] = setting.accumulation
 
 
 def accumulation_of(model) -> int:
