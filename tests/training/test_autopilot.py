@@ -202,3 +202,14 @@ def test_with_a_build_function_every_lever_is_compiled_and_the_model_built_under
     runtime.fit(model, rng.normal(size=(1024, 128, 64)).astype(np.float32), rng.integers(0, 8, 1024),
                 batch_size=1024, epochs=2, verbose=0)
     assert (int(model.optimizer.iterations), int(model.optimizer._iterations)) == (2, 8)
+
+
+@pytest.mark.slow
+def test_accumulation_cuts_the_batch_once_under_checkpoints(capfd, run_here, tmp_path):
+    """With --checkpoint-dir each fit trains through Runtime.fit (the layer below the autopilot's), which cuts the
+    batch itself: the same 3 updates in 6 steps, not a batch cut twice."""
+    code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
+                    checkpoint_dir=tmp_path / "checkpoints")
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert "updates: 3 steps: 6" in out

@@ -66,7 +66,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
-        stack.enter_context(keras_internals.layers(script_calls=calls, autopilot=FirstFits(runtime, autopilot, verify),
+        first_fits = FirstFits(runtime, autopilot, verify, cut_batches=not checkpointed)  # else Runtime.fit cuts them
+        stack.enter_context(keras_internals.layers(script_calls=calls, autopilot=first_fits,
                                                    checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
         if runtime.num_processes > 1:
             stack.enter_context(_saving_whole(runtime))
@@ -327,10 +328,12 @@ class FirstFits:
     (training/verify.py); every later call of the model runs under the distribution it was laid out for, and each
     fit's batch is cut as its first was (gradient accumulation keeps the global batch)."""
 
-    def __init__(self, runtime, autopilot: bool = True, verify: int | None = None):
+    def __init__(self, runtime, autopilot: bool = True, verify: int | None = None, cut_batches: bool = True):
+        """cut_batches: cut each fit's batch for the steps accumulated (False where the layer below trains the fit
+        through Runtime.fit, which cuts it: --checkpoint-dir)."""
         import weakref
 
-        self.runtime, self.autopilot, self.verify = runtime, autopilot, verify
+        self.runtime, self.autopilot, self.verify, self.cut_batches = runtime, autopilot, verify, cut_batches
         self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
 
     def __call__(self, call, proceed):
@@ -340,7 +343,7 @@ class FirstFits:
         if call.name == "fit" and call.model not in self.placed:
             self._first(call)
         distribution, accumulation = self.placed.get(call.model), autopilot.accumulation_of(call.model)
-        if call.name == "fit" and accumulation > 1:
+        if call.name == "fit" and accumulation > 1 and self.cut_batches:
             arguments = call.arguments()
             arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
                                                                          accumulation)
