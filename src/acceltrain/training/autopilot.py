@@ -63,7 +63,7 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
               enabled: bool = True) -> FirstFit:
     """Before `model`'s first fit on `runtime` with inputs x, y at `batch_size` (the global batch): weigh, choose,
     apply (the module's steps). Returns the decision; the caller's runtime takes its distribution
-    (Runtime._first_fit). A model weighed before, or where nothing can be weighed, passes as it is."""
+    (Runtime.first_fit). A model weighed before, or where nothing can be weighed, passes as it is."""
     framework, request = runtime.backend_module, runtime.sharding_request
     if (model in _weighed or not hasattr(framework, "relayout") or request.device_memory is None
             or request.kind == "none"):
