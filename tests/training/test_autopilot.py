@@ -123,7 +123,7 @@ def run_here(monkeypatch):
 def test_a_step_whose_activations_do_not_fit_trains_with_accumulation_keeping_the_global_batch(capfd, run_here):
     """tests/scripts/wide_tokens.py, unchanged, with 88 MiB a device: its step compiled here needs more data parallel,
     under fsdp and on the 2 x 4 mesh; fsdp with 2 steps of 256 a weight update fits. Each lever is named with its
-    figure and how to turn it off; the script sees 3 weight updates of 512 in 6 steps, its losses falling."""
+    figure and how to turn it off; the script sees 2 weight updates of 512 in 4 steps, its losses falling."""
     code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB")
 
     out, err = capfd.readouterr()
@@ -134,7 +134,7 @@ def test_a_step_whose_activations_do_not_fit_trains_with_accumulation_keeping_th
     assert ("autopilot: accumulate 2: each weight update sums the gradients of 2 steps of batch 256, so the global "
             "batch stays 512; ") in err and "a device with fsdp (--no-autopilot stops instead)" in err
     assert "fit: global batch 512 = 2 steps × 32 × 8 replica(s)" in err
-    assert "updates: 3 steps: 6" in out
+    assert "updates: 2 steps: 4" in out
     losses = [float(loss) for loss in out.split("losses:")[1].split()]
     assert losses == sorted(losses, reverse=True)
 
@@ -207,9 +207,9 @@ def test_with_a_build_function_every_lever_is_compiled_and_the_model_built_under
 @pytest.mark.slow
 def test_accumulation_cuts_the_batch_once_under_checkpoints(capfd, run_here, tmp_path):
     """With --checkpoint-dir each fit trains through Runtime.fit (the layer below the autopilot's), which cuts the
-    batch itself: the same 3 updates in 6 steps, not a batch cut twice."""
+    batch itself: the same 2 updates in 4 steps, not a batch cut twice."""
     code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
                     checkpoint_dir=tmp_path / "checkpoints")
     out, err = capfd.readouterr()
     assert code == 0, err
-    assert "updates: 3 steps: 6" in out
+    assert "updates: 2 steps: 4" in out
