@@ -16,7 +16,7 @@ DEVICES = 8
 MIB = 1024**2
 
 
-def _wide_mlp():
+def _wide_mlp(gradient_accumulation_steps=None):
     """2.1M parameters with Adam: 32.1 MiB of training state replicated (tests/test_placement.py's)."""
     import keras
 
@@ -24,8 +24,8 @@ def _wide_mlp():
                               keras.layers.Dense(1024, activation="relu", name="dense_1"),
                               keras.layers.Dense(512, activation="relu", name="dense_2"),
                               keras.layers.Dense(10, name="logits")], name="wide_mlp")
-    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model.compile(keras.optimizers.Adam(1e-3, gradient_accumulation_steps=gradient_accumulation_steps),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     return model
 
 
@@ -100,6 +100,19 @@ def test_a_model_that_fits_no_way_stops_before_training_naming_what_else_would_h
     assert "keras.RematScope(mode='list_of_layers', layer_names=['dense_0', 'dense_1', 'dense_2'] ...)" in message
     assert "acceltrain.plan('here', model='FILE.py:FUNCTION', batch_size=64, device_memory='2MiB')" in message
     assert model.optimizer.iterations == 0  # stopped before any step
+
+
+def test_the_users_own_gradient_accumulation_is_kept_not_replaced_by_the_lever():
+    """An optimizer given gradient_accumulation_steps by the user: the autopilot offers no accumulation of its own
+    (it would change their steps and cut their batch); their steps are weighed, and the stop names a smaller batch."""
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp(gradient_accumulation_steps=2)
+    with pytest.raises(UsageError) as stopped:
+        runtime.fit(model, *_wide_data(64), batch_size=64, verbose=0)
+    message = str(stopped.value)
+    assert "needs data " in message and "accumulate" not in message and "a smaller batch" in message
+    assert model.optimizer.gradient_accumulation_steps == 2 and model.optimizer.iterations == 0
 
 
 # --- The accumulation lever, on a plain script under `acceltrain run` (in this process) -----------------

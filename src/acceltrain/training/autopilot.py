@@ -72,7 +72,10 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
     first = data.first_batches(x, y, batch_size, 1)  # None: inputs that cannot be read ahead
     batch = first[1] if first else batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
     optimizer = getattr(model, "optimizer", None)
-    accumulate = first is not None and optimizer is not None and not optimizer.built
+    # The accumulation lever changes the optimizer's gradient_accumulation_steps and each step's batch: not where
+    # the user set the steps themselves (theirs are kept, and weighed), nor once fit has built the optimizer.
+    accumulate = (first is not None and optimizer is not None and not optimizer.built
+                  and _own_accumulation(optimizer) == 1)
 
     # 1. Weigh: each candidate layout compiled here (or the state by shapes).
     candidates = _candidates(runtime, model)
@@ -125,7 +128,8 @@ def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, na
     measure = step_compiler(build_model, step.here_devices(), batch_size, layouts=layouts, base=base)
     remat = step.remat_layers(base.model) if enabled else ()
     walk = levers.choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
-                                global_batch=batch_size, remat_layers=remat, accumulate=enabled,
+                                global_batch=batch_size, remat_layers=remat,
+                                accumulate=enabled and _own_accumulation(base.model.optimizer) == 1,
                                 bfloat16=enabled and runtime.precision == "float32",
                                 batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts})
     chosen = levers.first_fit(walk)
@@ -175,6 +179,11 @@ def built(model, setting) -> None:
     if setting.accumulation > 1:
         model.optimizer.gradient_accumulation_steps = setting.accumulation  # read when fit builds the optimizer
     _weighed[model] = setting.accumulation
+
+
+def _own_accumulation(optimizer) -> int:
+    """The gradient_accumulation_steps the user gave `optimizer` (1: none)."""
+    return getattr(optimizer, "gradient_accumulation_steps", None) or 1
 
 
 def accumulation_of(model) -> int:
@@ -286,9 +295,10 @@ class _Judge:
 
         if self.model.optimizer.built and accumulation == 1:
             return self.model.optimizer
-        if accumulation not in self.stand_ins:
+        if accumulation not in self.stand_ins:  # the user's own steps where the autopilot adds none
+            steps = accumulation if accumulation > 1 else _own_accumulation(self.model.optimizer)
             self.stand_ins[accumulation] = step.optimizer_like(self.model.optimizer, self.model.trainable_variables,
-                                                               accumulation)
+                                                               steps)
         return self.stand_ins[accumulation]
 
     def _spec_of(self, distribution, optimizer):
@@ -334,7 +344,8 @@ class _Judge:
         total = sum(per_device(v) * (2 if v.trainable else 1) for v in self.model.weights)  # + gradients
         if optimizer is not None:
             return total + sum(per_device(v) for v in optimizer.variables)
-        slots = sharding.OPTIMIZER_SLOTS["adam"] + (setting.accumulation > 1)
+        accumulates = max(setting.accumulation, _own_accumulation(self.model.optimizer)) > 1
+        slots = sharding.OPTIMIZER_SLOTS["adam"] + accumulates
         return total + slots * sum(per_device(v) for v in self.model.trainable_variables)
 
 
