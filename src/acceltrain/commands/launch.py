@@ -36,6 +36,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The connect flags (platform,
     tpu, precision ...) and the checkpoint flags are passed on to each process (`acceltrain run`)."""
     from acceltrain.commands import run_checkpoints
+    from acceltrain.training import verify as verification
 
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
@@ -48,6 +49,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if device_memory is not None:
         sharding.parse_bytes(device_memory, "--device-memory")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+    verify = verification.check_steps(verify, "--verify")
     if verify is not None and processes > 1:
         raise UsageError(f"Received --verify {verify} with --processes {processes}: the one-device run of the "
                          "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
