@@ -102,6 +102,22 @@ def test_a_model_that_fits_no_way_stops_before_training_naming_what_else_would_h
     assert model.optimizer.iterations == 0  # stopped before any step
 
 
+def test_a_run_users_stop_names_flags_and_the_plan_command_not_python_calls():
+    """Runtime.first_fit(flags=True), as `acceltrain run` calls it: the stop names --precision and the
+    `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp()
+    with pytest.raises(UsageError) as stopped:
+        runtime.first_fit(model, *_wide_data(64), batch_size=64, flags=True)
+    message = str(stopped.value)
+    assert "does not fit 2.0 MiB a device (--device-memory): " in message
+    assert "bfloat16 compute (--precision mixed_bfloat16: models built in it)" in message
+    assert ("`XLA_FLAGS=--xla_force_host_platform_device_count=8 acceltrain plan --target here --model "
+            "SCRIPT.py:FUNCTION --batch-size 64 --device-memory 2MiB`") in message
+    assert not any(call in message for call in ("(connect)", "acceltrain.plan(", "runtime.build", "device_memory="))
+
+
 def test_the_users_own_gradient_accumulation_is_kept_not_replaced_by_the_lever():
     """An optimizer given gradient_accumulation_steps by the user: the autopilot offers no accumulation of its own
     (it would change their steps and cut their batch); their steps are weighed, and the stop names a smaller batch."""

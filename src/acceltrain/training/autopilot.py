@@ -35,13 +35,15 @@ class Naming:
     distribution: str  # .format(kind)
     precision: str
     device_memory: str
+    plan_model: str | None = None  # how `acceltrain plan --model` names the model (None: the acceltrain.plan() call)
 
     def memory_source(self, source: str) -> str:
         """Where the device memory came from, as the user set it."""
         return self.device_memory if source == "device_memory=" else source
 
 
-FLAGS = Naming("--no-autopilot", "--distribution {}", "--precision mixed_bfloat16", "--device-memory")
+FLAGS = Naming("--no-autopilot", "--distribution {}", "--precision mixed_bfloat16", "--device-memory",
+               plan_model="SCRIPT.py:FUNCTION")  # a `run` user has a script, and the plan's flags, not acceltrain.plan
 ARGUMENTS = Naming("autopilot=False (Runtime.fit)", "distribution='{}' (connect)", "precision='mixed_bfloat16' (connect)",
                    "device_memory=")
 BUILDING = Naming("autopilot=False (Runtime.build), --no-autopilot (acceltrain train)", "distribution='{}' (connect)",
@@ -413,6 +415,9 @@ def _does_not_fit(runtime, model, walk, judge, naming, would) -> str:
     blocks = step.remat_layers(model)
     remat = (f"rematerialisation (build it inside keras.RematScope(mode='list_of_layers', "
              f"layer_names={list(blocks[:3])}{' ...' if len(blocks) > 3 else ''})), " if blocks else "")
+    job = {"batch_size": judge.batch, **({"model": naming.plan_model} if naming.plan_model else {})}
+    function = (f" ({naming.plan_model}: a function of your script that builds and compiles the model and returns it)"
+                if naming.plan_model else "")
     return (f"{head} {tried}. What else would help: bfloat16 compute ({naming.precision}: models built in it), {remat}"
             f"a smaller batch, more devices, or a device memory that is right if this one is not. "
-            f"{placement.check_before_renting(runtime, {'batch_size': judge.batch})}")
+            f"{placement.check_before_renting(runtime, job)}{function}")
