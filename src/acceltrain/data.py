@@ -229,14 +229,15 @@ def dataset_to_arrays(dataset, *, name: str = "x"):
 def first_batches(x, y, batch_size: int | None, count: int):
     """The first `count` batches a fit would train on, in order, as (x, y) of numpy arrays (y None where there is
     none; float64 cast to float32), from the start again where there are fewer; and the batch. From arrays at
-    `batch_size`, or the batches of a tf.data dataset (its own batch). None for other inputs (a generator, a
-    PyDataset: reading them would use up the batches fit is about to read)."""
+    `batch_size`, or the batches of a tf.data dataset (its own batch); fewer samples than a batch are one batch of
+    them all, as Keras trains them. None for other inputs (a generator, a PyDataset: reading them would use up the
+    batches fit is about to read) and for no samples (fit says what is wrong with them)."""
     if is_arrays(x):
-        batch = batch_size or 32  # Keras's default
-        available = num_samples(x) // batch
-        if available < 1:
-            raise UsageError(f"Received {num_samples(x)} samples, fewer than one batch of {batch}. Pass a batch_size "
-                             "of at most the number of samples.")
+        samples = num_samples(x)
+        if samples == 0:
+            return None
+        batch = min(batch_size or 32, samples)  # 32: Keras's default
+        available = samples // batch
         cuts = [slice(i % available * batch, (i % available + 1) * batch) for i in range(count)]
         return [(as_float32(take(x, cut)), take(y, cut)) for cut in cuts], batch
     if not is_dataset(x):

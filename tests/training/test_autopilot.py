@@ -178,6 +178,29 @@ def test_without_the_autopilot_such_a_step_stops_saying_what_it_would_do(run_her
     assert "runtime.build" not in str(stopped.value)  # a run user has no runtime: flags only
 
 
+TINY_SCRIPT = """
+import keras, numpy as np
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+x, y = np.random.default_rng(0).random((20, 4)).astype("float32"), np.arange(20) % 3
+print("losses:", *model.fit(x, y, epochs=2, verbose=0).history["loss"])
+"""
+
+
+def test_tiny_data_is_weighed_and_verified_at_the_batch_fit_trains(capfd, run_here, tmp_path):
+    """20 samples at Keras's default batch of 32 on 8 replicas: fit trains one batch of 16 (inputs.py leaves 4 out).
+    The autopilot compiles the step at 16 and --verify compares batches of 16; both refused the script before (fewer
+    samples than a batch; a batch of 20 that does not divide over 8, with a traceback)."""
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY_SCRIPT)
+    code = run_here(str(script), simulate_devices=DEVICES, device_memory="1GiB", verify=2)
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    assert "its training step, compiled here at batch 16, needs data parallel" in err
+    assert "verify: 2 step(s) of batch 16 on DataParallel and on one device" in err
+    assert len(out.split("losses:")[1].split()) == 2
+
+
 @pytest.mark.slow
 def test_an_unchanged_script_of_a_25m_parameter_model_is_sharded_and_trains():
     """Issue 21's script (tests/scripts/wide_dense.py: Dense 4096-4096-1024 at module level, Adam, batch 256), run as a

@@ -73,6 +73,8 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
     _weighed[model] = 1
     first = data.first_batches(x, y, batch_size, 1)  # None: inputs that cannot be read ahead
     batch = first[1] if first else batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
+    replicas = runtime.num_replicas  # fit leaves out the samples that do not divide over them (inputs.py)
+    batch = batch // replicas * replicas or batch
     optimizer = getattr(model, "optimizer", None)
     # The accumulation lever changes the optimizer's gradient_accumulation_steps and each step's batch: not where
     # the user set the steps themselves (theirs are kept, and weighed), nor once fit has built the optimizer.

@@ -79,6 +79,19 @@ def _values(steps) -> np.ndarray:
     return np.asarray(flat, np.float64)
 
 
+def _dividing(batches, batch: int, replicas: int, shown: str):
+    """The batches cut to a multiple of the replicas, as fit's inputs are cut (inputs.py leaves out the last samples
+    so that each batch divides over them: a few samples, or a dataset's short last batch), and the batch."""
+    def cut(size: int) -> int:
+        return size // replicas * replicas
+
+    if cut(batch) == 0:
+        raise UsageError(f"Received {shown} with batches of {batch} sample(s), fewer than the {replicas} replicas "
+                         "each step is cut over. Pass a batch_size of at least the replicas, or leave it out.")
+    cuts = [slice(0, cut(len(data.leaves(x)[0]))) for x, _ in batches]
+    return [(data.take(x, rows), data.take(y, rows)) for (x, y), rows in zip(batches, cuts) if rows.stop], cut(batch)
+
+
 def check_steps(steps, name: str = "verify") -> int | None:
     """`verify` as given: None (off) or a whole number of steps."""
     return None if steps is None else positive_int(steps, name, " (the training steps compared, e.g. 3)")
@@ -110,7 +123,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
     if runtime.distribution is None:
         log.info(f"verify: {model.name} trains on one device with no distribution: nothing to compare")
         return Verdict(0, found[1], "one device", 0.0, 0.0, [])
-    batches, batch = found
+    batches, batch = _dividing(*found, runtime.num_replicas, shown)
     # The model's own optimizer, loss and metrics are left for fit to build: a stand-in optimizer, built here for real
     # (its slots laid out by the distribution in force, as fit's will be), and a loss of its own train the steps.
     optimizer = model.optimizer
