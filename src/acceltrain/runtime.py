@@ -108,6 +108,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "distribution": (framework.distribution_name(distribution), distribution_reason),
             "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
     runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
+                      precision_asked=precision != "auto",
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
@@ -140,7 +141,8 @@ class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
     def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
-                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str]):
+                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str],
+                 precision_asked: bool = False):
         from acceltrain.backends import keras_internals
 
         self._framework = framework
@@ -148,6 +150,7 @@ class Runtime:
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
         self.sharding_request = sharding_request  # what connect() was asked about sharding; Runtime.build weighs it
         self.precision = precision  # Keras's dtype policy for models built under scope()
+        self.precision_asked = precision_asked  # the user's own (precision=, --precision): no lever changes it
         self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
         self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
         self._seed = 0

@@ -256,6 +256,25 @@ def test_with_a_build_function_every_lever_is_compiled_and_the_model_built_under
     assert (int(model.optimizer.iterations), int(model.optimizer._iterations)) == (2, 8)
 
 
+@pytest.mark.parametrize("precision, offered", [("auto", True), ("float32", False)])
+def test_a_precision_the_user_asked_for_is_not_a_lever(monkeypatch, precision, offered):
+    """Runtime.build's walk offers bfloat16 compute only where acceltrain chose the precision: precision='float32'
+    (--precision float32) is the user's, kept. Read at the walk's door (levers.choose_levers), before any compile."""
+    from acceltrain.training import autopilot
+
+    class Walked(Exception):
+        pass
+
+    def walk(*args, **kwargs):
+        raise Walked(kwargs["bfloat16"])
+
+    monkeypatch.setattr(autopilot.levers, "choose_levers", walk)
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="16MiB", precision=precision, verbose=False)
+    with pytest.raises(Walked) as walked:
+        runtime.build(_wide_mlp, batch_size=64)
+    assert walked.value.args == (offered,)
+
+
 @pytest.mark.slow
 def test_accumulation_cuts_the_batch_once_under_checkpoints(capfd, run_here, tmp_path):
     """With --checkpoint-dir each fit trains through Runtime.fit (the layer below the autopilot's), which cuts the

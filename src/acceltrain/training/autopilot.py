@@ -134,7 +134,7 @@ def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, na
     walk = levers.choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
                                 global_batch=batch_size, remat_layers=remat,
                                 accumulate=enabled and _own_accumulation(base.model.optimizer) == 1,
-                                bfloat16=enabled and runtime.precision == "float32",
+                                bfloat16=enabled and runtime.precision == "float32" and not runtime.precision_asked,
                                 batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts})
     chosen = levers.first_fit(walk)
     where = f"{sharding.format_bytes(memory)} ({naming.memory_source(runtime.sharding_request.memory_source)})"
