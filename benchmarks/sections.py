@@ -38,6 +38,7 @@ SECTIONS = (
     Section("sharding-memory", "sharding_memory.py", (), 4),
     Section("auto-placement", "auto_placement.py", (), 6),
     Section("plan-cost", "plan_cost.py", (), 6),
+    Section("plan-lm", "plan_lm.py", (), 10),
     Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 8),
     Section("corpus", "corpus.py", (), 30),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
