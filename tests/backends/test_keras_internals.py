@@ -180,6 +180,30 @@ def test_jitted_train_step_is_the_step_keras_compiled_and_its_flops_are_counted(
     assert flops >= 8 * 2 * 3 * 2 * 2  # forward and the kernel's gradient of the 3 × 2 matmul, at the least
 
 
+def test_saving_without_tensorflow_reads_it_as_absent_only_where_the_process_has_not_imported_it(tmp_path,
+                                                                                                 monkeypatch):
+    """serialization_lib asks module_utils.tensorflow.available, which imports TensorFlow on its first read."""
+    import sys
+
+    from keras.src.saving import serialization_lib
+    from keras.src.utils import module_utils
+
+    lazy = module_utils.tensorflow
+    assert serialization_lib.tf is lazy and isinstance(lazy._available, (bool, type(None)))
+    monkeypatch.setattr(lazy, "_available", None)
+    monkeypatch.setattr(lazy, "module", None)
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)  # as in a JAX process that never imported it
+    imported = []
+    monkeypatch.setattr(lazy, "initialize", lambda: imported.append("tensorflow"))
+    with keras_internals.saving_without_tensorflow():
+        assert lazy.available is False
+        _model().save(tmp_path / "model.keras")
+    assert imported == [] and lazy._available is None  # asked later, Keras imports it as it would have
+    monkeypatch.setitem(sys.modules, "tensorflow", object())  # imported already: Keras's own answer stands
+    with keras_internals.saving_without_tensorflow():
+        assert lazy._available is None
+
+
 def test_saving_replaced_covers_save_and_save_weights(tmp_path):
     import keras
 

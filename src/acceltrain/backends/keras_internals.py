@@ -418,6 +418,34 @@ def no_distribution():
         keras.distribution.set_distribution(before)
 
 
+# --- Saving ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def saving_without_tensorflow():
+    """Inside, Keras's model.save does not import TensorFlow where this process has not: no TensorFlow object can
+    then be in the model, and the import only checked for one. The ledger booked it as the rest of every
+    `acceltrain train` on JAX with TensorFlow installed (seconds: most of its rest, here).
+
+    Relies on: keras.src.saving.serialization_lib tests `tf.available and isinstance(obj, tf.TensorShape)` (and
+    tf.DType, tf.TypeSpec) through keras.src.utils.module_utils.tensorflow, a LazyModule whose `available` imports
+    TensorFlow at its first read and keeps the answer in `_available`.
+    """
+    import sys
+
+    from keras.src.utils import module_utils
+
+    lazy = module_utils.tensorflow
+    if "tensorflow" in sys.modules or lazy._available is not None:
+        yield  # imported already (or asked): Keras's own answer stands
+        return
+    lazy._available = False
+    try:
+        yield
+    finally:
+        if lazy.module is None:
+            lazy._available = None  # asked again later, Keras imports it as it would have
+
+
 # --- Callbacks ----------------------------------------------------------------------------------
 
 def async_safe(callback_class):

@@ -49,9 +49,14 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
         history = _train(runtime, model, x_train, y_train, config, job)
         test = runtime.evaluate(model, x_test, y_test, batch_size=job.batch_size, verbose=0)
 
-        # 4. Write the model, each file atomically.
-        _save_model(runtime, model, job.out_dir)
-        optimizer = optimizer_summary(model)  # what trained, whatever --learning-rate said
+        # 4. Write the model, each file atomically. Keras's saving (and the optimizer's config) would import
+        # TensorFlow, where it is installed, only to find no TensorFlow object in a JAX model: the ledger booked
+        # the import as most of the run's rest (keras_internals.saving_without_tensorflow).
+        from acceltrain.backends import keras_internals
+
+        with keras_internals.saving_without_tensorflow():
+            _save_model(runtime, model, job.out_dir)
+            optimizer = optimizer_summary(model)  # what trained, whatever --learning-rate said
     # 5. The records of the run, with its ledger (what follows is outside it: these files and the report).
     epoch_seconds = history.epoch_seconds
     timed = getattr(history, "timed_epochs", None) or [
