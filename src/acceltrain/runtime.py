@@ -316,7 +316,7 @@ class Runtime:
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
         watched = [*self._watched(dog), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
-        with dog.watching("fit (compiling and running the first step)"), self.scope():
+        with dog.watching("fit (compiling and running the first step)"), self._calling(model):
             if checkpointing is None:
                 history = self._fit_once(model, prepared, epochs, watched, verbose, fit_kwargs)
             else:
@@ -378,7 +378,7 @@ class Runtime:
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
         callbacks = [*self._watched(self.watchdog), *(evaluate_kwargs.pop("callbacks", None) or ())]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self._calling(model):
             return keras_internals.keras_method(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
                 return_dict=True, callbacks=callbacks, **evaluate_kwargs)
@@ -389,6 +389,14 @@ class Runtime:
         from acceltrain.training.callbacks import StallWatch
 
         return [StallWatch(dog), *self._framework.step_callbacks(self.distribution)]
+
+    @contextlib.contextmanager
+    def _calling(self, model):
+        """Around each of this runtime's own calls (Keras's own method: no layer): the distribution in force, and a
+        step Keras would run op by op on several CPU devices made safe, as the placement layer does for a
+        script's calls (backend's op_by_op_made_safe)."""
+        with self.scope(), self._framework.op_by_op_made_safe(model, self.distribution):
+            yield
 
     def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
@@ -403,7 +411,7 @@ class Runtime:
 
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
         callbacks = [*self._watched(self.watchdog), *(predict_kwargs.pop("callbacks", None) or ())]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
+        with self.watchdog.watching("predict (compiling and running the first step)"), self._calling(model):
             return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
                                     verbose=verbose, callbacks=callbacks, **predict_kwargs)
 

@@ -230,3 +230,63 @@ def test_call_with_callback_adds_once_where_it_can(args, kwargs, expected):
     if isinstance(got, list):
         got = [c if isinstance(c, str) else type(c).__name__ for c in got]
     assert got == expected
+
+
+def test_layers_not_jitted_is_what_keras_reads_to_compile_the_step():
+    import keras
+    from keras.src.trainers.trainer import model_supports_jit
+
+    augment = keras.Sequential([keras.layers.RandomCrop(6, 6), keras.layers.RandomFlip()])  # nested
+    model = keras.Sequential([keras.Input((8, 8, 1)), augment, keras.layers.Flatten(), keras.layers.Dense(2)])
+    assert [type(layer).__name__ for layer in keras_internals.layers_not_jitted(model)] == ["RandomCrop"]
+    assert not model_supports_jit(model)
+    for layer in keras_internals.layers_not_jitted(model):
+        layer.supports_jit = True
+    assert model_supports_jit(model)
+
+
+def test_jittable_random_crop_cuts_the_same_pixels_compiled():
+    import jax
+    import keras
+
+    images = np.random.default_rng(0).random((4, 10, 12, 3), dtype=np.float32)
+    eager, compiled = keras.layers.RandomCrop(6, 7, seed=5), keras.layers.RandomCrop(6, 7, seed=5)
+    keras_internals.jittable_random_crop(compiled)
+    assert compiled.supports_jit
+    compiled.build(images.shape)
+    state = [v.value for v in compiled.non_trainable_variables]  # its seed generator's
+    eager.build(images.shape)
+    with pytest.raises(IndexError):  # the control: Keras's own RandomCrop does not compile
+        jax.jit(lambda state, x: eager.stateless_call([], state, x, training=True))(state, images)
+    step = jax.jit(lambda state, x: compiled.stateless_call([], state, x, training=True))
+    for _ in range(3):  # each call draws new offsets from the seed generator, alike in both
+        cropped, state = step(state, images)
+        np.testing.assert_array_equal(cropped, eager(images, training=True))
+    np.testing.assert_array_equal(compiled(images, training=False), eager(images, training=False))
+
+
+def test_variables_on_one_device_moves_every_variable_and_lays_it_out_again(runtime):
+    """Every variable, the optimizer's and the metrics' too (state_variables); one a call makes inside (fit builds
+    the optimizer at its first call) is laid out by the distribution on exit."""
+    import jax
+    import keras
+
+    with runtime.scope():
+        model = _model()
+        model.compile("adam", "mse", metrics=["mae"])
+    first = jax.local_devices()[0]
+    replicated = model.layers[0].kernel.value.sharding
+    with keras_internals.variables_on_one_device(model, first, runtime.distribution.get_variable_layout):
+        keras.distribution.set_distribution(None)
+        try:
+            model.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), verbose=0)  # builds the optimizer
+            everything = keras_internals.state_variables(model)
+            assert len(everything) > len(model.variables) and all(v.value.devices() == {first} for v in everything)
+            model.layers[0].kernel.assign(np.zeros((3, 2), "float32"))
+            assert model.layers[0].kernel.value.devices() == {first}  # a new value stays where it is
+        finally:
+            keras.distribution.set_distribution(None)
+    assert all(v.value.sharding == replicated or v.value.sharding.is_equivalent_to(replicated, len(v.shape))
+               for v in keras_internals.state_variables(model))
+    assert len(model.optimizer.variables[0].value.sharding.device_set) == 8  # made inside, laid out on exit
+    np.testing.assert_array_equal(model.layers[0].kernel.numpy(), 0)

@@ -55,11 +55,11 @@ def test_each_fit_warning_fires_once_on_its_own_pitfall():
         if case in segments and not line.startswith("== "):
             segments[case] += line + "\n"
     assert "warning: each epoch trains on 256 of the 1,024" in segments["partial_epoch"]
-    assert "float64: Keras converts the whole array to float32 at the start of every epoch (a " in segments["float64"]
-    assert "MB copy each time; one took" in segments["float64"]
     assert "each of the 8 replica(s) gets 2 sample(s)" in segments["small_batch"]
     for case in segments:  # each warning on its own pitfall only, and once however often the pitfall repeats
-        assert segments[case].count("warning:") == 1, (case, segments[case])
+        assert segments[case].count("warning:") == (case != "float64"), (case, segments[case])
+    # float64 arrays of 64 KB: their conversion costs nothing measurable, so nothing is said (issue 22); the
+    # warning's firing on a measured cost is tests/test_checks.py's
 
 
 @pytest.mark.multi_device
@@ -74,7 +74,6 @@ def test_a_clean_script_gets_no_warning_even_with_odd_sizes():
 @pytest.mark.parametrize(
     "case, says",
     [
-        ("uneven_batch", "Received batch_size=100, which does not divide over 8 replicas"),
         ("one_hot_sparse", "Change the loss to 'categorical_crossentropy'"),
         ("indices_categorical", "Change the loss to 'sparse_categorical_crossentropy'"),
     ],
@@ -86,6 +85,19 @@ def test_where_keras_would_crash_the_error_says_what_to_change(case, says):
     errors = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: error: ")]
     assert len(errors) == 1 and says in errors[0], run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.multi_device
+def test_a_batch_the_replicas_cannot_split_runs_on_one_device_saying_why():
+    """Issue 22: refused before ("Pass a multiple of 8"), though another batch is another algorithm."""
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", "uneven_batch", timeout=180)
+
+    assert run.returncode == 0, run.stderr
+    assert ("acceltrain: batch_size=100 does not divide over 8 replicas, and another batch would train another way: "
+            "such calls run undistributed, on one device, as the script makes them (the plain run's math). To split it "
+            "over the replicas, pass a multiple of 8 (96 or 104)") in run.stderr
+    assert "ran on one device, undistributed (batch_size=100 does not divide" in run.stderr
+    assert "warning" not in run.stderr
 
 
 def test_the_script_keeps_its_argv_and_exit_code():
@@ -334,7 +346,8 @@ def _calls(log_lines, monkeypatch, num_processes=1, watchdog=None):
     monkeypatch.setattr(log, "info", lambda message: log_lines.append(("info", message)))
     monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
     return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
-                                      num_replicas=1, watchdog=watchdog or Watchdog(0)))
+                                      num_replicas=1, watchdog=watchdog or Watchdog(0)),
+                      "KERAS_BACKEND=jax /venv/bin/python loop.py --epochs 3")
 
 
 def test_the_stall_watchdog_is_armed_before_keras_runs_any_of_a_scripts_calls(monkeypatch):
@@ -378,7 +391,7 @@ def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fail
     calls = _calls(lines, monkeypatch, num_processes)
     with pytest.raises(Exception) as raised:
         calls(_call("fit", model, _keras_fit(fails_plainly)), _below(fails_hooked))
-    calls.tell_whose(raised.value, Path("script.py"))
+    calls.tell_whose(raised.value)
 
     assert says in lines[-1][1]
     assert (lines[-1][0] == "warn") == (not fails_plainly)  # acceltrain's own bug is a warning
@@ -386,13 +399,46 @@ def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fail
 
 
 def test_an_error_outside_any_keras_call_points_to_running_the_script_plainly(monkeypatch):
-    from pathlib import Path
-
     lines = []
     calls = _calls(lines, monkeypatch)
-    calls.tell_whose(ValueError("in the script's own loop"), Path("loop.py"))
+    calls.tell_whose(ValueError("in the script's own loop"))
 
-    assert "outside fit/evaluate/predict" in lines[-1][1] and "python loop.py" in lines[-1][1]
+    assert "outside fit/evaluate/predict" in lines[-1][1]
+    assert lines[-1][1].endswith("run: KERAS_BACKEND=jax /venv/bin/python loop.py --epochs 3")
+
+
+def test_the_plain_command_is_the_users_interpreter_arguments_and_backend():
+    """Issue 22: "run: python /path/script.py" lost the interpreter, the script's arguments and the backend."""
+    import sys
+    from pathlib import Path
+
+    from acceltrain.commands.run import _plain_command
+
+    command = _plain_command(Path("my dir/train.py"), ["--epochs", "3", "--name", "a b"], "tensorflow")
+    assert command == f"KERAS_BACKEND=tensorflow {sys.executable} 'my dir/train.py' --epochs 3 --name 'a b'"
+
+
+def test_the_closing_line_says_which_calls_ran_on_one_device_and_why(monkeypatch):
+    lines, model = [], _Model()
+    calls = _calls(lines, monkeypatch)
+    calls.runtime.distribution, calls.runtime.distribution_name, calls.runtime.num_replicas = object(), "DataParallel", 4
+    fit = _keras_fit(False)
+
+    def undistributed(call):  # what FitGuard does with a batch that does not divide
+        call.undistributed.append("batch_size=1 does not divide over 4 replicas, and another batch would train "
+                                  "another way. To split it over the replicas, pass a multiple of 4: 4")
+        return _below(False)(call)
+
+    calls(_call("fit", model, fit), undistributed)
+    calls(_call("fit", model, fit), undistributed)
+    calls(_call("evaluate", model, fit), _below(False))
+    calls.tell_summary()
+    assert lines[-1][1] == ("run: the script's Keras calls (2 fit, 1 evaluate) ran on DataParallel over 4 replica(s), "
+                            "but 2 fit on one device, undistributed (batch_size=1 does not divide over 4 replicas, and "
+                            "another batch would train another way)")
+    calls.undistributed["evaluate"] = 1  # as if every call had run on one device
+    calls.tell_summary()
+    assert lines[-1][1].startswith("run: the script's Keras calls (2 fit, 1 evaluate) ran on one device, undistributed (")
 
 
 def test_the_closing_line_counts_the_scripts_own_calls_not_those_made_inside_them(monkeypatch):

@@ -17,7 +17,7 @@ NAME = "jax"
 SPLITS_UNEVEN_BATCHES = False
 
 # What this module has beyond backends.INTERFACE: the compilation cache, and the model → distribution lookup.
-OWN = ("enable_compilation_cache", "distribution_of",
+OWN = ("enable_compilation_cache", "distribution_of", "on_one_device",
        # sharding (fsdp, model): JAX only; placement.py checks for them by name
        "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
        "first_device_bytes", "device_memory", "abstract_state",
@@ -297,15 +297,97 @@ def distribution_of(model):
 def follow_placement(call, proceed):
     """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit` runs under the
     distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
-    model, as TensorFlow does), one step at a time where steps must not overlap. A model built outside any
-    acceltrain distribution runs as Keras runs it."""
+    model, as TensorFlow does), one step at a time where steps must not overlap, and a step Keras would run op
+    by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
     import keras
 
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
-    for callback in step_callbacks(distribution or keras.distribution.distribution()):
+    in_force = distribution or keras.distribution.distribution()
+    for callback in step_callbacks(in_force):
         call = call.with_callback(callback)
-    with scope(distribution):
+    with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
+        if undistributed:
+            call.undistributed.append(undistributed)
         return proceed(call)
+
+
+@contextlib.contextmanager
+def op_by_op_made_safe(model, distribution):
+    """Every fit/evaluate/predict under `distribution`, the script's (follow_placement) and Runtime's own: where
+    Keras would run the model's step op by op on several CPU devices (decisions.choose_op_by_op_step), compile it
+    when JAX can, else run the call on one device (yields why), else (several processes) refuse; said in one line.
+    Yields None where the call stays distributed."""
+    if distribution is None or not _steps_must_not_overlap(distribution):
+        yield None
+        return
+    import keras
+
+    from acceltrain import decisions
+    from acceltrain.backends import keras_internals
+    from acceltrain.errors import UsageError
+
+    not_jitted = keras_internals.layers_not_jitted(model)
+    treatment, reason = decisions.choose_op_by_op_step(
+        distribution.device_mesh.devices.size, jax.process_count(),
+        tuple(_keras_class_name(layer) for layer in not_jitted), bool(model.jit_compile), bool(model.run_eagerly))
+    if treatment == "refuse":
+        raise UsageError(f"{reason}. Run this script in one process (acceltrain run), where such a call runs on one "
+                         "device, or keep the layer out of the model (in the tf.data pipeline).")
+    if treatment == "compile":
+        for layer in not_jitted:
+            if type(layer) is keras.layers.RandomCrop:
+                keras_internals.jittable_random_crop(layer)
+            layer.supports_jit = True
+        model.jit_compile = True
+        keras_internals.forget_compiled_functions(model)
+        _tell_once(f"compiling the model's step (jit_compile=True): {reason}. To keep Keras's op-by-op step, run "
+                   "on one device")
+    if treatment != "one device":
+        yield None
+        return
+    _tell_once(f"running on one device, on the whole global batch: {reason}")
+    with on_one_device(model, distribution):
+        yield reason
+
+
+@contextlib.contextmanager
+def on_one_device(model, distribution=None):
+    """Inside, `model` trains, evaluates and predicts undistributed, on this process's first device: its variables
+    (and its optimizer's and metrics') moved there whole, no global distribution; on exit they are laid out by
+    their distribution again. In a job of several processes each process runs the same call on its own device
+    with the same, whole inputs (no collective: every process computes the same values). `distribution`: the
+    model's (default: the one its variables are placed by, else the global one)."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    distribution = distribution or distribution_of(model) or keras.distribution.distribution()
+    if distribution is None:
+        yield
+        return
+    split = split_over_processes(keras_internals.state_variables(model))
+    if split:
+        from acceltrain.errors import UsageError
+
+        raise UsageError(f"A call that must run on one device (no batch of it divides over the replicas) met weights "
+                         f"split over {jax.process_count()} processes ({distribution_name(distribution)}; e.g. "
+                         f"{split[0]}): no process holds them whole. Pass --distribution data, or a batch that "
+                         "divides over the replicas.")
+    previous = keras.distribution.distribution()
+    with keras_internals.variables_on_one_device(model, jax.local_devices()[0], distribution.get_variable_layout):
+        keras.distribution.set_distribution(None)
+        try:
+            yield
+        finally:
+            keras.distribution.set_distribution(previous)
+
+
+def _keras_class_name(layer) -> str:
+    """"RandomCrop" for Keras's own layer; a subclass or a namesake goes by its full name."""
+    import keras
+
+    name = type(layer).__name__
+    return name if type(layer) is getattr(keras.layers, name, None) else f"{type(layer).__module__}.{name}"
 
 
 _told = set()  # what this process has said once
@@ -323,6 +405,14 @@ def step_callbacks(distribution) -> list:
         log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
                  "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
     return [_one_step_at_a_time()()]
+
+
+def _tell_once(line: str) -> None:
+    if line not in _told:
+        _told.add(line)
+        from acceltrain import log
+
+        log.info(line)
 
 
 # --- Sharding: weights cut over devices (fsdp, model) ---------------------------------------------
