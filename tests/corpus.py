@@ -75,9 +75,8 @@ class Shape:
 
 
 SHAPES = [
-    # to_categorical gives float64 labels: true, and the fix is one line.
-    Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True,
-          warnings=("y is float64: Keras converts the whole array to float32 at the start of every epoch",)),
+    # to_categorical gives float64 labels, 128 KB of them: converting them costs nothing worth a warning.
+    Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True),
     Shape("functional_two_in_two_out.py", "functional, two inputs and two outputs, a loss and a metric per output"),
     Shape("autoencoder_predict.py", "convolutional autoencoder `fit(x, x)`, then `predict` on 10 images",
           mnist=True),
@@ -94,6 +93,18 @@ SHAPES = [
     Shape("save_load_predict.py", "`model.save` + `load_model` + `predict`; save/load_weights"),
     Shape("finetune_frozen.py", "fit, freeze the base, fit a new head, unfreeze and fine-tune"),
     Shape("custom_loop.py", "a hand-written loop that never calls `fit` (jitted stateless step)", fit_based=False),
+    # Issue 22's shapes, from the scripts of others that failed on several devices.
+    Shape("in_model_augmentation.py", "RandomFlip, RandomZoom and RandomCrop inside the model (Keras runs its step "
+          "op by op)", mnist=True),
+    Shape("two_sample_fit.py", "a guide's `fit` on two samples, then evaluate and predict"),
+    # Its TensorFlow is kept, except in a job of several processes, which trains on JAX only: said, as a warning.
+    Shape("sets_its_backend.py", "sets `os.environ[\"KERAS_BACKEND\"] = \"tensorflow\"` before importing Keras",
+          warnings_at={"launch-2x2": ("the script sets its Keras backend on line 6",)}),
+    Shape("mil_batch_one.py", "multiple-instance learning, one bag a step (`batch_size=1`)"),
+    Shape("embedding_bilstm.py", "Embedding + Bidirectional LSTM on token sequences, `validation_data`"),
+    Shape("long_batch32_epoch.py", "300 steps of batch 32 an epoch (a residual MLP)"),
+    Shape("multi_input_weighted_losses.py", "three inputs, two outputs, losses weighted 1.0 and 0.2 (the functional "
+          "API guide's ticket model)"),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

@@ -192,3 +192,18 @@ def test_zero_weight_padding_is_not_the_same_loss():
     padded = loss(np.concatenate([y_true, y_true]), np.concatenate([y_pred, y_pred]),
                   sample_weight=np.array([1, 1, 0, 0], "float32"))
     assert float(loss(y_true, y_pred)) == 2.5 and float(padded) == 1.25
+
+
+@pytest.mark.parametrize(
+    "several, one, says",
+    [(0.160, 0.011, "a training step takes 160 ms here, 14.5x the 11.0 ms the same step took on one device"),
+     (0.030, 0.010, "3.0x"),  # from 3 times on
+     (0.029, 0.010, None),
+     (0.010, 0.020, None)],  # faster on several devices: nothing to say
+)
+def test_slower_on_several_devices(several, one, says):
+    line = decisions.slower_on_several_devices(4, several, one, 2.5, 5)
+    assert (line is None) == (says is None)
+    if says:
+        assert line.startswith("4 CPU devices: ") and says in line
+        assert "(measured once: 5 steps of a copy of the state on one device, after 2.5 s compiling it)" in line

@@ -218,3 +218,22 @@ def choose_batch_split(call: str, num_samples: int, batch_size: int | None, num_
         return "one device", (f"{num_samples} training sample{'s' * (num_samples != 1)}, fewer than the "
                               f"{num_replicas} replicas: no batch of them divides over them")
     return "split", f"batch_size={batch} divides over {num_replicas} replicas"
+
+
+# Several CPU devices can be many times slower per step than one (issue 22: a batch-32 MLP 11 ms plain, 160 ms on 4
+# simulated devices), which looks like a hang. Said from this ratio of the measured step times on.
+SLOWER_WORTH_SAYING = 3.0
+
+
+def slower_on_several_devices(devices: int, several_seconds: float, one_seconds: float, compile_seconds: float,
+                              steps: int) -> str | None:
+    """The line that says a training step on `devices` CPU devices takes many times what the same step took on one
+    device, with both measured times and what the measuring cost; None below SLOWER_WORTH_SAYING times."""
+    ratio = several_seconds / one_seconds
+    if ratio < SLOWER_WORTH_SAYING:
+        return None
+    return (f"{devices} CPU devices: a training step takes {several_seconds * 1e3:.0f} ms here, {ratio:.1f}x the "
+            f"{one_seconds * 1e3:.1f} ms the same step took on one device (measured once: {steps} steps of a copy of the "
+            f"state on one device, after {compile_seconds:.1f} s compiling it). Simulated devices share this machine's "
+            "cores, and their all-reduce and one step at a time cost more here than splitting the batch saves: for "
+            "speed on this machine, train on one device")

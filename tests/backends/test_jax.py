@@ -138,3 +138,44 @@ def test_on_several_cpu_devices_an_eager_step_runs_on_one_device_with_the_same_m
     for trained, expected in zip(model.get_weights(), alone.get_weights()):
         np.testing.assert_allclose(trained, expected, rtol=1e-6)
     assert model.layers[-1].kernel.value.sharding.mesh.size == 8  # laid out again over the devices after the call
+
+
+def test_a_fit_on_several_cpu_devices_is_timed_once_against_one_device_and_said(runtime, capsys, monkeypatch):
+    """Issue 22 item 5. The thresholds are lowered so a tiny model is measured and said whatever its ratio (the
+    ratio's rule is decisions.slower_on_several_devices's table); it is measured once a process."""
+    import keras
+
+    from acceltrain.backends import jax as backend
+
+    monkeypatch.setattr(backend, "_told", set())
+    monkeypatch.setattr(backend, "COMPARE_AFTER_STEPS", 5)
+    monkeypatch.setattr(backend, "COMPARE_FROM_STEP_SECONDS", 0.0)
+    monkeypatch.setattr(decisions, "SLOWER_WORTH_SAYING", 0.0)
+    with runtime.scope():
+        model = _model(keras)
+    x, y = IMAGES.reshape(64, -1)[:, :8], LABELS
+    for _ in range(2):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    said = [line for line in capsys.readouterr().err.splitlines() if "the same step took on one device" in line]
+    assert len(said) == 1 and said[0].startswith("acceltrain: 8 CPU devices: a training step takes "), said
+    assert "(measured once: 5 steps of a copy of the state on one device, after " in said[0]
+    assert "keep_last_batch" not in model.train_function.__qualname__  # Keras's own train function given back
+
+
+def test_a_fit_that_is_not_many_times_slower_says_nothing(runtime, capsys, monkeypatch):
+    import keras
+
+    from acceltrain.backends import jax as backend
+
+    monkeypatch.setattr(backend, "_told", set())
+    monkeypatch.setattr(backend, "COMPARE_AFTER_STEPS", 5)
+    monkeypatch.setattr(backend, "COMPARE_FROM_STEP_SECONDS", 0.0)
+    monkeypatch.setattr(decisions, "SLOWER_WORTH_SAYING", 1e9)
+    measured = []
+    monkeypatch.setattr(decisions, "slower_on_several_devices",
+                        lambda *args: measured.append(args) or None)
+    with runtime.scope():
+        model = _model(keras)
+    model.fit(IMAGES.reshape(64, -1)[:, :8], LABELS, batch_size=8, epochs=1, verbose=0)
+    assert len(measured) == 1 and measured[0][0] == 8 and measured[0][4] == backend.COMPARE_STEPS
+    assert "the same step took on one device" not in capsys.readouterr().err

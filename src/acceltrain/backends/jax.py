@@ -6,6 +6,8 @@ Same function names as `backends/tensorflow.py`. Only this module imports jax.
 import contextlib
 import functools
 import math
+import statistics
+import time
 
 import jax
 
@@ -303,11 +305,11 @@ def follow_placement(call, proceed):
 
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
     in_force = distribution or keras.distribution.distribution()
-    for callback in step_callbacks(in_force):
-        call = call.with_callback(callback)
     with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
         if undistributed:
             call.undistributed.append(undistributed)
+        for callback in [] if undistributed else step_callbacks(in_force):
+            call = call.with_callback(callback)
         return proceed(call)
 
 
@@ -395,7 +397,8 @@ _told = set()  # what this process has said once
 
 def step_callbacks(distribution) -> list:
     """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
-    CPU devices (_steps_must_not_overlap), said once."""
+    CPU devices (_steps_must_not_overlap), said once; and, once a process, the step timed again on one device
+    (_timed_on_one_device)."""
     if distribution is None or not _steps_must_not_overlap(distribution):
         return []
     if "one step" not in _told:
@@ -404,7 +407,81 @@ def step_callbacks(distribution) -> list:
 
         log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
                  "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
-    return [_one_step_at_a_time()()]
+    timed = [] if "timed on one device" in _told or jax.process_count() > 1 else [_timed_on_one_device()()]
+    return [_one_step_at_a_time()(), *timed]
+
+
+# When a fit on several CPU devices is timed against one device (_timed_on_one_device): after this many training
+# steps (the first ones compile), when they take at least this long (a fast step is not worth a compile), over this
+# many steps of the copy.
+COMPARE_AFTER_STEPS = 50
+COMPARE_FROM_STEP_SECONDS = 0.01
+COMPARE_STEPS = 5
+
+
+@functools.cache
+def _timed_on_one_device():
+    """The callback class that, once a process, times a fit's training step on one device against the same step on
+    the several CPU devices it runs on, and says so when those are many times slower
+    (decisions.slower_on_several_devices). The copy: Keras's own train_step, jitted with no distribution, on a copy
+    of the fit's state and its last batch on the first device. One compile of the step (seconds) and a few steps:
+    paid once a process, only where steps take COMPARE_FROM_STEP_SECONDS or more. One process only: in a job of
+    several, no process holds the whole batch."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    class TimedOnOneDevice(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.seconds, self.kept = [], keras_internals.keep_last_batch(self.model)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):  # not async_safe: on the main thread, each step finished
+            self.seconds.append(time.perf_counter() - self.started)
+            if len(self.seconds) < COMPARE_AFTER_STEPS or "timed on one device" in _told:
+                return
+            _told.add("timed on one device")
+            self.kept["stop"]()
+            several = statistics.median(self.seconds[COMPARE_AFTER_STEPS // 5:])  # the first ones compiled
+            if several >= COMPARE_FROM_STEP_SECONDS and "batch" in self.kept:
+                _compare(self.model, self.kept.pop("batch"), several)
+
+        def on_train_end(self, logs=None):
+            self.kept["stop"]()
+
+    return TimedOnOneDevice
+
+
+def _compare(model, batch, several: float) -> None:
+    import keras
+
+    from acceltrain import decisions, log
+    from acceltrain.backends import keras_internals
+
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)  # Keras's own step, traced undistributed
+    try:
+        state, batch = jax.device_put((keras_internals.training_state(model), batch), jax.local_devices()[0])
+        step = jax.jit(model.train_step)
+        started = time.perf_counter()
+        state = jax.block_until_ready(step(state, batch)[1])
+        compiled = time.perf_counter() - started
+        seconds = []
+        for _ in range(COMPARE_STEPS):
+            started = time.perf_counter()
+            state = jax.block_until_ready(step(state, batch)[1])
+            seconds.append(time.perf_counter() - started)
+    except Exception as error:  # noqa: BLE001  (a measurement that cannot be made says nothing)
+        log.debug(f"the step was not timed on one device: {type(error).__name__}: {error}")
+        return
+    finally:
+        keras.distribution.set_distribution(previous)
+    devices = len(jax.devices())
+    line = decisions.slower_on_several_devices(devices, several, statistics.median(seconds), compiled, COMPARE_STEPS)
+    if line:
+        log.info(line)
 
 
 def _tell_once(line: str) -> None:

@@ -403,3 +403,49 @@ def variables_on_one_device(model, device, layout_of):
             variable._layout = layout
             if layout is not None and variable._value is not None:  # None: a call that raised took it out
                 variable.assign(np.asarray(variable._value))  # from the host: alike in every process
+
+
+# --- A fit's step, timed again on one device (backends/jax.py::_timed_on_one_device) -------------------------
+
+def training_state(model) -> tuple:
+    """The state of the fit in progress after its last step, as Keras's JAX `train_step(state, batch)` takes it:
+    (trainable, non-trainable, optimizer, metrics) arrays.
+
+    Relies on: JAXTrainer.fit sets `self._jax_state`, a dict of those four lists under "trainable_variables",
+    "non_trainable_variables", "optimizer_variables" and "metrics_variables", after each step and before
+    on_train_batch_end.
+    """
+    state = model._jax_state
+    return tuple(list(state[name]) for name in ("trainable_variables", "non_trainable_variables", "optimizer_variables",
+                                          "metrics_variables"))
+
+
+def keep_last_batch(model) -> dict:
+    """From now on, `kept["batch"]` is the last batch the model's train function took (a reference: nothing is
+    copied), until `kept["stop"]()` gives the train function back.
+
+    Relies on: JAXTrainer.fit calls `self.train_function(state, iterator)` each step (make_train_function keeps an
+    existing one), and that function takes `next(iterator)` as the batch of `train_step(state, batch)`.
+    """
+    step, kept = model.train_function, {}
+
+    class Kept:
+        def __init__(self, iterator):
+            self.iterator = iterator
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            kept["batch"] = next(self.iterator)
+            return kept["batch"]
+
+    def train_function(state, iterator):
+        return step(state, Kept(iterator))
+
+    def stop():
+        if model.train_function is train_function:
+            model.train_function = step
+
+    model.train_function, kept["stop"] = train_function, stop
+    return kept
