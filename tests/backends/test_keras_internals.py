@@ -290,3 +290,47 @@ def test_variables_on_one_device_moves_every_variable_and_lays_it_out_again(runt
                for v in keras_internals.state_variables(model))
     assert len(model.optimizer.variables[0].value.sharding.device_set) == 8  # made inside, laid out on exit
     np.testing.assert_array_equal(model.layers[0].kernel.numpy(), 0)
+
+
+def _at_batch_end(read):
+    """A fit of a small model whose callback calls `read(model)` at its first batch's end; what it returned."""
+    import keras
+
+    seen = []
+
+    class Reads(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.kept = keras_internals.keep_last_batch(self.model)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not seen:
+                seen.append(read(self.model, self.kept))
+
+    model = _model()
+    model.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), batch_size=8, verbose=0, callbacks=[Reads()])
+    return model, seen[0]
+
+
+def test_training_state_is_what_the_jax_train_step_takes():
+    import jax
+
+    def step_again(model, kept):
+        state = keras_internals.training_state(model)
+        assert [len(part) for part in state] == [len(model.trainable_variables), len(model.non_trainable_variables),
+                                                 len(model.optimizer.variables), len(model.metrics_variables)]
+        logs, new_state = jax.jit(model.train_step)(state, kept["batch"])
+        return float(logs["loss"])
+
+    _, loss = _at_batch_end(step_again)
+    assert np.isfinite(loss)
+
+
+def test_keep_last_batch_keeps_the_batch_the_train_function_took_and_gives_it_back():
+    def batch_and_stop(model, kept):
+        x, y = kept["batch"][:2]
+        kept["stop"]()
+        return x.shape, y.shape, model.train_function.__qualname__
+
+    model, (x_shape, y_shape, function) = _at_batch_end(batch_and_stop)
+    assert (tuple(x_shape), tuple(y_shape)) == ((8, 3), (8, 2))
+    assert "keep_last_batch" not in function and "keep_last_batch" not in model.train_function.__qualname__
