@@ -452,3 +452,46 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
         assert command[command.index(flag) + 1] == value
     assert command[-3:] == [str(script), "--epochs", "3"]
+
+
+@pytest.mark.multi_device
+@pytest.mark.slow
+def test_a_model_with_in_model_random_crop_trains_in_two_processes_compiled():
+    """Op by op (Keras's choice for RandomCrop), one of two such jobs sat idle in eager dispatch until killed."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "in_model_augmentation.py", timeout=400)
+    assert job.returncode == 0, job.stderr
+    for index in (0, 1):
+        assert f"[{index}] acceltrain: compiling the model's step (jit_compile=True)" in job.stderr
+    accuracies = {line.split()[0]: line.rsplit(":", 1)[1] for line in job.stdout.splitlines() if "test accuracy:" in line}
+    assert accuracies["[0]"] == accuracies["[1]"]
+
+
+@pytest.mark.multi_device
+@pytest.mark.slow
+def test_an_eager_model_in_two_processes_is_refused_with_what_to_do():
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "in_model_augmentation.py", "--eager", timeout=400)
+    assert job.returncode == 2, job.stderr
+    assert "run_eagerly=True, so Keras runs the step op by op; op by op on 4 CPU devices, XLA's collectives can " \
+           "deadlock, and in a job of 2 processes the inputs are already split between them" in job.stderr
+    assert "Run this script in one process (acceltrain run)" in job.stderr
+
+
+def test_a_scripts_own_tensorflow_is_overruled_to_jax_in_a_job_of_several_processes(tmp_path, monkeypatch):
+    """A job of several processes trains on JAX only; the script's choice is said to be overruled, and how to keep it."""
+    from acceltrain import log
+    from acceltrain.commands import launch
+
+    said = []
+    monkeypatch.setattr(log, "warn", said.append)
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    script = tmp_path / "sets.py"
+    script.write_text('import os\n\nos.environ["KERAS_BACKEND"] = "tensorflow"\n')
+    assert launch._backend_of_the_job(str(script), None, 1) == "tensorflow"  # one process: kept
+    assert said == []
+    assert launch._backend_of_the_job(str(script), None, 2) == "jax"
+    assert said[0].startswith("the script sets its Keras backend on line 3 (os.environ['KERAS_BACKEND'] = "
+                              "'tensorflow'), but a job of several processes trains on JAX only")
+    assert said[0].endswith(f"To keep TensorFlow, run it in one process: acceltrain run {script}")
+    assert launch._backend_of_the_job(str(script), "jax", 2) == "jax" and len(said) == 1  # --backend: no word

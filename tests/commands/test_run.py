@@ -561,3 +561,105 @@ def test_weights_split_over_processes_are_refused_before_anything_is_written(run
     assert "(FSDP; e.g. sequential/dense/kernel)" in str(refused.value)
     assert "--distribution data" in str(refused.value) and "Nothing was written." in str(refused.value)
     assert not list(tmp_path.iterdir())
+
+
+AUGMENTING = support.SCRIPTS / "in_model_augmentation.py"
+
+
+@pytest.mark.slow
+@pytest.mark.multi_device
+@pytest.mark.parametrize("options, says", [
+    ((), "compiling the model's step (jit_compile=True): Keras marks RandomCrop as not compilable"),
+    (("--layer", "zoom"), "compiling the model's step (jit_compile=True): Keras marks RandomZoom as not compilable"),
+    (("--eager",), "running on one device, on the whole global batch: run_eagerly=True"),
+])
+def test_a_model_keras_would_run_op_by_op_trains_on_4_cpu_devices_saying_how(options, says):
+    """Op by op on several CPU devices, XLA's collectives deadlock (decisions.choose_op_by_op_step): the step is
+    compiled where JAX can, else the call runs on one device."""
+    plain = support.python(AUGMENTING, *options, timeout=600, KERAS_BACKEND="jax")
+    run = support.run_cli("run", "--simulate-devices", "4", AUGMENTING, *options, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count(says) == 1, run.stderr
+    assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.05
+
+
+def _keep(tmp_path, source, backend, monkeypatch, env=None):
+    """run's _keep_the_scripts_backend on a script of `source`: (KERAS_BACKEND after it, the lines it said)."""
+    from acceltrain import log
+    from acceltrain.commands.run import _keep_the_scripts_backend
+
+    said = []
+    monkeypatch.setattr(log, "info", lambda message: said.append(("info", message)))
+    monkeypatch.setattr(log, "warn", lambda message: said.append(("warn", message)))
+    monkeypatch.delenv("ACCELTRAIN_LAUNCHER_PID", raising=False)
+    if env is None:
+        monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("KERAS_BACKEND", env)
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    _keep_the_scripts_backend(script, backend)
+    import os
+
+    return os.environ.get("KERAS_BACKEND"), said
+
+
+@pytest.mark.parametrize(
+    "source, backend, env, ends_with, says",
+    [
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', None, None, "tensorflow",
+         ("info", "run: the script sets its Keras backend on line 2 (os.environ['KERAS_BACKEND'] = 'tensorflow'): "
+                  "applied before Keras loads")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', None, "jax", "tensorflow", ("info", "line 2")),
+        ('import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\n', None, "jax", "jax", None),  # env wins
+        ('import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\n', None, None, "tensorflow", ("info", "")),
+        ('import keras\nkeras.config.set_backend("tensorflow")\n', None, None, "tensorflow", ("info", "line 2")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', "jax", None, None,
+         ("warn", "--backend jax overrules it (acceltrain loads Keras before the script runs). To keep the script's, "
+                  "leave out --backend.")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', "tensorflow", None, None, None),
+        ('import os, sys\nos.environ["KERAS_BACKEND"] = sys.argv[1]\n', None, None, None,
+         ("warn", "which acceltrain cannot read before: Keras is loaded first, with the backend the next line names. "
+                  "To choose it, pass --backend jax or --backend tensorflow.")),
+        ("import keras\n", None, None, None, None),
+    ],
+)
+def test_the_scripts_own_backend_is_kept_as_a_plain_run_keeps_it(tmp_path, monkeypatch, source, backend, env,
+                                                                   ends_with, says):
+    """Issue 22: a script setting os.environ["KERAS_BACKEND"] = "tensorflow" ran on JAX, the banner saying "the
+    default". Each of the three shapes, against the environment and --backend."""
+    got, said = _keep(tmp_path, source, backend, monkeypatch, env)
+    assert got == (ends_with or env)
+    assert len(said) == (says is not None) and (says is None or (said[0][0] == says[0] and says[1] in said[0][1]))
+
+
+def test_a_scripts_set_backend_does_not_reload_keras_under_run(runtime):
+    """keras.config.set_backend drops every keras module: what the script built next would bypass acceltrain."""
+    import keras
+
+    from acceltrain.commands.run import _no_reload_of_keras
+    from acceltrain.errors import UsageError
+
+    with _no_reload_of_keras("jax"):
+        keras.config.set_backend("jax")  # read from the source and loaded already: nothing to do
+        with pytest.raises(UsageError, match=r"keras.config.set_backend\('tensorflow'\) .* Pass --backend tensorflow"):
+            keras.config.set_backend("tensorflow")
+    import sys
+
+    assert "keras.src.backend.jax.trainer" in sys.modules  # nothing was dropped
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("line", ['import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\nimport keras\n',
+                                  'import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\nimport keras\n',
+                                  'import keras\nkeras.config.set_backend("tensorflow")\nimport keras\n'])
+def test_a_script_that_sets_its_backend_runs_on_it_under_run(tmp_path, line):
+    script = tmp_path / "sets.py"
+    script.write_text(line + "import numpy as np\n"
+                      "m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])\nm.compile('sgd', 'mse')\n"
+                      "m.fit(np.ones((8, 3)), np.ones((8, 1)), verbose=0)\nprint('backend:', keras.backend.backend())\n")
+    run = support.run_cli("run", script, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "backend: tensorflow" in run.stdout
+    assert "tensorflow on cpu" in run.stderr and "run: the script sets its Keras backend on line 2" in run.stderr
