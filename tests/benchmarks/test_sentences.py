@@ -245,11 +245,16 @@ def test_corpus_table_and_pass_counts_come_from_the_judged_runs():
                        "runs": {"plain": run(seconds=20.0), "run-1": run(), "run-8": run(),
                                 "launch-2x2": run(["exit 1: boom"])}},
         "loop": {"script": "loop.py", "what": "a loop", "modes": ["plain", "run-1", "run-8"],
-                 "runs": {"plain": run(), "run-1": run(), "run-8": run(summary="the script called no fit: ran as is")}}}}
+                 "runs": {"plain": run(), "run-1": run(), "run-8": run(summary="the script called no fit: ran as is")}},
+        "bags": {"script": "bags.py", "what": "a bag a step", "modes": ["plain", "run-8"],
+                 "runs": {"plain": run(), "run-8": run(summary="the script's Keras calls (1 fit) ran on one device, "
+                                                               "undistributed (batch_size=1 does not divide)")}}}}
     text, said = rendered("corpus", raw)
-    assert "| launch-2x2 | 0/1 | fit_script: exit 1: boom |" in text and "| run-8 | 2/2 | none |" in text
+    assert "| launch-2x2 | 0/1 | fit_script: exit 1: boom |" in text and "| run-8 | 3/3 | none |" in text
     assert "median 0.75x, from 0.50x to 1.00x over 2 scripts" in text and "noise unknown" in text
     assert ("| a fit | `fit_script.py` | pass | pass | **fail**: exit 1: boom | distributed: Keras calls (1 fit) ran "
             "on DataParallel over 8 replica(s) (fails in launch-2x2) |") in said["table"]
     assert "| a loop | `loop.py` | pass | pass | n/a | runs unchanged, undistributed: ran as is |" in said["table"]
+    assert ("runs unchanged, on one device: Keras calls (1 fit) ran on one device, undistributed (batch_size=1 does "
+            "not divide) |") in said["table"]
     assert corpus.WIDEST_FIRST[0] == "run-8"
