@@ -444,7 +444,8 @@ def _timed_on_one_device():
                 return
             _told.add("timed on one device")
             self.kept["stop"]()
-            several = statistics.median(self.seconds[COMPARE_AFTER_STEPS // 5:])  # the first ones compiled
+            # The first ones compiled; a batch end comes after steps_per_execution steps.
+            several = statistics.median(self.seconds[COMPARE_AFTER_STEPS // 5:]) / self.model.steps_per_execution
             if several >= COMPARE_FROM_STEP_SECONDS and "batch" in self.kept:
                 _compare(self.model, self.kept.pop("batch"), several)
 
