@@ -179,3 +179,28 @@ def test_a_fit_that_is_not_many_times_slower_says_nothing(runtime, capsys, monke
     model.fit(IMAGES.reshape(64, -1)[:, :8], LABELS, batch_size=8, epochs=1, verbose=0)
     assert len(measured) == 1 and measured[0][0] == 8 and measured[0][4] == backend.COMPARE_STEPS
     assert "the same step took on one device" not in capsys.readouterr().err
+
+
+def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_is_named_before_the_inputs_are_split(
+        runtime, monkeypatch):
+    """op_by_op_in_processes: `launch`'s FitGuard runs such a call on one device in each process, on the whole inputs
+    (placement, after the split, could only refuse it). A step JAX compiles, or a compiled one, stays distributed."""
+    import keras
+
+    from acceltrain.backends import jax as backend
+
+    with runtime.scope():
+        eager = _augmenting_model(keras, keras.layers.RandomCrop(8, 8), run_eagerly=True)
+        cropping = _augmenting_model(keras, keras.layers.RandomCrop(8, 8))
+        plain = _model(keras)
+    assert backend.op_by_op_in_processes(eager) is None  # one process: placement runs it on one device itself
+    monkeypatch.setattr(backend.jax, "process_count", lambda: 2)
+    assert backend.op_by_op_in_processes(eager) == ("run_eagerly=True, so Keras runs the step op by op; op by op on 8 "
+                                                    "CPU devices, XLA's collectives can deadlock")
+    assert backend.op_by_op_in_processes(cropping) is None and backend.op_by_op_in_processes(plain) is None
+    from acceltrain.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"in a job of 2 processes the inputs are already split between them\. Run this "
+                                         r"script in one process \(acceltrain run\)"):
+        with backend.op_by_op_made_safe(eager, runtime.distribution):  # a dataset's, or Runtime.fit's: refused
+            pass

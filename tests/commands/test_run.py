@@ -196,13 +196,16 @@ class _FakeModel:
 class _Guard:
     """FitGuard as a layer, with the call it hands on: guard(name, model, args, kwargs) -> (args, kwargs)."""
 
-    def __init__(self, num_replicas, num_processes=1, process_index=0):
+    def __init__(self, num_replicas, num_processes=1, process_index=0, op_by_op=None):
+        import contextlib
         from types import SimpleNamespace
 
         from acceltrain.commands.run import FitGuard
         from acceltrain.watchdog import Watchdog
 
-        framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
+        framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas,
+                                    op_by_op_in_processes=lambda model: op_by_op,
+                                    on_one_device=lambda model: contextlib.nullcontext())
         self.layer = FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
                                               watchdog=Watchdog(0), process_index=process_index, platform="cpu",
                                               backend_module=framework))
@@ -215,8 +218,26 @@ class _Guard:
         return passed.args, passed.kwargs
 
 
-def _guard(num_replicas, num_processes=1, process_index=0):
-    return _Guard(num_replicas, num_processes, process_index)
+def _guard(num_replicas, num_processes=1, process_index=0, op_by_op=None):
+    return _Guard(num_replicas, num_processes, process_index, op_by_op)
+
+
+def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_gets_the_whole_inputs(monkeypatch):
+    """Each process runs such a call on one device (backends/jax.py::op_by_op_in_processes), so each must see every
+    sample and the script's batch: split first, the processes would train apart."""
+    import numpy as np
+
+    from acceltrain import log
+
+    said = []
+    monkeypatch.setattr(log, "info", said.append)
+    x, y = np.arange(1003, dtype="float32")[:, None], np.arange(1003) % 10
+    why = "run_eagerly=True, so Keras runs the step op by op"
+    args, kwargs = _guard(4, num_processes=2, process_index=1, op_by_op=why)("fit", _FakeModel(), (x, y),
+                                                                              {"batch_size": 256})
+    assert args[0] is x and args[1] is y and kwargs == {"batch_size": 256}
+    assert said == [f"{why}: such calls run undistributed, on one device, as the script makes them (the plain run's "
+                    "math)"]
 
 
 def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
@@ -385,8 +406,6 @@ def _call(name, model, keras_method):
 )
 def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fails_plainly, fails_hooked,
                                                                             num_processes, says, monkeypatch):
-    from pathlib import Path
-
     lines, model = [], _Model()
     calls = _calls(lines, monkeypatch, num_processes)
     with pytest.raises(Exception) as raised:
@@ -572,6 +591,9 @@ AUGMENTING = support.SCRIPTS / "in_model_augmentation.py"
     ((), "compiling the model's step (jit_compile=True): Keras marks RandomCrop as not compilable"),
     (("--layer", "zoom"), "compiling the model's step (jit_compile=True): Keras marks RandomZoom as not compilable"),
     (("--eager",), "running on one device, on the whole global batch: run_eagerly=True"),
+    # A table looked up in numpy, as StringLookup/IntegerLookup/Hashing look theirs up: no compiler takes it.
+    (("--layer", "lookup", "--train-samples", "256", "--epochs", "1"),
+     "running on one device, on the whole global batch: __main__.GammaLookup cannot be compiled"),
 ])
 def test_a_model_keras_would_run_op_by_op_trains_on_4_cpu_devices_saying_how(options, says):
     """Op by op on several CPU devices, XLA's collectives deadlock (decisions.choose_op_by_op_step): the step is

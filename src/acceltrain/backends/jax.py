@@ -19,7 +19,7 @@ NAME = "jax"
 SPLITS_UNEVEN_BATCHES = False
 
 # What this module has beyond backends.INTERFACE: the compilation cache, and the model → distribution lookup.
-OWN = ("enable_compilation_cache", "distribution_of", "on_one_device",
+OWN = ("enable_compilation_cache", "distribution_of", "on_one_device", "op_by_op_in_processes",
        # sharding (fsdp, model): JAX only; placement.py checks for them by name
        "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
        "first_device_bytes", "device_memory", "abstract_state",
@@ -317,21 +317,19 @@ def follow_placement(call, proceed):
 def op_by_op_made_safe(model, distribution):
     """Every fit/evaluate/predict under `distribution`, the script's (follow_placement) and Runtime's own: where
     Keras would run the model's step op by op on several CPU devices (decisions.choose_op_by_op_step), compile it
-    when JAX can, else run the call on one device (yields why), else (several processes) refuse; said in one line.
+    when JAX can, else run the call on one device (yields why), else (several processes: `launch`'s FitGuard runs
+    a script's such calls over arrays on one device before this, op_by_op_in_processes) refuse; said in one line.
     Yields None where the call stays distributed."""
     if distribution is None or not _steps_must_not_overlap(distribution):
         yield None
         return
     import keras
 
-    from acceltrain import decisions
     from acceltrain.backends import keras_internals
     from acceltrain.errors import UsageError
 
     not_jitted = keras_internals.layers_not_jitted(model)
-    treatment, reason = decisions.choose_op_by_op_step(
-        distribution.device_mesh.devices.size, jax.process_count(),
-        tuple(_keras_class_name(layer) for layer in not_jitted), bool(model.jit_compile), bool(model.run_eagerly))
+    treatment, reason = _op_by_op_step(model, distribution, not_jitted, jax.process_count())
     if treatment == "refuse":
         raise UsageError(f"{reason}. Run this script in one process (acceltrain run), where such a call runs on one "
                          "device, or keep the layer out of the model (in the tf.data pipeline).")
@@ -350,6 +348,31 @@ def op_by_op_made_safe(model, distribution):
     _tell_once(f"running on one device, on the whole global batch: {reason}")
     with on_one_device(model, distribution):
         yield reason
+
+
+def _op_by_op_step(model, distribution, not_jitted, processes: int) -> tuple[str, str]:
+    """decisions.choose_op_by_op_step for `model` under `distribution` (over several CPU devices)."""
+    from acceltrain import decisions
+
+    return decisions.choose_op_by_op_step(
+        distribution.device_mesh.devices.size, processes, tuple(_keras_class_name(layer) for layer in not_jitted),
+        bool(model.jit_compile), bool(model.run_eagerly))
+
+
+def op_by_op_in_processes(model) -> str | None:
+    """In a job of several processes over CPU devices: why a call of `model` must run on one device (Keras would run
+    its step op by op, and JAX cannot compile it), else None. `acceltrain launch`'s FitGuard asks before it splits
+    the inputs between the processes, so that each process runs the same call on the same, whole inputs (placement
+    could only refuse it: op_by_op_made_safe). Decided as in one process (decisions.choose_op_by_op_step)."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    distribution = distribution_of(model) or keras.distribution.distribution()
+    if jax.process_count() <= 1 or distribution is None or not _steps_must_not_overlap(distribution):
+        return None
+    treatment, reason = _op_by_op_step(model, distribution, keras_internals.layers_not_jitted(model), 1)
+    return reason if treatment == "one device" else None
 
 
 @contextlib.contextmanager

@@ -413,6 +413,9 @@ class FitGuard:
         split, why = decisions.choose_batch_split(call.name, self._training_samples(arguments),
                                                   arguments.get("batch_size"), self.runtime.num_replicas,
                                                   self.runtime.backend_module.SPLITS_UNEVEN_BATCHES)
+        op_by_op = self._op_by_op_in_processes(call.model)
+        if op_by_op:  # before the inputs are split between the processes: each runs the whole call
+            split, why = "one device", op_by_op
         if split == "one device":
             return self._on_one_device(call, arguments, why, proceed)
         if call.name == "predict":
@@ -438,6 +441,13 @@ class FitGuard:
         call.undistributed.append(why)
         with self.runtime.backend_module.on_one_device(call.model):
             return proceed(call)
+
+    def _op_by_op_in_processes(self, model) -> str | None:
+        """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must
+        (backends/jax.py::op_by_op_in_processes; one process: the placement layer runs it so)."""
+        if self.runtime.num_processes <= 1:
+            return None
+        return self.runtime.backend_module.op_by_op_in_processes(model)
 
     @staticmethod
     def _training_samples(arguments) -> int:
