@@ -1,139 +1,133 @@
 """What `acceltrain plan` says of Gemma 2B on tpu-v5e-8, and what saying it costs on this machine.
 
-Two jobs, each a fresh process running `acceltrain.plan("tpu-v5e-8", ..., sequence_length=512, batch_size=8)`
+Two jobs, each a fresh `acceltrain plan --target tpu-v5e-8 --sequence-length 512 --batch-size 8 --json` process
 on keras_hub's gemma_2b_en config (tests/presets/gemma_2b: no weights, built from shapes alone), compiled by
 libtpu's compile-only client on this CPU:
   - LoRA of rank 4 (`--model tests/presets/gemma_2b --lora-rank 4`, the task's default Adam on the adapters);
   - every weight fine-tuned with AdamW in float32 (tests/scripts/gemma_lm.py:gemma_2b_full_adamw).
-For each: the bytes per chip of every candidate and lever the plan compiled, the seconds of each compile,
-the recommendation, the wall and CPU time and the peak resident memory of the process, and the load
-average before and after (the machine may be shared: say so beside any figure).
+For each: the bytes per chip of every candidate and lever the plan compiled, the recommendation, and the wall
+time, CPU time and peak resident memory of the process (measured from outside, as plan_cost.py does).
 
-    python benchmarks/plan_lm.py                 # prints the results as JSON, writes benchmarks/results/plan_lm.json
-    python benchmarks/plan_lm.py --jobs lora     # one of them
-
-`results()` returns the plain dict; `section(results)` renders it as a BENCHMARKS.md section (not written here).
+    python benchmarks/plan_lm.py [--quick]     # records the section "plan-lm"; --quick: the LoRA job only
 """
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _report import machine  # noqa: E402
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results" / "plan_lm.json"
-JOB = dict(target="tpu-v5e-8", sequence_length=512, batch_size=8)
-JOBS = {
-    "lora": {"model": str(REPO / "tests" / "presets" / "gemma_2b"), "lora_rank": 4},
-    "full_adamw": {"model": f"{REPO / 'tests' / 'scripts' / 'gemma_lm.py'}:gemma_2b_full_adamw"},
+from benchmarks import _results  # noqa: E402
+
+SECTION = "plan-lm"
+TARGET = "tpu-v5e-8"
+SEQUENCE_LENGTH, BATCH_SIZE = 512, 8
+JOBS = {  # smallest first: a child's peak is only seen when it exceeds every earlier child's
+    "LoRA rank 4": ["--model", "tests/presets/gemma_2b", "--lora-rank", "4"],
+    "every weight, AdamW, float32": ["--model", "tests/scripts/gemma_lm.py:gemma_2b_full_adamw"],
 }
 
-# Run in the child: the plan, with each compile of the training step timed.
-CHILD = """
-import json, resource, sys, time
-from acceltrain.planning import plan, step
-seconds = []
-compile_step = step.compile_step
-def timed(*args, **kwargs):
-    start = time.perf_counter()
-    try:
-        return compile_step(*args, **kwargs)
-    finally:
-        seconds.append(round(time.perf_counter() - start, 1))
-step.compile_step = timed
-arguments = json.loads(sys.argv[1])
-result = plan(arguments.pop("target"), **arguments)
-print(json.dumps({"plan": result.as_dict(), "compile_seconds": seconds, "table": result.table(),
-                  "peak_resident_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
-"""
 
-
-def measure(name: str) -> dict:
-    """One job in a fresh process: its plan, compile seconds, wall and CPU seconds, peak resident bytes (the
-    process's own maximum resident set, read by itself at its end)."""
+def measure(args: list[str]) -> dict:
+    """Wall and CPU seconds, the child's peak resident bytes, and the plan as JSON."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_before = usage.ru_utime + usage.ru_stime
-    load_before = os.getloadavg()
+    before, cpu_before = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps({**JOB, **JOBS[name]})], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    done = subprocess.run([sys.executable, "-m", "acceltrain", "plan", "--target", TARGET, *args,
+                           "--sequence-length", str(SEQUENCE_LENGTH), "--batch-size", str(BATCH_SIZE), "--json"],
+                          capture_output=True, text=True, cwd=_results.REPO)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        raise RuntimeError(f"plan {name} failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"acceltrain plan {' '.join(args)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    child = json.loads(done.stdout)
-    plan = child["plan"]
-    compiled = [{"distribution": c["distribution"], "bytes_per_device": c["bytes_per_device"], "fits": c["fits"]}
-                for c in plan["candidates"]]
-    return {
-        "job": {**JOB, **JOBS[name]},
-        "recommended": plan["recommended"],
-        "recommended_setting": plan["recommended_setting"],
-        "device_memory_bytes": plan["device_memory_bytes"],
-        "candidates": compiled,
-        "levers": [{"name": lever["name"], "bytes_per_device": lever["bytes_per_device"], "fits": lever["fits"]}
-                   for lever in plan["levers"]],
-        "compile_seconds": child["compile_seconds"],
-        "wall_seconds": round(seconds, 1),
-        "cpu_seconds": round(usage.ru_utime + usage.ru_stime - cpu_before, 1),
-        "peak_resident_bytes": child["peak_resident_bytes"],
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "table": child["table"],
-    }
+    return {"args": args, "wall_seconds": round(seconds, 1),
+            "cpu_seconds": round(usage.ru_utime + usage.ru_stime - cpu_before, 1),
+            "peak_bytes": usage.ru_maxrss * 1024 if usage.ru_maxrss > before else None,
+            "plan": json.loads(done.stdout)}
 
 
-def results(jobs=tuple(JOBS)) -> dict:
-    return {"benchmark": "plan_lm", "machine": machine(), "jobs": {name: measure(name) for name in jobs}}
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    _results.add_arguments(parser)
+    args = parser.parse_args()
+    run = _results.Run(__file__, args)
+    jobs = {}
+    for name, job_args in list(JOBS.items())[:1 if args.quick else None]:
+        jobs[name] = measure(job_args)
+        print(name, {key: value for key, value in jobs[name].items() if key != "plan"}, file=sys.stderr, flush=True)
+    run.save(SECTION, {"target": TARGET, "sequence_length": SEQUENCE_LENGTH, "batch_size": BATCH_SIZE, "jobs": jobs})
 
 
-def section(found: dict) -> str:
-    """The BENCHMARKS.md section for these results (the caller writes it)."""
-    from acceltrain.sharding import format_bytes
+# --- Rendering ----------------------------------------------------------------------------------
 
-    rows = []
-    for name, job in found["jobs"].items():
-        setting = job["recommended_setting"]
-        chosen = " + ".join([setting["distribution"]] + (["bfloat16"] if setting["compute"] != "float32" else [])
-                            + (["remat"] if setting["remat"] else [])
-                            + ([f"accumulate {setting['accumulation']}"] if setting["accumulation"] > 1 else [])
-                            ) if setting else "none fits"
-        per_candidate = ", ".join(f"{c['distribution']} {format_bytes(c['bytes_per_device'])}"
-                                  f"{'' if c['fits'] else ' (no)'}" for c in job["candidates"])
-        compiles = ", ".join(f"{seconds:.0f}" for seconds in job["compile_seconds"])
-        rows.append(f"| {name} | {per_candidate} | {chosen} | {compiles} s "
-                    f"| {job['wall_seconds']:.0f} s | {format_bytes(job['peak_resident_bytes'])} "
-                    f"| {job['load_average_before'][0]:.1f} |")
+def summarize(raw: dict) -> dict:
+    jobs = {}
+    for name, job in raw["jobs"].items():
+        plan = job["plan"]
+        jobs[name] = {"wall_seconds": job["wall_seconds"], "cpu_seconds": job["cpu_seconds"],
+                      "peak_bytes": job["peak_bytes"], "recommended": plan["recommended"],
+                      "setting": plan["recommended_setting"], "device_memory_bytes": plan["device_memory_bytes"],
+                      "compiled": compiled(plan)}
+    return {key: raw[key] for key in ("target", "sequence_length", "batch_size")} | {"jobs": jobs}
+
+
+def compiled(plan: dict) -> list:
+    """(what, bytes per chip, fits) for each candidate, then each lever the walk compiled beyond them (the walk
+    starts from the candidates, so it repeats them: each is listed once)."""
+    found = [(c["distribution"], c["bytes_per_device"], c["fits"]) for c in plan["candidates"]]
+    seen = {name for name, _, _ in found}
+    return found + [(lever["name"], lever["bytes_per_device"], lever["fits"]) for lever in plan["levers"]
+                    if lever["name"] not in seen]
+
+
+def chosen(setting: dict | None) -> str:
+    """'fsdp + bfloat16 + remat', or 'none fits'."""
+    if not setting:
+        return "none fits"
+    parts = [setting["distribution"]]
+    parts += ["bfloat16"] if setting.get("compute", "float32") != "float32" else []
+    parts += ["remat"] if setting.get("remat") else []
+    parts += [f"accumulate {setting['accumulation']}"] if setting.get("accumulation", 1) > 1 else []
+    return " + ".join(parts)
+
+
+def compiled_phrase(compiled: list) -> str:
+    return ", ".join(f"{name} {_results.not_recorded(nbytes and _results.size(nbytes))}{'' if fits else ' (does not fit)'}"
+                     for name, nbytes, fits in compiled)
+
+
+def render(summary: dict, record: dict) -> str:
+    rows = [f"| {name} | {compiled_phrase(job['compiled'])} | {chosen(job['setting'])} | {job['wall_seconds']:.0f} s | "
+            f"{job['cpu_seconds']:.0f} s | {_results.not_recorded(job['peak_bytes'] and _results.size(job['peak_bytes']))} |"
+            for name, job in summary["jobs"].items()]
+    memory = next(iter(summary["jobs"].values()), {}).get("device_memory_bytes")
     return "\n".join([
-        "## `acceltrain plan` on Gemma 2B (keras_hub's gemma_2b_en config), tpu-v5e-8, 512 tokens, batch 8",
+        f"## `acceltrain plan` on Gemma 2B (keras_hub's gemma_2b_en config), {summary['target']}, "
+        f"{summary['sequence_length']} tokens, batch {summary['batch_size']}",
         "",
-        f"`python benchmarks/plan_lm.py` on {found['machine']}; each job a fresh process compiling every candidate "
-        "with libtpu's compile-only client (16 GiB a chip). Peak memory is the process's maximum resident set.",
+        f"`{record['command']}`: each job a fresh `acceltrain plan ... --json` process compiling the training step "
+        "with libtpu's compile-only client on this CPU, the distributions in order up to the first that fits, then "
+        f"the levers; {_results.not_recorded(memory and _results.size(memory))} a chip. Bytes per chip are the "
+        "compiler's; peak memory is the child's maximum resident set.",
         "",
-        "| job | bytes per chip (compiled) | recommended | each compile | wall time | peak memory | load before |",
-        "|---|---|---|---|---|---|---|",
+        "| job | bytes per chip, as compiled | recommended | wall time | CPU time | peak memory |",
+        "|---|---|---|---|---|---|",
         *rows,
     ])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS))
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
-    found = results(tuple(args.jobs))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".json.partial")
-    partial.write_text(json.dumps(found, indent=2) + "\n")
-    partial.replace(args.out)
-    print(json.dumps(found, indent=2))
+def quotes(summary: dict, record: dict) -> dict:
+    """`jobs`: what the plan recommended for each job, at what bytes a chip, and what planning it took."""
+    machine = record["machine"]
+    each = [f"{name}: {chosen(job['setting'])} ({compiled_phrase(job['compiled'])}), "
+            f"{job['cpu_seconds']:.0f} s of CPU time to plan" for name, job in summary["jobs"].items()]
+    return {"jobs": (f"On {summary['target']}, {summary['sequence_length']} tokens, batch {summary['batch_size']}, "
+                     f"{machine['cores']} cores of {machine['cpu']} ({_results.cite(record)}): " + "; ".join(each) + ".")}
 
 
 if __name__ == "__main__":

@@ -67,3 +67,23 @@ def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_doe
     np.testing.assert_array_equal(y_val, [8, 9])
     np.testing.assert_array_equal(x_val, [[16, 17], [18, 19]])
     assert weights is None and len(x_train) == 8
+
+
+def test_first_batches_are_the_fits_first_batches_in_order_from_the_start_again():
+    x, y = np.arange(20, dtype=np.float64).reshape(10, 2), np.arange(10)
+    batches, batch = data.first_batches(x, y, 4, 3)  # 2 whole batches of 4, then the first again
+    assert batch == 4 and [list(b[1]) for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
+    assert batches[0][0].dtype == np.float32  # what fit is fed: float64 cast once
+
+
+@pytest.mark.parametrize("batch_size", [None, 32])
+def test_first_batches_of_fewer_samples_than_a_batch_are_one_batch_of_them_all(batch_size):
+    """Keras trains 10 samples at its default batch of 32 as one batch of 10; so does the autopilot's weighing
+    (it refused them: a tiny script under run --device-memory stopped)."""
+    batches, batch = data.first_batches(np.zeros((10, 2), np.float32), np.arange(10), batch_size, 2)
+    assert batch == 10 and [len(b[1]) for b in batches] == [10, 10]
+
+
+def test_first_batches_are_none_where_they_cannot_be_read_ahead():
+    assert data.first_batches(iter([(np.zeros((4, 2)), np.zeros(4))]), None, None, 1) is None  # a generator
+    assert data.first_batches(np.zeros((0, 2)), np.zeros(0), 8, 1) is None  # no samples: fit says so

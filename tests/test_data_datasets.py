@@ -66,3 +66,10 @@ def test_a_dataset_read_into_memory_keeps_every_sample():
     weighted = tf.data.Dataset.from_tensor_slices((X, Y, Y.astype(np.float32))).batch(8)
     with pytest.raises(UsageError, match="3-part elements"):
         data.dataset_to_arrays(weighted)
+
+
+def test_first_batches_of_a_dataset_are_its_own_batches_in_order():
+    batches, batch = data.first_batches(batched(8), None, None, 3)  # 21 samples: batches of 8, 8, 5
+    assert batch == 8 and [list(b[1]) for b in batches] == [list(Y[:8]), list(Y[8:16]), list(Y[16:])]
+    with pytest.raises(UsageError, match="empty"):
+        data.first_batches(batched(8).filter(lambda x, y: False), None, None, 1)

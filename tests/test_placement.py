@@ -147,16 +147,6 @@ def test_auto_names_plan_when_the_state_leaves_the_activations_little_room(capsy
     assert f"--model {__file__}:_wide_mlp --device-memory 48MiB` compiles the step and counts them" in banner
 
 
-def test_a_model_built_in_scope_that_cannot_fit_stops_at_fit():
-    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory=SMALL_DEVICE, verbose=False)
-    with runtime.scope():
-        model = _wide_mlp()
-    x, y = _wide_data(64)
-    with pytest.raises(UsageError, match=r"built in scope\(\), before 'auto' could measure it.*runtime.build.*"
-                                         r"acceltrain\.plan\('here', model='FILE\.py:FUNCTION', device_memory='24MiB'\)"):
-        runtime.fit(model, x, y, batch_size=64)
-
-
 def test_indivisible_weights_are_replicated_with_a_warning(capsys):
     import keras
 

@@ -156,3 +156,17 @@ def test_coverage_shares_and_warns_on_big_replicated_weights():
     assert report["sharded_bytes"] == 4 * MIB
     assert report["share"] == pytest.approx(4 * MIB / (4 * MIB + 4 * 999_000 + 4096))
     assert report["big_replicated"] == [("odd/kernel", 4 * 999_000)]  # the bias is under the threshold
+
+
+# A 1024 x 1024 float32 kernel is 4 MiB: 16 MiB of training state with its gradient and Adam's two slots.
+@pytest.mark.parametrize("shape, trainable, held, budget, cut, held_after", [
+    ((1024, 1024), True, 0, 16 * MIB, False, 16 * MIB),  # fits the budget whole: born whole
+    ((1024, 1024), True, 1, 16 * MIB, True, 1 + 2 * MIB),  # one byte over: cut over 8, an eighth held
+    ((1024, 1024), False, 12 * MIB, 16 * MIB, False, 16 * MIB),  # frozen: the weight alone, no gradient or slots
+    ((1024,), True, 16 * MIB, 16 * MIB, False, 16 * MIB + 16 * 1024),  # a vector is never cut, and is counted
+    ((3, 5), True, 16 * MIB, 16 * MIB, False, 16 * MIB + 240),  # nothing divides by 8: whole
+    ((1024, 1024), True, 0, 0, True, 2 * MIB),  # no budget at all: every cuttable weight born cut
+])
+def test_a_variable_is_born_whole_while_the_device_holds_the_budget_and_cut_after(shape, trainable, held, budget,
+                                                                                  cut, held_after):
+    assert sharding.born_cut(shape, "float32", trainable, held, budget, 8) == (cut, held_after)

@@ -45,6 +45,7 @@ EXAMPLES = {
         "  acceltrain run --simulate-devices 8 train.py       # on 8 CPU devices, data parallel\n"
         "  srun acceltrain run train.py                       # one process per SLURM task, found by itself\n"
         "  acceltrain run --checkpoint-dir ckpt train.py      # SIGTERM/Ctrl-C: checkpoint, stop; then add --resume\n"
+        "  acceltrain run --simulate-devices 8 --device-memory 128MiB --verify 3 train.py   # shard to fit, verified\n"
         "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
     ),
     "launch": (
@@ -167,6 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_memory_flag(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
+    train.add_argument("--autopilot", action=argparse.BooleanOptionalAction,
+                       help="when the training step does not fit the device memory under any sharding, try bfloat16 "
+                            "compute, rematerialisation and gradient accumulation in turn, each compiled first "
+                            "(default); --no-autopilot stops instead")
     train.add_argument("--config", metavar="FILE.toml",
                        help="read these options from a TOML file (keys as the flags, with _); flags override it")
     # None means "not given on the command line", so a --config file's value stands; the defaults
@@ -194,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--process-id", type=int, metavar="I", help="this process's index, 0 to N-1")
     _add_stall_timeout(run)
     _add_checkpoint_flags(run)
+    _add_autopilot_flags(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
@@ -202,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_stall_timeout(launch)
     _add_memory_flag(launch)
     _add_checkpoint_flags(launch)
+    _add_autopilot_flags(launch)
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
@@ -256,6 +263,17 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
                         help="keep the newest K checkpoints of each fit (default: 2)")
 
 
+def _add_autopilot_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--autopilot", action=argparse.BooleanOptionalAction, default=True,
+                        help="when a model's training step does not fit the device memory, train it with a smaller "
+                             "batch per step and gradient accumulation, the global batch kept (default); "
+                             "--no-autopilot stops instead (the sharding 'auto' chooses is still applied)")
+    parser.add_argument("--verify", type=int, metavar="N",
+                        help="before training, run N steps of each model's first fit on its layout and on one device "
+                             "from the same weights and batches, print the differences, and stop (exit 1) when they "
+                             "exceed the tolerance")
+
+
 def _checkpoint_flags(args) -> dict:
     names = ("checkpoint_dir", "resume", "checkpoint_every", "keep_checkpoints")
     return {name: getattr(args, name) for name in names}
@@ -268,7 +286,8 @@ def _run(args) -> int:
     return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
                       distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
                       num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory, precision=args.precision, **_checkpoint_flags(args))
+                      device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
+                      verify=args.verify, **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
@@ -277,7 +296,7 @@ def _launch(args) -> int:
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
                   backend=args.backend, distribution=args.distribution, platform=args.platform, tpu=args.tpu,
                   precision=args.precision, stall_timeout=args.stall_timeout, device_memory=args.device_memory,
-                  **_checkpoint_flags(args))
+                  autopilot=args.autopilot, verify=args.verify, **_checkpoint_flags(args))
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:

@@ -226,6 +226,32 @@ def dataset_to_arrays(dataset, *, name: str = "x"):
     return _join([b[0] if isinstance(b, tuple) else b for b in batches]), None
 
 
+def first_batches(x, y, batch_size: int | None, count: int):
+    """The first `count` batches a fit would train on, in order, as (x, y) of numpy arrays (y None where there is
+    none; float64 cast to float32), from the start again where there are fewer; and the batch. From arrays at
+    `batch_size`, or the batches of a tf.data dataset (its own batch); fewer samples than a batch are one batch of
+    them all, as Keras trains them. None for other inputs (a generator, a PyDataset: reading them would use up the
+    batches fit is about to read) and for no samples (fit says what is wrong with them)."""
+    if is_arrays(x):
+        samples = num_samples(x)
+        if samples == 0:
+            return None
+        batch = min(batch_size or 32, samples)  # 32: Keras's default
+        available = samples // batch
+        cuts = [slice(i % available * batch, (i % available + 1) * batch) for i in range(count)]
+        return [(as_float32(take(x, cut)), take(y, cut)) for cut in cuts], batch
+    if not is_dataset(x):
+        return None
+    batches = []
+    for element in x.take(count).as_numpy_iterator():
+        xs, ys = (element[0], element[1] if len(element) > 1 else None) if isinstance(element, tuple) else (element,
+                                                                                                           None)
+        batches.append((as_float32(xs), ys))
+    if not batches:
+        raise UsageError("x is an empty tf.data.Dataset: there is nothing to train on.")
+    return [batches[i % len(batches)] for i in range(count)], len(leaves(batches[0][0])[0])
+
+
 def _join(batches):
     first = batches[0]
     if isinstance(first, dict):

@@ -77,9 +77,28 @@ def check_against_hardware(request: Request, kind: str, framework, found) -> Req
 def make_distribution(request: Request, framework, found):
     kind = request.chosen
     if kind not in decisions.SHARDED:
-        return framework.make_distribution(kind, found.devices)
+        born = _born_within(request, framework, found)
+        return framework.make_distribution(kind, found.devices, **({"born_within": born} if born else {}))
     model_axis = request.mesh_shape[1] if request.mesh_shape else None
     return framework.make_distribution(kind, found.devices, model_axis=model_axis, layout_map=request.layout_map)
+
+
+def _born_within(request: Request, framework, found) -> int | None:
+    """'auto' with a device memory over several devices, on JAX: the training state bytes a device may hold of
+    variables born whole (the budget: the memory less its headroom), before a model's first fit weighs it."""
+    if (request.kind != "auto" or request.chosen != "data" or request.device_memory is None
+            or not hasattr(framework, "relayout") or found.num_devices < 2):
+        return None
+    return int(request.device_memory * (1 - sharding.DEFAULT_HEADROOM))
+
+
+def born_note(request: Request, framework, found) -> str:
+    """What the banner adds where models are born within a budget (make_distribution), else ""."""
+    born = _born_within(request, framework, found)
+    if born is None:
+        return ""
+    return (f"; a model built in scope() is born whole up to {sharding.format_bytes(born)} of training state a "
+            "device, cut past it, and weighed at its first fit")
 
 
 # --- At build time: the model can be measured -------------------------------------------------------
@@ -110,6 +129,14 @@ def choose_for_model(runtime, build_model, layout_map=None, job: dict | None = N
                                                      layout_map=layout_map),
                 "asked for" + (", the model's own layout map" if layout_map is not None else ""))
     return None
+
+
+def check_fits_sharded(runtime, build_model, job: dict | None = None) -> None:
+    """Stop, with the numbers and the `acceltrain plan` line, where even the training state alone (weights,
+    gradients, slots: no lever makes them smaller) does not fit cut over every device: before anything is compiled."""
+    state = measure(runtime, build_model)
+    by_degree = {runtime.num_devices: state["at_all_devices"]} if runtime.num_devices > 1 else {}
+    _choose_sharding(runtime, job_of(build_model, job), state["replicated"], by_degree)
 
 
 def measure(runtime, build_model) -> dict:
@@ -230,15 +257,14 @@ def _size_argument(nbytes: int) -> str:
 def report(runtime, model) -> None:
     """Once per model: the share of weight bytes sharded and what the first device holds; a warning for
     each big weight left whole and each weight whose shape did not divide; an error for a LayoutMap key
-    that matches no weight. Under 'auto' with a device memory, a model built in scope() (not measured
-    before building) that would not fit stops here."""
+    that matches no weight. (A model built in scope() under 'auto' is weighed at its first fit instead:
+    training/autopilot.py.)"""
     request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of run's layers)
     framework = getattr(runtime, "backend_module", None)
     if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
         return
     request.reported.add(model)
     if request.chosen not in decisions.SHARDED:
-        _check_fits_replicated(runtime, model)
         return
     rows = framework.variable_layouts(model.weights)
     if request.layout_map is not None:
@@ -267,21 +293,4 @@ def _check_layout_keys(keys: list[str], paths: list[str]) -> None:
             + f". Nearest paths: {', '.join(nearest)}. Keys must match the whole path (re.fullmatch, Keras ≥ 3.14): "
             + (f"prefix the key with '.*' (e.g. {'.*' + key.lstrip('^')!r}) or " if not key.startswith(".*") else "")
             + "spell the path out."
-        )
-
-
-def _check_fits_replicated(runtime, model) -> None:
-    request = runtime.sharding_request
-    if request.kind != "auto" or request.device_memory is None:
-        return
-    shapes = [(tuple(v.shape), str(v.dtype)) for v in model.weights]
-    trainable = [v.trainable for v in model.weights]
-    state = sharding.state_bytes(shapes, sharding.OPTIMIZER_SLOTS["adam"], 1, trainable)
-    budget = int(request.device_memory * (1 - sharding.DEFAULT_HEADROOM))
-    if state["replicated"] > budget:
-        raise UsageError(
-            f"{model.name}: its training state needs {sharding.format_bytes(state['replicated'])} replicated, over the "
-            f"{sharding.format_bytes(budget)} usable per device, and it was built in scope(), before 'auto' could "
-            "measure it. Build it with runtime.build(build_model) (acceltrain train does), or pass "
-            f"distribution='fsdp' (--distribution fsdp). {check_before_renting(runtime, {})}"
         )

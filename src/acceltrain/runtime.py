@@ -11,6 +11,7 @@ This module never imports a framework: it calls the backend module connect() cho
 import contextlib
 import dataclasses
 import os
+import weakref
 import platform as _platform
 from pathlib import Path
 
@@ -90,6 +91,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     kind, distribution_reason = decisions.choose_distribution(sharding_request.kind, found.num_devices)
     sharding_request = placement.check_against_hardware(sharding_request, kind, framework, found)
     distribution = placement.make_distribution(sharding_request, framework, found)
+    distribution_reason += placement.born_note(sharding_request, framework, found)
     if found.num_processes > 1:
         framework.shard_inputs_per_process(distribution)  # each process feeds its own share
 
@@ -106,6 +108,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "distribution": (framework.distribution_name(distribution), distribution_reason),
             "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
     runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
+                      precision_asked=precision != "auto",
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
@@ -138,7 +141,8 @@ class Runtime:
     """The hardware connect() found and how it distributes training over it."""
 
     def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
-                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str]):
+                 precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str],
+                 precision_asked: bool = False):
         from acceltrain.backends import keras_internals
 
         self._framework = framework
@@ -146,11 +150,14 @@ class Runtime:
         self.distribution = distribution  # a keras.distribution.Distribution (JAX), a tf.distribute.Strategy, or None
         self.sharding_request = sharding_request  # what connect() was asked about sharding; Runtime.build weighs it
         self.precision = precision  # Keras's dtype policy for models built under scope()
+        self.precision_asked = precision_asked  # the user's own (precision=, --precision): no lever changes it
         self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
         self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
         self._seed = 0
         # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
-        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement)
+        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement,
+                                                            autopilot=_plain_first_fits)
+        _open_runtimes.add(self)
 
     # --- What is there ------------------------------------------------------------------------
 
@@ -241,7 +248,8 @@ class Runtime:
         with self._framework.scope(self.distribution), precision.scope(self.precision):
             yield
 
-    def build(self, build_model, *, layout_map=None, job: dict | None = None):
+    def build(self, build_model, *, layout_map=None, job: dict | None = None, batch_size: int | None = None,
+              autopilot: bool = True):
         """`build_model()` run with its weights born placed for this hardware: the model it returns.
 
         Under 'auto' with a device memory known (device_memory=, or the hardware's), the training state
@@ -252,12 +260,37 @@ class Runtime:
         weight bytes is sharded and warns about big weights left whole. `job`: how `acceltrain plan` names this
         job ({"recipe": NAME} or {"model": "FILE.py:FUNCTION"}, and "batch_size"), for the line a model that does
         not fit ends with; default: build_model's own FILE.py:NAME where it is a function at a module's top.
+
+        `batch_size`: the global batch fit will take. With it (and 'auto' with a device memory), the training step
+        is compiled here from shapes for each sharding, and where none fits, with `autopilot`, for bfloat16
+        compute, rematerialisation of the repeated layers and gradient accumulation in turn (what `acceltrain plan`
+        recommends, from the same code); the model is built under the first setting that fits, and each lever is
+        said with its figure.
         """
-        choice = placement.choose_for_model(self, build_model, layout_map, job)
-        if choice is not None:
-            self._use_distribution(*choice)
-        with self.scope():
+        from acceltrain.training import autopilot as autopilots
+
+        found = None
+        if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
+                and self.sharding_request.layout_map is None and hasattr(self._framework, "relayout"):
+            found = autopilots.for_build(self, build_model, positive_int(batch_size, "batch_size"), enabled=autopilot,
+                                         naming=autopilots.BUILDING, job=job)
+        if found is not None:
+            setting, remat = found
+            if self.num_devices > 1:  # the chosen layout for every variable, none born past a budget
+                model_axis = self.sharding_request.mesh_shape[1] if self.sharding_request.mesh_shape else None
+                self._use_distribution(setting.distribution, self._framework.make_distribution(
+                    setting.distribution, self.hardware.devices, model_axis=model_axis,
+                    layout_map=layout_map if setting.distribution == "model" else None),
+                    f"the training step compiled here needs {setting.describe()}")
+        else:
+            setting, remat = None, ()
+            choice = placement.choose_for_model(self, build_model, layout_map, job)
+            if choice is not None:
+                self._use_distribution(*choice)
+        with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext():
             model = build_model()
+        if setting is not None:
+            autopilots.built(model, setting)
         placement.report(self, model)
         return model
 
@@ -271,10 +304,26 @@ class Runtime:
         if self.num_processes > 1:
             self._framework.shard_inputs_per_process(distribution)
 
+    def first_fit(self, model, x, y=None, *, batch_size: int | None = None, autopilot: bool = True,
+                  flags: bool = False):
+        """What Runtime.fit does before a model's first step, for a fit it does not run itself (`acceltrain run`'s
+        script calls): with a device memory known, the model weighed by its training step compiled here, laid out
+        (the runtime takes the sharding chosen) and, with `autopilot`, the levers applied (training/autopilot.py).
+        Returns the decision: its `batch_size` is the batch of each step (the global batch / its `accumulation`).
+        `flags`: messages name the CLI's flags instead of Python arguments. Once per model; later calls pass."""
+        from acceltrain.training import autopilot as autopilots
+
+        naming = autopilots.FLAGS if flags else autopilots.ARGUMENTS
+        with self.scope():  # what is built first is built under the distribution in force, as fit would build it
+            decision = autopilots.first_fit(self, model, x, y, batch_size, naming=naming, enabled=autopilot)
+        if decision.distribution is not None:
+            self._use_distribution(decision.kind, decision.distribution, decision.reason)
+        return decision
+
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
             checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, stall_timeout: float | None = None,
-            **fit_kwargs):
+            autopilot: bool = True, verify: int | None = None, **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch.
 
@@ -290,13 +339,32 @@ class Runtime:
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
         off).
+
+        Before a model's first step, with a device memory known (connect's device_memory=, or the hardware's), its
+        training step is compiled here for each layout in turn and the model laid out in the first that fits
+        (data, fsdp, a batch x model mesh); where none does, `autopilot` (on by default) tries a smaller batch per
+        step with the optimizer's gradient accumulation, keeping `batch_size` as the samples of each weight update.
+        Each change is one line; a model that fits no way stops with the figures (see Runtime.first_fit).
+
+        `verify=N`: before training, N steps on this layout and on one device alone from the same weights and
+        batches; the differences are printed, and over the tolerance training does not start
+        (training/verify.py raises VerificationFailed).
         """
+        from acceltrain.training import autopilot as autopilots
+        from acceltrain.training import verify as verification
         from acceltrain.training.callbacks import DivergenceCheck
 
         dog = self._watchdog_for(stall_timeout)
 
         _check_compiled(model)
-        placement.report(self, model)  # once per model: a model built in scope() rather than build()
+        verify = verification.check_steps(verify)
+        # 0. The first fit: weighed, laid out, the levers applied (training/autopilot.py).
+        self.first_fit(model, x, y, batch_size=batch_size, autopilot=autopilot)
+        accumulation = autopilots.accumulation_of(model)  # the first fit's (or Runtime.build's) choice
+        x, batch_size = autopilots.per_step(x, batch_size, accumulation)
+        if accumulation > 1 and fit_kwargs.get("steps_per_epoch"):
+            fit_kwargs["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
+        placement.report(self, model)  # once per model: what was sharded
         # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
         # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
         classes = inputs.classes_of(model)
@@ -307,6 +375,10 @@ class Runtime:
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
                                       trim=checkpoint_dir is None)
         _tell(prepared.notes)
+        if verify:
+            x_local, y_local, _ = prepared.local()
+            verification.verify(self, model, x_local, y_local, prepared.local_batch_size, verify,
+                                accumulation=accumulation)
         if prepared.is_dataset:
             fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.
@@ -422,12 +494,51 @@ class Runtime:
         fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
+            _open_runtimes.discard(self)
 
     def __enter__(self) -> "Runtime":
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+_open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime its model was built under
+
+
+def _plain_first_fits(call, proceed):
+    """Layer "autopilot" of the interception for a library's plain `model.fit` on a model built in an open runtime's
+    scope(): its first fit prepared as Runtime.fit prepares it (Runtime.first_fit), and each fit's batch cut as the
+    first's was (gradient accumulation keeps the global batch). `acceltrain run` fills the slot with its own."""
+    runtime = _runtime_of(call.model) if call.name == "fit" else None
+    if runtime is None:
+        return proceed(call)
+    from acceltrain.training import autopilot
+
+    arguments = call.arguments()
+    runtime.first_fit(call.model, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"))
+    accumulation = autopilot.accumulation_of(call.model)
+    if accumulation > 1:
+        arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
+                                                                     accumulation)
+        if arguments.get("steps_per_epoch"):
+            arguments["steps_per_epoch"] *= accumulation
+        call = call.replace(args=(), kwargs=arguments)
+    return proceed(call)
+
+
+def _runtime_of(model):
+    """The open runtime whose distribution is in force (its scope()) or lays out `model`'s variables, if any."""
+    import keras
+
+    in_force = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    for runtime in list(_open_runtimes):
+        distribution = runtime.distribution
+        if distribution is not None and (distribution is in_force
+                                         or getattr(runtime.backend_module, "distribution_of", lambda m: None)(model)
+                                         is distribution):
+            return runtime
+    return None
 
 
 def predict_prepared(runtime, model, predict, prepared, **predict_kwargs):

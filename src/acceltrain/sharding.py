@@ -158,6 +158,26 @@ def choose_sharding(
     )
 
 
+def born_cut(shape: tuple[int, ...], dtype: str, trainable: bool, held: int, budget: int, axis_size: int,
+             slots: int = OPTIMIZER_SLOTS["adam"]) -> tuple[bool, int]:
+    """Under 'auto' with a device memory, as each variable of a model built in scope() is created (the model
+    cannot be weighed before its first fit): (cut it by the fsdp rule?, the training state the first device
+    holds once it is born). `held`: what it holds of the variables born before it.
+
+    1. Born whole while what the device holds, with this variable's state whole (the variable and, trainable,
+       its gradient and `slots` optimizer slots: Adam's two until the optimizer is known), fits `budget`: a model
+       that fits is born as data parallel builds it.
+    2. Else cut by the fsdp rule over `axis_size` devices, where the rule cuts it: no device ever holds more
+       than the budget of whole variables, whatever the model's size.
+    3. Else whole (a vector, a shape no dimension of which divides): counted whole.
+    The first fit then weighs the whole model and moves each variable to the layout chosen for it.
+    """
+    state = math.prod(shape) * dtype_bytes(dtype) * (1 + (1 + slots if trainable else 0))
+    if held + state <= budget or shard_axis(tuple(shape), axis_size) is None:
+        return False, held + state
+    return True, held + state // axis_size
+
+
 def model_axis_size(num_devices: int) -> int:
     """The model axis of a 2-D (batch x model) mesh when nothing says otherwise: the smallest divisor of
     the device count at least its square root (8 → 2 x 4, as keras_hub's own examples; 4 → 2 x 2)."""

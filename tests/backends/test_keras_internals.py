@@ -334,3 +334,77 @@ def test_keep_last_batch_keeps_the_batch_the_train_function_took_and_gives_it_ba
     model, (x_shape, y_shape, function) = _at_batch_end(batch_and_stop)
     assert (tuple(x_shape), tuple(y_shape)) == ((8, 3), (8, 2))
     assert "keep_last_batch" not in function and "keep_last_batch" not in model.train_function.__qualname__
+
+
+# --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------------
+
+def test_set_layout_gives_an_optimizer_slot_made_later_its_weights_layout(runtime):
+    """_layout: what add_variable_from_reference hands a slot; _value: the array."""
+    import jax
+    import keras
+
+    mesh = keras.distribution.DeviceMesh((8,), ["batch"], keras.distribution.list_devices())
+    cut = keras.distribution.TensorLayout(("batch", None), mesh)
+    kernel = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)]).layers[0].kernel  # whole, on one device
+    value = jax.device_put(kernel.value, cut.backend_layout)
+    keras_internals.set_layout(kernel, cut, value)
+    assert kernel.value is value
+    slot = keras.optimizers.Adam().add_variable_from_reference(kernel, "momentum")
+    assert tuple(slot.value.sharding.spec) == ("batch", None)
+
+
+def test_stand_ins_leave_what_fit_builds_for_fit_to_build():
+    """_compile_loss (CompileLoss of _user_loss ...), _compile_metrics and optimizer swapped and put back; Keras's
+    _symbolic_build then still reads the first batch (the shuffle it draws stays the plain run's)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)], name="m")
+    model.compile("adam", "mse", metrics=["mae"])
+    own = (model.optimizer, model._compile_loss, model._compile_metrics)
+    metrics = list(model.metrics)
+    stand_in = keras.optimizers.SGD()
+    batch = (np.zeros((2, 3), "float32"), np.zeros((2, 2), "float32"))
+    with keras_internals.stand_ins(model, stand_in, batch):
+        assert model.optimizer is stand_in and model._compile_metrics is None and model._compile_loss.built
+        assert model._compile_loss is not own[1]
+    assert (model.optimizer, model._compile_loss, model._compile_metrics) == own and model.metrics == metrics
+    assert not own[0].built and not own[1].built and not own[2].built
+    np.random.seed(5)
+    model.fit(np.zeros((16, 3), "float32"), np.zeros((16, 2), "float32"), batch_size=8, verbose=0)
+    after_fit = np.random.rand()
+    np.random.seed(5)
+    np.random.permutation(16), np.random.permutation(16)  # the symbolic build's read, then the epoch's
+    assert np.random.rand() == after_fit
+
+
+def test_uses_keras_train_step_tells_a_models_own_train_step():
+    import keras
+
+    class Own(keras.Model):
+        def train_step(self, state, data):
+            return super().train_step(state, data)
+
+    assert keras_internals.uses_keras_train_step(_model())
+    assert not keras_internals.uses_keras_train_step(Own())
+
+
+def test_slot_references_follow_add_variable_from_references_names():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    references = keras_internals.slot_references(optimizer, model.trainable_variables)
+    slots = [v for v in optimizer.variables if len(v.shape)]
+    assert len(references) == len(slots) == 2 * len(model.trainable_variables)
+    assert all(tuple(references[id(slot)].shape) == tuple(slot.shape) for slot in slots)
+    assert {references[id(slot)].path for slot in slots} == {v.path for v in model.trainable_variables}
+
+
+def test_no_distribution_puts_back_the_one_in_force(runtime):
+    import keras
+
+    with runtime.scope():
+        with keras_internals.no_distribution():
+            assert keras.distribution.distribution() is None
+        assert keras.distribution.distribution() is runtime.distribution

@@ -447,11 +447,32 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("")
     with pytest.raises(Started) as started:
-        launch.launch(str(script), ["--epochs", "3"], processes=2, platform="cpu", tpu="my-tpu", precision="float32")
+        launch.launch(str(script), ["--epochs", "3"], processes=2, platform="cpu", tpu="my-tpu", precision="float32",
+                      autopilot=False)
     command = started.value.args[0]
     for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
         assert command[command.index(flag) + 1] == value
+    assert "--no-autopilot" in command and "--verify" not in command
     assert command[-3:] == [str(script), "--epochs", "3"]
+    with pytest.raises(Started) as started:
+        launch.launch(str(script), processes=1, verify=3)
+    assert "--no-autopilot" not in started.value.args[0] and "--verify" in started.value.args[0]
+
+
+@pytest.mark.parametrize("verify, processes, message", [
+    (3, 2, r"Received --verify 3 with --processes 2: the one-device run .* `acceltrain run --verify N`"),
+    (0, 1, r"Received --verify 0\. Expected a whole number of at least 1"),
+])
+def test_launch_refuses_a_verify_it_cannot_do_before_starting_anything(monkeypatch, tmp_path, verify, processes,
+                                                                       message):
+    from acceltrain.commands import launch
+    from acceltrain.errors import UsageError
+
+    monkeypatch.setattr(launch.subprocess, "Popen", lambda *args, **kwargs: pytest.fail("a process was started"))
+    script = tmp_path / "train.py"
+    script.write_text("")
+    with pytest.raises(UsageError, match=message):
+        launch.launch(str(script), processes=processes, verify=verify)
 
 
 @pytest.mark.multi_device

@@ -13,8 +13,6 @@ import shlex
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 from acceltrain import cli
 from benchmarks.sections import BY_NAME
 from docs import cli_reference, make_figures, runnable

@@ -90,3 +90,13 @@ def test_a_model_that_repeats_no_layer_has_no_remat_lever():
                                                 (24, 4, [2])])
 def test_accumulation_keeps_a_batch_that_divides_over_the_devices(batch, ways, steps):
     assert accumulation_steps(batch, ways) == steps
+
+
+def test_a_model_built_already_walks_the_shardings_then_accumulation_only():
+    """The autopilot at a script's first fit: bfloat16 and remat need the model built again, so the walk leaves them
+    out (bfloat16=False, no remat layers) and goes from the shardings to accumulation."""
+    compile_fn = fake_compiler({"data": 200, "fsdp": 120, "model": 140})
+    walk = choose_levers(["data", "fsdp", "model"], 100, compile_fn, global_batch=64, batch_ways=WAYS, bfloat16=False)
+    assert [lever.setting.describe() for lever in walk] == ["data", "fsdp", "model", "fsdp + accumulate 2",
+                                                             "fsdp + accumulate 4"]
+    assert first_fit(walk).setting == Setting("fsdp", accumulation=4)

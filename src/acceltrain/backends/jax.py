@@ -23,6 +23,8 @@ OWN = ("enable_compilation_cache", "distribution_of", "on_one_device", "op_by_op
        # sharding (fsdp, model): JAX only; placement.py checks for them by name
        "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
        "first_device_bytes", "device_memory", "abstract_state",
+       # the first fit weighed (training/autopilot.py) and verified (training/verify.py)
+       "candidate_distribution", "weighed", "layouts_of", "relayout", "verify_steps",
        # saving in a job of several processes (acceltrain run): only JAX runs one
        "split_over_processes")
 
@@ -194,24 +196,178 @@ def versions() -> dict[str, str]:
 _distributions_by_mesh: dict = {}
 
 
-def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None, layout_map=None):
+def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None, layout_map=None,
+                      born_within: int | None = None):
     """A Keras distribution for `kind` over the named devices; None for "none".
 
-    "data": DataParallel. "fsdp" and "model": weights cut over devices (see make_sharded_distribution);
+    "data": DataParallel; with `born_within` (bytes of training state a device may hold), one whose variables are
+    born whole up to that budget and cut by the fsdp rule past it, until the first fit weighs the model (the rule:
+    sharding.born_cut). "fsdp" and "model": weights cut over devices (see make_sharded_distribution);
     `model_axis` and `layout_map` are theirs.
     """
     if kind == "none":
         return None
-    import keras
-
-    if kind == "data":
-        distribution = keras.distribution.DataParallel(devices=list(device_names))
+    if kind == "data" and born_within is not None:
+        distribution = _born_within_budget()(_one_axis_mesh(device_names), born_within)
     else:
-        distribution = make_sharded_distribution(kind, device_names, model_axis, layout_map)
+        distribution = candidate_distribution(kind, device_names, model_axis=model_axis, layout_map=layout_map)
     mesh = distribution.device_mesh.backend_mesh
     _, opened = _distributions_by_mesh.get(mesh, (None, 0))
     _distributions_by_mesh[mesh] = (distribution, opened + 1)
     return distribution
+
+
+def candidate_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None,
+                           layout_map=None):
+    """The distribution make_distribution makes for `kind` ("data", "fsdp", "model"), not yet any runtime's: what
+    the autopilot weighs a model under before it chooses (training/autopilot.py)."""
+    import keras
+
+    if kind == "data":
+        return keras.distribution.DataParallel(devices=list(device_names))
+    return make_sharded_distribution(kind, device_names, model_axis, layout_map)
+
+
+def _one_axis_mesh(device_names):
+    import keras
+
+    return keras.distribution.DeviceMesh((len(device_names),), [BATCH_AXIS], list(device_names))
+
+
+@functools.cache
+def _born_within_budget():
+    """The class, made on first use: Keras is imported only after connect()."""
+    import keras
+
+    from acceltrain import sharding
+
+    class BornWithinBudget(keras.distribution.ModelParallel):
+        """Data parallel (a 1-D mesh, every device a slice of each batch) for the models of a script under 'auto'
+        with a device memory, whose size nobody knows until their first fit: each variable is born whole while the
+        training state a device holds stays within `budget`, and cut by the fsdp rule past it (sharding.born_cut),
+        so building never needs more than the budget of whole variables on a device. The first fit weighs the
+        model and moves each variable to its chosen layout (relayout), then `weighed()` starts the count again."""
+
+        acceltrain_name = "DataParallel"
+
+        def __init__(self, mesh, budget: int):
+            super().__init__(layout_map=keras.distribution.LayoutMap(mesh), batch_dim_name=BATCH_AXIS)
+            self.budget = budget
+            self.held = 0  # training state bytes a device holds of the variables born since the last first fit
+            self.born_cut = 0  # how many of them were born cut
+
+        def get_variable_layout(self, variable):
+            shape = tuple(variable.shape)
+            size = self.device_mesh.shape[0]
+            cut, self.held = sharding.born_cut(shape, str(variable.dtype), variable.trainable, self.held, self.budget,
+                                               size)
+            self.born_cut += cut
+            spec = sharding.fsdp_spec(shape, size, BATCH_AXIS) if cut else (None,) * len(shape)
+            return keras.distribution.TensorLayout(spec, self.device_mesh)
+
+    return BornWithinBudget
+
+
+def weighed(distribution) -> int:
+    """A model's first fit has weighed it: the variables born under `distribution` since are counted afresh.
+    Returns how many had been born cut."""
+    cut = getattr(distribution, "born_cut", 0)
+    if hasattr(distribution, "held"):
+        distribution.held = distribution.born_cut = 0
+    return cut
+
+
+class _AsIfNew:
+    """A variable as a distribution sees it while it is created: its path, shape, dtype and trainable, and no layout
+    yet (Keras's DataParallel and ModelParallel return a variable's own layout when it has one)."""
+
+    def __init__(self, variable):
+        self.path, self.name, self.shape = variable.path, variable.name, tuple(variable.shape)
+        self.dtype, self.trainable, self._layout = variable.dtype, variable.trainable, None
+
+
+def _layout_for(distribution, variable, references):
+    """The layout `distribution` gives `variable` were it created now; an optimizer slot takes its weight's."""
+    return distribution.get_variable_layout(_AsIfNew(references.get(id(variable), variable)))
+
+
+def layouts_of(distribution, variables, references=None) -> list[tuple]:
+    """The spec each variable would take under `distribution` (as Keras asks it when a variable is created), as
+    tuples of mesh axis names; an optimizer slot takes its weight's (`references`: id(slot) -> weight)."""
+    return [tuple(_layout_for(distribution, variable, references or {}).axes) for variable in variables]
+
+
+def relayout(variables, distribution, references=None) -> int:
+    """Move each variable to the layout `distribution` gives it (an optimizer slot: its weight's, `references`),
+    one variable at a time, so a device holds at most one variable's old and new parts at once. The variable keeps
+    the new layout for what is made from it later (an optimizer slot takes its weight's layout). Returns the bytes
+    of the variables moved.
+
+    An array spanning several processes moves through jit with out_shardings (device_put takes only arrays this
+    process holds whole)."""
+    from acceltrain.backends import keras_internals
+
+    moved = 0
+    for variable in variables:
+        layout = _layout_for(distribution, variable, references or {})
+        target = layout.backend_layout
+        current = variable.value.sharding
+        if current == target or (hasattr(current, "is_equivalent_to")
+                                 and current.is_equivalent_to(target, len(variable.shape))):
+            keras_internals.set_layout(variable, layout)
+            continue
+        array = variable.value
+        value = jax.device_put(array, target) if array.is_fully_addressable else _moved(array, target)
+        keras_internals.set_layout(variable, layout, value)
+        moved += value.nbytes
+    return moved
+
+
+def verify_steps(model, batches, distribution) -> tuple[list, list, list, list]:
+    """Train `model` for one step per batch of `batches` ((x, y) structures of numpy arrays) twice from its current
+    state, writing nothing back: laid out as its variables are, under `distribution` (its batches cut as Keras cuts
+    them), and on one device with no distribution. Returns (losses, losses on one device, trainable weights after,
+    the same on one device): each step's losses as {name: value} of the logs whose name holds "loss" (a GAN's
+    d_loss and g_loss), the weights as numpy arrays in model.trainable_variables's order.
+
+    Keras's own train_step, jitted as Keras's JAX trainer jits it, on (trainable, non-trainable, optimizer, metrics)
+    values: the model's variables, its optimizer's step count and its metrics stay as they were."""
+    import keras
+    import numpy as np
+
+    from acceltrain.backends import keras_internals
+
+    optimizer = model.optimizer.variables if model.optimizer is not None else []  # a GAN keeps its own
+    state = tuple([v.value for v in variables] for variables in (
+        model.trainable_variables, model.non_trainable_variables, optimizer, model.metrics_variables))
+
+    def train(state, place):
+        step = jax.jit(model.train_step)
+        losses = []
+        for batch in batches:
+            logs, state = step(state, place(batch))
+            losses.append({name: float(value) for name, value in logs.items() if "loss" in name})
+        return losses, [np.asarray(value) for value in state[0]]
+
+    def laid_out(batch):
+        return keras.tree.map_structure(
+            lambda array: None if array is None else jax.device_put(
+                array, distribution.get_data_layout(array.shape).backend_layout), batch)
+
+    with scope(distribution):
+        losses, weights = train(state, laid_out)
+    device = jax.local_devices()[0]
+    with keras_internals.no_distribution():
+        alone, alone_weights = train(jax.device_put(state, device), lambda batch: jax.device_put(batch, device))
+    return losses, alone, weights, alone_weights
+
+
+def _moved(array, sharding):
+    return jax.jit(_identity, out_shardings=sharding)(array)
+
+
+def _identity(array):
+    return array
 
 
 def _steps_must_not_overlap(distribution) -> bool:

@@ -104,6 +104,7 @@ def patched(owner, names, wrap):
 # The layers a call passes, outermost first: the order is this list's.
 LAYERS = (
     "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
+    "autopilot",      # a model's first fit weighed, laid out, levers applied: run's (commands/run.py), else a runtime's
     "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
     "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
@@ -154,13 +155,14 @@ class Call:
         return self.replace(kwargs={**self.kwargs, "callbacks": [callback, *(callbacks or ())]})
 
 
-def intercept(backend: str, placement):
-    """Runtime(): the first open runtime installs the interception on `backend`'s trainer class, `placement` in its
-    slot. Returns the runtime's close (True the first time only); the last closed gives Keras its methods back."""
+def intercept(backend: str, placement, autopilot=None):
+    """Runtime(): the first open runtime installs the interception on `backend`'s trainer class, `placement` and
+    `autopilot` in their slots (`acceltrain run` puts its own autopilot there while a script runs). Returns the
+    runtime's close (True the first time only); the last closed gives Keras its methods back."""
     global _opened
     if not _open:
         _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
-        _layers["placement"] = placement
+        _layers["placement"], _layers["autopilot"] = placement, autopilot
     _opened += 1
     share = object()
     _open.append(share)
@@ -171,7 +173,7 @@ def intercept(backend: str, placement):
         _open.remove(share)
         if not _open:
             _installed.close()
-            _layers["placement"] = None
+            _layers["placement"] = _layers["autopilot"] = None
         return True
 
     return close
@@ -269,6 +271,99 @@ def gathering_predictions(model, gather):
         yield
     finally:
         model.predict_function = step
+
+
+# --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------
+
+def set_layout(variable, layout, value=None) -> None:
+    """Give a built variable a new layout (and its value, already laid out so), as if it had been created under it.
+
+    Relies on: a Keras variable keeps its TensorLayout in `_layout`: an optimizer slot created from it later takes
+    that layout (BaseOptimizer.add_variable_from_reference passes layout=reference._layout), and a value assigned
+    to it is laid out by it (JaxVariable._direct_assign); its array is `_value`.
+    """
+    variable._layout = layout
+    if value is not None:
+        variable._value = value
+
+
+@contextlib.contextmanager
+def stand_ins(model, optimizer, data_batch):
+    """Inside, the model trains its steps with `optimizer` in place of its own, a compiled loss of its own built for
+    `data_batch` ((x, y) of arrays, or of ShapeDtypeStructs) and no compiled metrics, so that a step can be traced,
+    compiled or run ahead of fit (statelessly: `model.train_step(state, data)`) while the model's own optimizer,
+    loss and metrics stay as fit will find them: unbuilt where they were, so fit builds them, and reads its first
+    batch to do so, as it would have (that read draws the first shuffle of its inputs: skipped, it would change the
+    order of every epoch after). The model's own layers must be built.
+
+    Relies on: Trainer.compile keeps the compiled loss in `_compile_loss` (a compile_utils.CompileLoss of the
+    user's loss and loss weights, with its own per-output Mean trackers once built) and the metrics in
+    `_compile_metrics`, set past Layer.__setattr__'s tracking (which would add a Metric to the model's own metrics);
+    Trainer.metrics (hence metrics_variables) reads them at each call; train_step and
+    compute_loss read them, and `optimizer`, when traced; Trainer._symbolic_build reads the first batch only while
+    one of them is unbuilt.
+    """
+    from keras.src import backend
+    from keras.src.trainers.compile_utils import CompileLoss
+
+    own = (model.optimizer, model._compile_loss, model._compile_metrics)
+    loss = own[1]
+    if loss is not None:
+        loss = CompileLoss(loss._user_loss, loss._user_loss_weights, reduction=loss.reduction,
+                           output_names=loss.output_names)
+    x, y = (keras.tree.map_structure(lambda a: None if a is None else backend.KerasTensor(a.shape, a.dtype), part)
+            for part in data_batch)
+
+    def put(values):  # object.__setattr__: a Metric set through Layer.__setattr__ would be tracked into its metrics
+        for name, value in zip(("optimizer", "_compile_loss", "_compile_metrics"), values):
+            object.__setattr__(model, name, value)
+
+    put((optimizer, loss, None))
+    try:
+        if loss is not None:
+            y_pred = backend.compute_output_spec(model, x, training=False)
+            backend.compute_output_spec(loss, y, y_pred)  # builds its structure and trackers, nothing else
+        yield
+    finally:
+        put(own)
+
+
+def uses_keras_train_step(model) -> bool:
+    """The model trains with Keras's own train_step (not its own), whose optimizer is `model.optimizer`.
+
+    Relies on: the trainer class defines train_step; a subclass that overrides it may use other optimizers
+    (a GAN's two), which a step traced with another optimizer in model.optimizer would not see.
+    """
+    return type(model).train_step is trainer_class(keras.backend.backend()).train_step
+
+
+def slot_references(optimizer, trainable_variables) -> dict:
+    """{id(slot): its weight} for the optimizer's per-weight variables (Adam's momentum and velocity, accumulators):
+    each takes its weight's layout.
+
+    Relies on: BaseOptimizer.add_variable_from_reference names a slot "{weight.path with / as _}_{name}", with the
+    weight's shape.
+    """
+    by_prefix = {variable.path.replace("/", "_") + "_": variable for variable in trainable_variables}
+    references = {}
+    for slot in optimizer.variables:
+        matching = [prefix for prefix, weight in by_prefix.items()
+                    if slot.name.startswith(prefix) and tuple(slot.shape) == tuple(weight.shape)]
+        if matching:  # the longest: "dense_kernel_a_momentum" is kernel_a's, not kernel's
+            references[id(slot)] = by_prefix[max(matching, key=len)]
+    return references
+
+
+@contextlib.contextmanager
+def no_distribution():
+    """Inside, Keras sees no distribution (a step traced here runs on the device of its arrays); the one in force
+    is back on exit. Public API, here beside its one user's other Keras calls (training/verify.py)."""
+    before = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(before)
 
 
 # --- Callbacks ----------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
     stall_timeout: float | None = None  # seconds; default watchdog.DEFAULT_STALL_TIMEOUT, 0: off
+    autopilot: bool = True  # when the step does not fit: bfloat16, remat, accumulation in turn (else stop)
 
 
 def fields() -> dict[str, type]:

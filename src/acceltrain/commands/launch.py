@@ -30,11 +30,13 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
            backend: str | None = None, distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
            precision: str = "auto", stall_timeout: float | None = None,
            device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
-           checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> int:
+           checkpoint_every: str | None = None, keep_checkpoints: int | None = None, autopilot: bool = True,
+           verify: int | None = None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
     watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The connect flags (platform,
     tpu, precision ...) and the checkpoint flags are passed on to each process (`acceltrain run`)."""
     from acceltrain.commands import run_checkpoints
+    from acceltrain.training import verify as verification
 
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
@@ -46,6 +48,11 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if device_memory is not None:
         sharding.parse_bytes(device_memory, "--device-memory")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+    verify = verification.check_steps(verify, "--verify")
+    if verify is not None and processes > 1:
+        raise UsageError(f"Received --verify {verify} with --processes {processes}: the one-device run of the "
+                         "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
+                         "one host first, then launch without it.")
     if processes > 1:
         flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
         cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
@@ -61,6 +68,8 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
     command += ["--stall-timeout", f"{stall_timeout:g}"]
+    command += [] if autopilot else ["--no-autopilot"]
+    command += ["--verify", str(verify)] if verify is not None else []
     if checkpointing is not None:
         command += checkpointing.as_args()
     command += [script, *argv]

@@ -27,6 +27,7 @@ from acceltrain import checks, data, decisions, inputs, log, placement, user_mod
 from acceltrain.commands import run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, predict_prepared
+from acceltrain.training import autopilot
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
@@ -34,13 +35,18 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
                stall_timeout: float | None = None, device_memory: str | None = None, checkpoint_dir=None,
                resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None,
-               precision: str = "auto") -> int:
+               precision: str = "auto", autopilot: bool = True, verify: int | None = None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
-    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py)."""
+    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
+    first fit it is weighed and laid out, the levers applied unless `autopilot` is False, and with `verify` (N
+    steps) checked against one device (FirstFits)."""
+    from acceltrain.training import verify as verification
+
     script = Path(path)
     if not script.is_file():
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
+    verify = verification.check_steps(verify, "--verify")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     _keep_the_scripts_backend(script, backend)
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
@@ -62,8 +68,9 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
-        stack.enter_context(keras_internals.layers(script_calls=calls, checkpointed=checkpointed or None,
-                                                   script_inputs=FitGuard(runtime)))
+        first_fits = FirstFits(runtime, autopilot, verify, cut_batches=not checkpointed)  # else Runtime.fit cuts them
+        stack.enter_context(keras_internals.layers(script_calls=calls, autopilot=first_fits,
+                                                   checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
         if runtime.num_processes > 1:
             stack.enter_context(_saving_whole(runtime))
         try:
@@ -388,6 +395,51 @@ def _listed(counts) -> str:
     return ", ".join(f"{counts[name]} {name}" for name in ("fit", "evaluate", "predict") if counts[name])
 
 
+class FirstFits:
+    """Layer "autopilot" (keras_internals.LAYERS): before each model's first fit, the model weighed, laid out and the
+    levers applied (Runtime.first_fit, its messages naming the flags), and with --verify N compared with one device
+    (training/verify.py); every later call of the model runs under the distribution it was laid out for, and each
+    fit's batch is cut as its first was (gradient accumulation keeps the global batch)."""
+
+    def __init__(self, runtime, autopilot: bool = True, verify: int | None = None, cut_batches: bool = True):
+        """cut_batches: cut each fit's batch for the steps accumulated (False where the layer below trains the fit
+        through Runtime.fit, which cuts it: --checkpoint-dir)."""
+        import weakref
+
+        self.runtime, self.autopilot, self.verify, self.cut_batches = runtime, autopilot, verify, cut_batches
+        self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
+
+    def __call__(self, call, proceed):
+        framework = self.runtime.backend_module
+        if not hasattr(framework, "relayout"):
+            return proceed(call)  # TensorFlow: the strategy's scope places everything; nothing to weigh
+        if call.name == "fit" and call.model not in self.placed:
+            self._first(call)
+        distribution, accumulation = self.placed.get(call.model), autopilot.accumulation_of(call.model)
+        if call.name == "fit" and accumulation > 1 and self.cut_batches:
+            arguments = call.arguments()
+            arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
+                                                                         accumulation)
+            if arguments.get("steps_per_epoch"):
+                arguments["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
+            call = call.replace(args=(), kwargs=arguments)
+        with framework.scope(distribution):
+            return proceed(call)
+
+    def _first(self, call) -> None:
+        from acceltrain.training import verify
+
+        arguments = call.arguments()
+        x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")
+        decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot, flags=True)
+        self.placed[call.model] = self.runtime.distribution
+        if self.verify:
+            x, batch_size = autopilot.per_step(x, batch_size, decision.accumulation)
+            with self.runtime.backend_module.scope(self.runtime.distribution):
+                verify.verify(self.runtime, call.model, x, y, batch_size, self.verify,
+                              accumulation=decision.accumulation, flag="--verify")
+
+
 class FitGuard:
     """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
     its inputs prepared.
@@ -518,7 +570,9 @@ class FitGuard:
         if model.variables:
             spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
-        log.info(f"fit: global batch {batch} = {batch // replicas} × {replicas} replica(s){where}")
+        steps = getattr(getattr(model, "optimizer", None), "gradient_accumulation_steps", None) or 1
+        accumulated = f"{steps} steps × " if steps > 1 else ""  # the autopilot's accumulation (FirstFits)
+        log.info(f"fit: global batch {batch * steps} = {accumulated}{batch // replicas} × {replicas} replica(s){where}")
 
     # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 

@@ -124,14 +124,15 @@ def _build(runtime, config: TrainConfig, job: _Job):
                 log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
             return model
 
-        model = runtime.build(build, job=plan_job)
+        model = runtime.build(build, job=plan_job, batch_size=job.batch_size, autopilot=config.autopilot)
         return model, (splits.x_train, splits.y_train), (splits.x_test, splits.y_test)
     train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
     test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
     steps_per_epoch = math.ceil(data.num_samples(train[0]) / job.batch_size)  # x may be a dict of arrays
     model = runtime.build(
         lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch),
-        layout_map=getattr(recipe, "layout_map", None), job=plan_job)
+        layout_map=getattr(recipe, "layout_map", None), job=plan_job, batch_size=job.batch_size,
+        autopilot=config.autopilot)
     return model, train, test
 
 
@@ -151,7 +152,7 @@ def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
             return runtime.fit(model, x_train, y_train, batch_size=job.batch_size, epochs=job.epochs,
                                callbacks=callbacks, verbose=_progress_verbosity(), checkpoint_dir=job.checkpoints.folder,
                                resume=config.resume, checkpoint_every=config.checkpoint_every,
-                               keep_checkpoints=config.keep_checkpoints)
+                               keep_checkpoints=config.keep_checkpoints, autopilot=config.autopilot)
     except Interrupted as stopped:
         raise Interrupted(stopped.signum, stopped.checkpoint, f"the same command plus --resume (acceltrain train "
                                                               f"... --out {job.out_dir} --resume)") from None

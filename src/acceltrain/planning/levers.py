@@ -70,7 +70,7 @@ class Lever:
 
 
 def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, batch_ways: dict[str, int],
-                  remat_layers: tuple[str, ...] = ()) -> list[Lever]:
+                  remat_layers: tuple[str, ...] = (), bfloat16: bool = True, accumulate: bool = True) -> list[Lever]:
     """Each setting tried, in the module's order, up to the first that fits `budget` bytes per device.
 
     distributions: the shardings to try, in order (a subset of SHARDINGS).
@@ -79,6 +79,8 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
     global_batch: the samples of one weight update, kept by every lever.
     batch_ways: for each distribution, over how many devices its batch is split (its mesh's batch axis).
     remat_layers: the names of the layers remat would rematerialise (none: the lever is skipped).
+    bfloat16: whether the bfloat16 lever can be applied (False: a model built already computes as it was built).
+    accumulate: whether the accumulation lever can be applied (False: the caller cannot change the batch).
     """
     tried = []
 
@@ -86,7 +88,7 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
         try:
             nbytes = int(compile_fn(setting))
         except Exception as error:  # noqa: BLE001 - a lever that cannot be built is reported, not fatal
-            lever = Lever(name, None, False, f"could not compile: {type(error).__name__}: {_gist(error)}", setting)
+            lever = Lever(name, None, False, f"could not compile: {type(error).__name__}: {gist(error)}", setting)
         else:
             lever = Lever(name, nbytes, nbytes <= budget, how, setting)
         tried.append(lever)
@@ -102,7 +104,7 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
     best = min(compiled, key=lambda lever: lever.bytes_per_device)
 
     # 2, 3. bfloat16 compute, then rematerialisation, each kept where it saves bytes.
-    savers = [("bfloat16", {"compute": "mixed_bfloat16"}, HOW["bfloat16"])]
+    savers = [("bfloat16", {"compute": "mixed_bfloat16"}, HOW["bfloat16"])] if bfloat16 else []
     if remat_layers:
         savers.append(("remat", {"remat": True}, HOW["remat"].format(what=_layers(remat_layers))))
     for name, change, how in savers:
@@ -114,14 +116,14 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
 
     # 4. A smaller per-device batch, the global batch kept by accumulating gradients.
     ways = batch_ways[best.setting.distribution]
-    for steps in accumulation_steps(global_batch, ways):
+    for steps in accumulation_steps(global_batch, ways) if accumulate else ():
         how = HOW["accumulate"].format(batch=global_batch // steps, steps=steps, global_batch=global_batch)
         if attempt(f"accumulate {steps}", replace(best.setting, accumulation=steps), how).fits:
             return tried
     return tried
 
 
-def _gist(error: Exception) -> str:
+def gist(error: Exception) -> str:
     """An error's first two lines of text, on one line: Keras puts what failed first and why second
     ("Exception encountered when calling GemmaCausalLM.call()." / "Attempted boolean conversion ...")."""
     import re

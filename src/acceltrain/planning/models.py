@@ -8,7 +8,6 @@ jax.eval_shape, so even a preset of billions of parameters allocates none of the
 import json
 import shutil
 import tempfile
-import traceback
 from pathlib import Path
 
 from acceltrain.errors import UsageError

@@ -90,6 +90,74 @@ def build_abstract(build, *, policy: str = "float32", remat: tuple[str, ...] = (
                          _count(model.weights), type(model.optimizer).__name__.lower())
 
 
+def optimizer_like(optimizer, variables, accumulation: int = 1, *, abstract: bool = True):
+    """A stand-in for `optimizer` (its class and settings) built for `variables` with `accumulation` steps of gradient
+    accumulation: from shapes alone (`abstract`: its slots hold no values), or for real (zeros, laid out as the
+    variables are). The optimizer itself is left as it is (unbuilt, for a lever to change before fit builds it)."""
+    import jax
+
+    config = {**optimizer.get_config(), "gradient_accumulation_steps": accumulation if accumulation > 1 else None}
+    stand_in = type(optimizer).from_config(config)
+    if not abstract:
+        stand_in.build(variables)
+        return stand_in
+
+    def build():
+        stand_in.build(variables)
+        return jax.numpy.zeros(())
+
+    jax.eval_shape(build)
+    return stand_in
+
+
+def first_samples(arrays, count: int):
+    """The first `count` samples of each array of a structure (None stays None), float64 as float32 (what fit
+    is fed: inputs.py casts it once)."""
+    import keras
+    import numpy as np
+
+    def first(array):
+        if array is None:
+            return None
+        array = np.asarray(array[:count])
+        return array.astype(np.float32) if array.dtype == np.float64 else array
+
+    return keras.tree.map_structure(first, arrays)
+
+
+def sample_specs(arrays):
+    """One sample's ShapeDtypeStruct of each array of a structure (the batch left out), in the dtype JAX holds it:
+    64-bit numbers as 32-bit (JAX's default)."""
+    import jax
+    import keras
+    import numpy as np
+
+    narrow = {np.dtype("float64"): "float32", np.dtype("int64"): "int32", np.dtype("uint64"): "uint32"}
+
+    def spec(array):
+        if array is None:
+            return None
+        dtype = np.asarray(array[:1]).dtype
+        return jax.ShapeDtypeStruct(tuple(array.shape[1:]), narrow.get(dtype, dtype))
+
+    return keras.tree.map_structure(spec, arrays)
+
+
+def compile_built(model, optimizer, inputs, labels, layout: "Layout", devices: list, batch: int, spec_of) -> "Compiled":
+    """compile_step for a model built already (a script's, at its first fit): its own variables' shapes, with
+    `optimizer` (optimizer_like) and a compiled loss of its own standing in for the model's while the step is traced
+    (keras_internals.stand_ins: what fit builds is left for fit to build).
+
+    inputs, labels: the structures of ShapeDtypeStructs of one sample (AbstractModel's), from the fit's first batch.
+    """
+    from acceltrain.backends import keras_internals
+
+    abstract = AbstractModel(model, inputs, labels, _count(model.trainable_variables), _count(model.weights),
+                             type(optimizer).__name__.lower())
+    with keras_internals.stand_ins(model, optimizer, abstract.batch_specs(2)):
+        return compile_step(abstract, layout, devices, batch, spec_of=spec_of)
+
+
 def remat_layers(model) -> tuple[str, ...]:
     """The layers to rematerialise: those of a class that repeats among a model's own layers and that hold
     weights (a transformer's blocks, an MLP's Dense layers), in every model nested in `model`.
@@ -224,6 +292,13 @@ class Layout:
         return sharding.fsdp_spec(tuple(shape), self.weight_parts, self.weight_axis)
 
 
+def here_devices() -> list:
+    """This machine's devices, to compile for (a runtime's own: Runtime.build's levers)."""
+    import jax
+
+    return jax.devices()
+
+
 def layouts(num_devices: int, distribution: str = "auto") -> list[Layout]:
     """The candidates for `distribution` over `num_devices`: data, fsdp and model for 'auto'."""
     every = [Layout("data", (num_devices,), ("batch",), None)]
@@ -253,8 +328,13 @@ class Compiled:
     compiler_said: str = ""
 
 
-def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_batch: int) -> Compiled:
-    """Lower and compile one training step for `devices` laid out as `layout`; the compiler's figures."""
+def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_batch: int, *,
+                 spec_of=None) -> Compiled:
+    """Lower and compile one training step for `devices` laid out as `layout`; the compiler's figures.
+
+    spec_of(variable) -> the variable's spec (a tuple of mesh axis names and None), instead of the layout's rule:
+    the layouts a real distribution gives a built model's variables (training/autopilot.py).
+    """
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -263,7 +343,7 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
     replicated = NamedSharding(mesh, PartitionSpec())
 
     def laid_out(variable):
-        spec = PartitionSpec(*layout.weight_spec(variable.shape))
+        spec = PartitionSpec(*(spec_of(variable) if spec_of else layout.weight_spec(variable.shape)))
         return jax.ShapeDtypeStruct(tuple(variable.shape), variable.dtype, sharding=NamedSharding(mesh, spec))
 
     model = abstract.model
