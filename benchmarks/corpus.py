@@ -131,6 +131,8 @@ def status(shape: dict) -> str:
     summary = widest["summary"]
     if "called no fit" in summary:
         kind = "runs unchanged, undistributed: " + summary.split(":", 1)[1].strip()
+    elif "ran on one device, undistributed" in summary:  # every call: no batch of them divides over the replicas
+        kind = "runs unchanged, on one device: " + summary.removeprefix("the script's ")
     else:
         kind = "distributed: " + summary.removeprefix("the script's ")
     return kind + (f" (fails in {', '.join(failing)})" if failing else "")

@@ -40,7 +40,8 @@ SECTIONS = (
     Section("auto-placement", "auto_placement.py", (), 6),
     Section("plan-cost", "plan_cost.py", (), 6),
     Section("plan-lm", "plan_lm.py", (), 10),
-    Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 8),
+    Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 12),
+    Section("simulated-devices", "simulated_devices.py", ("--devices", "1", "2", "4", "8", "--rounds", "3"), 60),
     Section("corpus", "corpus.py", (), 30),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
 )

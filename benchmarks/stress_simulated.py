@@ -1,12 +1,14 @@
-"""Do simulated devices hold up? The default job and a small convnet, each run N times back to back on 8
-simulated CPU devices, counting how many finished, against one run of each on 1 device.
+"""Do simulated devices hold up? The default job, a small convnet and a convnet with RandomCrop inside the model,
+each run N times back to back on 8 simulated CPU devices, counting how many finished, against one run of each on 1
+device.
 
     python benchmarks/stress_simulated.py [--runs 10] [--devices 8] [--epochs E] [--timeout 1800] [--quick]
 
 Each run is a fresh `acceltrain` process, as a user starts it: `acceltrain train --simulate-devices 8`
 (the default job; `--epochs` shortens it) and `acceltrain run --simulate-devices 8
-tests/scripts/small_convnet.py` (2 epochs on 6,400 MNIST images). A run that exits non-zero counts as
-failed (134: XLA's abort), one past `--timeout` as hung. Records the section "stress-simulated". Not a test:
+tests/scripts/small_convnet.py` (2 epochs on 6,400 MNIST images), and the same with
+tests/scripts/in_model_augmentation.py (RandomCrop as the model's first layer, which Keras runs op by op; 2 epochs on
+1,280 MNIST images). A run that exits non-zero counts as failed (134: XLA's abort), one past `--timeout` as hung. Records the section "stress-simulated". Not a test:
 it takes many minutes, and the counts it reports are what this machine did in this run. --quick: 1 run
 of each, 1 epoch of the default job.
 """
@@ -29,8 +31,10 @@ from benchmarks import _results  # noqa: E402
 SECTION = "stress-simulated"
 REPO = _results.REPO
 CONVNET = REPO / "tests" / "scripts" / "small_convnet.py"
+AUGMENTING = REPO / "tests" / "scripts" / "in_model_augmentation.py"  # RandomCrop in the model: Keras runs it op by op
 DEFAULT_JOB = "default job (`acceltrain train`)"
 CONVNET_JOB = "small convnet (`acceltrain run tests/scripts/small_convnet.py`)"
+AUGMENTING_JOB = "convnet with in-model RandomCrop (`acceltrain run tests/scripts/in_model_augmentation.py`)"
 
 
 def acceltrain(*args, timeout: float):
@@ -59,8 +63,8 @@ def default_job(devices: int, epochs: int | None, folder: Path, timeout: float):
     return outcome, seconds, accuracy, stderr
 
 
-def convnet(devices: int, timeout: float):
-    outcome, seconds, stdout, stderr = acceltrain("run", "--simulate-devices", devices, CONVNET, timeout=timeout)
+def script(path: Path, devices: int, timeout: float):
+    outcome, seconds, stdout, stderr = acceltrain("run", "--simulate-devices", devices, path, timeout=timeout)
     lines = [line for line in stdout.splitlines() if line.startswith("test accuracy:")]
     accuracy = float(lines[-1].split(":")[1]) if outcome == "finished" and lines else None
     return outcome, seconds, accuracy, stderr
@@ -88,7 +92,8 @@ def main():
     runs, epochs = (1, 1) if args.quick else (args.runs, args.epochs)
 
     jobs = {DEFAULT_JOB: lambda devices, folder: default_job(devices, epochs, folder, args.timeout),
-            CONVNET_JOB: lambda devices, _: convnet(devices, args.timeout)}
+            CONVNET_JOB: lambda devices, _: script(CONVNET, devices, args.timeout),
+            AUGMENTING_JOB: lambda devices, _: script(AUGMENTING, devices, args.timeout)}
     found = {name: {"one_device": None, "runs": []} for name in jobs}
     with tempfile.TemporaryDirectory() as scratch:
         for index, (name, job) in enumerate(jobs.items()):  # 1 device first: the accuracy to match
@@ -122,6 +127,15 @@ def summarize(raw: dict) -> dict:
             "loads": [min(loads), max(loads)]}
 
 
+def _jobs(summary: dict, epochs: str) -> str:
+    """The jobs the run had, in words (a record from before the RandomCrop job has two)."""
+    words = {DEFAULT_JOB: f"the default job ({epochs}, seed 0)",
+             CONVNET_JOB: "a small convnet (2 epochs on 6,400 MNIST images)",
+             AUGMENTING_JOB: "a convnet with RandomCrop inside the model (2 epochs on 1,280 MNIST images)"}
+    said = [words.get(name, name) for name in summary["jobs"]]
+    return ", ".join(said[:-1]) + " and " + said[-1] if len(said) > 1 else said[0]
+
+
 def render(summary: dict, record: dict) -> str:
     devices = summary["devices"]
     rows = []
@@ -137,8 +151,8 @@ def render(summary: dict, record: dict) -> str:
     total = sum(job["runs"] for job in summary["jobs"].values())
     return f"""## Simulated devices under stress: runs that finished on {devices} simulated CPU devices
 
-`{record['command']}`. Each run a fresh process, back to back: the default job ({epochs}, seed 0) and a small
-convnet (2 epochs on 6,400 MNIST images), {devices} simulated devices, against one run of each on 1 device. The
+`{record['command']}`. Each run a fresh process, back to back: {_jobs(summary, epochs)}, {devices} simulated
+devices, against one run of each on 1 device. The
 runs started at {_results.load_range(summary['loads'], record['machine'].get('cores'))}. {finished} of {total} runs
 finished.
 

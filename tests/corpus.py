@@ -60,6 +60,7 @@ class Shape:
     fit_based: bool = True  # trains with fit: also run under `acceltrain launch`
     warnings: tuple = ()  # substrings of the acceltrain warnings it must get in every acceltrain mode
     warnings_at: dict = field(default_factory=dict)  # mode -> more warnings it must get in that mode only
+    notes_at: dict = field(default_factory=dict)  # mode -> substrings of acceltrain's lines it must print there
     loose: tuple = ()  # metrics compared with the launch tolerance in every mode (e.g. a GAN's losses)
 
     @property
@@ -74,10 +75,12 @@ class Shape:
         return MODES if self.fit_based else MODES[:-1]
 
 
+SMALL_BATCH_AT_8 = "each of the 8 replica(s) gets 4 sample(s) a step (global batch_size=32)"
+MULTI_DEVICE = ("run-4", "run-8", "launch-2x2")
+REPLICAS_OF = {"run-4": 4, "run-8": 8, "launch-2x2": 4}
 SHAPES = [
-    # to_categorical gives float64 labels: true, and the fix is one line.
-    Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True,
-          warnings=("y is float64: Keras converts the whole array to float32 at the start of every epoch",)),
+    # to_categorical gives float64 labels, 128 KB of them: converting them costs nothing worth a warning.
+    Shape("sequential_validation_split.py", "Sequential convnet, `fit(validation_split=0.1)`, evaluate", mnist=True),
     Shape("functional_two_in_two_out.py", "functional, two inputs and two outputs, a loss and a metric per output"),
     Shape("autoencoder_predict.py", "convolutional autoencoder `fit(x, x)`, then `predict` on 10 images",
           mnist=True),
@@ -94,6 +97,34 @@ SHAPES = [
     Shape("save_load_predict.py", "`model.save` + `load_model` + `predict`; save/load_weights"),
     Shape("finetune_frozen.py", "fit, freeze the base, fit a new head, unfreeze and fine-tune"),
     Shape("custom_loop.py", "a hand-written loop that never calls `fit` (jitted stateless step)", fit_based=False),
+    # Issue 22's shapes, from the scripts of others that failed on several devices.
+    # Compiled on several devices, where op by op XLA's collectives deadlock.
+    Shape("in_model_augmentation.py", "RandomFlip, RandomZoom and RandomCrop inside the model (Keras runs its step "
+          "op by op)", mnist=True,
+          notes_at={mode: ("compiling the model's step (jit_compile=True): Keras marks RandomCrop, RandomZoom as not "
+                           "compilable",) for mode in MULTI_DEVICE}),
+    # Fewer samples than replicas: the fit runs on one device.
+    Shape("two_sample_fit.py", "a guide's `fit` on two samples, then evaluate and predict",
+          notes_at={mode: (f"2 training samples, fewer than the {replicas} replicas: no batch of them divides over "
+                           "them: such calls run undistributed, on one device",) for mode, replicas in REPLICAS_OF.items()}),
+    # Its TensorFlow is kept, except in a job of several processes, which trains on JAX only: said, as a warning.
+    Shape("sets_its_backend.py", "sets `os.environ[\"KERAS_BACKEND\"] = \"tensorflow\"` before importing Keras",
+          warnings_at={"launch-2x2": ("the script sets its Keras backend on line 6",)},
+          notes_at={mode: ("run: the script sets its Keras backend on line 6 (os.environ['KERAS_BACKEND'] = "
+                           "'tensorflow'): applied before Keras loads", "acceltrain: tensorflow on cpu")
+                    for mode in ("run-1", "run-4", "run-8")}),
+    # One bag a step: at several replicas the fits run on one device, said; at one, no batch-size warning.
+    Shape("mil_batch_one.py", "multiple-instance learning, one bag a step (`batch_size=1`)",
+          notes_at={mode: (f"batch_size=1 does not divide over {replicas} replicas, and another batch would train "
+                           "another way: such calls run undistributed, on one device",)
+                    for mode, replicas in REPLICAS_OF.items()}),
+    # Batch 32 over 8 replicas is 4 rows a device a step: under the CPU's 8, said.
+    Shape("embedding_bilstm.py", "Embedding + Bidirectional LSTM on token sequences, `validation_data`",
+          warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
+    Shape("long_batch32_epoch.py", "300 steps of batch 32 an epoch (a residual MLP)",
+          warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
+    Shape("multi_input_weighted_losses.py", "three inputs, two outputs, losses weighted 1.0 and 0.2 (the functional "
+          "API guide's ticket model)", warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 
@@ -229,6 +260,8 @@ def problems(shape: Shape, outcome: Outcome, plain: Outcome | None) -> list:
             found += mismatches(plain.metrics, outcome.metrics, TOLERANCE[outcome.mode], shape.loose)
         expected = (*shape.warnings, *shape.warnings_at.get(outcome.mode, ()))
         found += warning_problems(expected, outcome.warnings)
+        found += [f"missing line {note!r}" for note in shape.notes_at.get(outcome.mode, ())
+                  if not any(note in line and "acceltrain: " in line for line in outcome.stderr.splitlines())]
     if outcome.mode == "launch-2x2" and outcome.metrics is not None:
         other = parse_metrics(outcome.stdout, process=1)  # one job: both processes print the global metrics
         if other != outcome.metrics:

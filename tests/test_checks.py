@@ -54,6 +54,9 @@ def test_uneven_batch(batch_size, replicas, splits_unevenly, expected):
         (32, 1, "tpu", True),  # a TPU core wants 128 rows
         (1024, 8, "tpu", False),
         (64, 4, "gpu", True),
+        (1, 1, "cpu", False),  # batch_size=1: the algorithm's (a bag a step), not a speed setting
+        (1, 8, "tpu", False),
+        (2, 1, "cpu", True),
     ],
 )
 def test_small_replica_batch(batch_size, replicas, platform, fires):
@@ -63,23 +66,37 @@ def test_small_replica_batch(batch_size, replicas, platform, fires):
         assert f"batch_size={checks.MIN_BATCH_PER_REPLICA[platform] * replicas}" in findings[0].message
 
 
-def test_float64_cost_is_measured_on_the_array():
-    [finding] = checks.float64_inputs({"x": np.zeros((1000, 500)), "y": np.zeros(1000, np.int64)})
-    assert "x is float64" in finding.message and "(a 2 MB copy each time; one took " in finding.message
-    [finding] = checks.float64_inputs({"x": np.float64})  # a dtype alone: nothing measured, nothing claimed
-    assert "copy" not in finding.message and "every epoch" in finding.message
+class _Clock:
+    """A clock whose every reading is `step` seconds after the last: a conversion 'takes' `step`."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+BIG = np.zeros((1100, 1000))  # 8.8 MB of float64: timed
+
+
+def test_float64_cost_is_measured_on_the_array_and_said_with_it():
+    [finding] = checks.float64_inputs({"x": BIG, "y": np.zeros(1100, np.int64)}, clock=_Clock(0.2))
+    assert "x is float64" in finding.message and "(a 4 MB copy each time; one took 0.20 s here)" in finding.message
+    assert ".astype('float32')" in finding.message
 
 
 @pytest.mark.parametrize(
-    "dtypes, fires",
-    [({"x": np.float64}, True), ({"x": np.float32, "y": np.float64}, True), ({"x": np.float32, "y": np.int64}, False),
-     ({"x": np.uint8}, False)],
+    "arrays, seconds, fires",
+    [({"x": BIG}, 0.05, True),
+     ({"x": BIG}, 0.01, False),  # measured, and cheap: issue 22's "0 MB ... 0.00 s", said 28 times
+     ({"x": np.zeros((1000, 8))}, 1.0, False),  # 64 KB: too small to time (its time would be noise), never said
+     ({"x": BIG.astype(np.float32), "y": BIG}, 0.1, True),
+     ({"x": BIG.astype(np.float32), "y": np.zeros(1100, np.int64)}, 1.0, False),
+     ({"x": np.float64}, 1.0, False)],  # a dtype alone: nothing measured, nothing claimed
 )
-def test_float64_inputs(dtypes, fires):
-    findings = checks.float64_inputs(dtypes)
-    assert bool(findings) == fires
-    if fires:
-        assert ".astype('float32')" in findings[0].message
+def test_float64_inputs_fire_on_their_measured_cost(arrays, seconds, fires):
+    assert bool(checks.float64_inputs(arrays, clock=_Clock(seconds))) == fires
 
 
 @pytest.mark.parametrize(
@@ -110,8 +127,8 @@ def test_clean_fit_is_silent():
 
 
 def test_errors_come_first():
-    findings = checks.check_fit(num_samples=60000, batch_size=100, steps_per_epoch=None, num_replicas=8,
+    findings = checks.check_fit(num_samples=60000, batch_size=100, steps_per_epoch=10, num_replicas=8,
                                 platform="cpu", splits_unevenly=False, input_dtypes={"x": np.float64},
                                 y=INDICES, loss_name="sparse_categorical_crossentropy", output_units=10)
-    assert [f.key for f in findings] == ["uneven_batch", "float64_inputs"]
+    assert [f.key for f in findings] == ["uneven_batch", "partial_epoch"]
     assert findings[0].error

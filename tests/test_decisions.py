@@ -134,3 +134,76 @@ def test_steps_per_execution_override_is_said_with_the_way_to_keep_the_models():
 )
 def test_choose_loss(y, units, expected):
     assert decisions.choose_loss(y, units)[0] == expected
+
+
+@pytest.mark.parametrize(
+    "cpu_devices, processes, not_jitted, jit_compile, run_eagerly, expected, why",
+    [
+        (8, 1, (), True, False, "as is", "compiled"),  # Keras compiles the step itself
+        (1, 1, ("RandomCrop",), False, False, "as is", "one device"),  # no collective to overlap
+        (0, 1, ("RandomCrop",), False, False, "as is", "one device"),  # accelerators: collectives on the device
+        (1, 1, (), False, True, "as is", "one device"),
+        (4, 1, ("RandomCrop",), False, False, "compile", "Keras marks RandomCrop as not compilable"),
+        (4, 2, ("RandomZoom", "RandomCrop", "RandomZoom"), False, False, "compile", "RandomCrop, RandomZoom"),
+        (4, 1, ("RandomZoom", "StringLookup"), False, False, "one device", "StringLookup cannot"),
+        (4, 1, ("my_layers.RandomZoom",), False, False, "one device", "my_layers.RandomZoom cannot"),  # a namesake
+        (4, 1, ("RandomZoom",), False, True, "one device", "run_eagerly=True"),  # the user's eager step is kept
+        (4, 1, (), False, False, "one device", "jit_compile=False"),
+        (4, 1, (), True, True, "one device", "run_eagerly=True"),  # Keras: run_eagerly wins over jit_compile
+        (2, 2, ("Hashing",), False, False, "refuse", "2 processes"),
+        (4, 2, (), False, True, "refuse", "run_eagerly=True"),
+    ],
+)
+def test_choose_op_by_op_step(cpu_devices, processes, not_jitted, jit_compile, run_eagerly, expected, why):
+    choice, reason = decisions.choose_op_by_op_step(cpu_devices, processes, not_jitted, jit_compile, run_eagerly)
+    assert (choice, why in reason) == (expected, True), reason
+
+
+@pytest.mark.parametrize(
+    "call, samples, batch, replicas, splits_unevenly, expected, why",
+    [
+        ("fit", 1000, 128, 8, False, "split", "divides"),
+        ("fit", 1000, None, 8, False, "split", "divides"),  # Keras's 32
+        ("fit", 1000, 100, 1, False, "split", "one replica"),
+        ("fit", 40, 1, 4, False, "one device", "batch_size=1 does not divide over 4 replicas"),  # a bag a step
+        ("evaluate", 40, 1, 4, False, "one device", "another batch would train another way"),
+        ("predict", 40, 100, 8, False, "one device", "pass a multiple of 8 (96 or 104)"),
+        ("fit", 40, None, 6, False, "one device", "batch_size=32 (Keras's default) does not divide"),
+        ("fit", 2, 32, 4, False, "one device", "2 training samples, fewer than the 4 replicas"),
+        ("fit", 1, 8, 8, False, "one device", "1 training sample, fewer"),
+        ("evaluate", 2, 32, 4, False, "split", "divides"),  # evaluate repeats the set: nothing left out
+        ("fit", 4, 32, 4, False, "split", "divides"),
+        ("fit", 2, 1, 4, True, "split", "splits uneven batches"),  # TensorFlow
+    ],
+)
+def test_choose_batch_split(call, samples, batch, replicas, splits_unevenly, expected, why):
+    choice, reason = decisions.choose_batch_split(call, samples, batch, replicas, splits_unevenly)
+    assert (choice, why in reason) == (expected, True), reason
+
+
+def test_zero_weight_padding_is_not_the_same_loss():
+    """Why a call no batch of which divides runs on one device rather than padded with samples weighted 0: Keras's
+    default reduction divides by every sample of the batch, so two samples padded to four halve the loss (and its
+    gradient)."""
+    import keras
+
+    loss = keras.losses.MeanSquaredError()
+    y_true, y_pred = np.array([[1.0], [2.0]], "float32"), np.zeros((2, 1), "float32")
+    padded = loss(np.concatenate([y_true, y_true]), np.concatenate([y_pred, y_pred]),
+                  sample_weight=np.array([1, 1, 0, 0], "float32"))
+    assert float(loss(y_true, y_pred)) == 2.5 and float(padded) == 1.25
+
+
+@pytest.mark.parametrize(
+    "several, one, says",
+    [(0.160, 0.011, "a training step takes 160 ms here, 14.5x the 11.0 ms the same step took on one device"),
+     (0.030, 0.010, "3.0x"),  # from 3 times on
+     (0.029, 0.010, None),
+     (0.010, 0.020, None)],  # faster on several devices: nothing to say
+)
+def test_slower_on_several_devices(several, one, says):
+    line = decisions.slower_on_several_devices(4, several, one, 2.5, 5)
+    assert (line is None) == (says is None)
+    if says:
+        assert line.startswith("4 CPU devices: ") and says in line
+        assert "(measured once: 5 steps of a copy of the state on one device, after 2.5 s compiling it)" in line

@@ -45,6 +45,18 @@ def test_fit_trims_casts_and_checks_when_checked():
         inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
 
 
+def test_fit_on_fewer_samples_than_replicas_is_refused_on_jax_and_kept_whole_on_tensorflow():
+    """Trimmed to a multiple of 8, two samples would be none (issue 22: Keras then raised StopIteration)."""
+    x, y = np.zeros((2, 3), "float32"), np.zeros(2, "int32")
+    with pytest.raises(UsageError, match="Received 2 training samples for 8 replicas: .* Pass at least 8 samples, or "
+                                         r"connect\(distribution='none'\)"):
+        inputs.prepare_fit(_runtime(8), x, y, batch_size=32)
+    tensorflow = _runtime(8)
+    tensorflow.backend_module.SPLITS_UNEVEN_BATCHES = True
+    fit = inputs.prepare_fit(tensorflow, x, y, batch_size=32)
+    assert len(fit.x) == 2 and fit.notes == []
+
+
 def test_fit_kept_whole_gives_each_epoch_its_order_less_its_last_few_with_their_weights():
     """Runtime.fit with checkpoints: each epoch leaves out its own last samples, after its shuffle, from the step
     a resumed epoch starts at; process 1 of 2 takes every other sample of each global batch."""

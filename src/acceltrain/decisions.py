@@ -146,3 +146,94 @@ def _capability(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split("."))
     except ValueError:
         return (0,)
+
+
+# Layers whose `supports_jit = False` makes Keras run the whole step op by op, but which JAX compiles with the same
+# results: their random transforms are jnp code (each one jitted on JAX gives its eager output:
+# tests/backends/test_jax.py), RandomCrop once its random offset is cut with a dynamic slice
+# (backends/keras_internals.py::jittable_random_crop). Lookups, Hashing and TextVectorization call TensorFlow (and
+# inside a model on JAX they fail plainly too: an IntegerLookup model's fit raised in Keras 3.15.1).
+COMPILABLE_ON_JAX = ("RandomCrop", "RandomZoom", "RandomTranslation", "RandomRotation", "RandomShear",
+                     "RandomPerspective")
+
+
+def choose_op_by_op_step(cpu_devices: int, processes: int, not_jitted: tuple[str, ...], jit_compile: bool,
+                         run_eagerly: bool) -> tuple[str, str]:
+    """How a fit/evaluate/predict on JAX runs a model whose step Keras would run op by op, uncompiled:
+    "as is", "compile", "one device" or "refuse", and why.
+
+    `cpu_devices`: the CPU devices the call's distribution spans (0 when they are accelerators); `not_jitted`:
+    the class names of the model's layers with `supports_jit = False`; `jit_compile`, `run_eagerly`: the
+    model's settings after compile().
+
+    Why: op by op, every op is a program of its own on every device, and those holding an all-reduce are
+    dispatched without waiting for the one before. XLA's CPU collectives then deadlock: plain Keras with a
+    RandomCrop model on 2 simulated devices aborted (rendezvous timeout), and under `acceltrain launch` (2
+    processes x 2 devices), with one step at a time, one of two runs sat idle in eager dispatch until killed
+    (issue 22). Distributed op by op also ran slower than the same call on one device, and compiled faster:
+    the benchmark section simulated-devices (its op_by_op table) measures both. On one device there is no
+    collective; accelerators run theirs on the device.
+    """
+    if jit_compile and not run_eagerly:
+        return "as is", "the step is compiled"
+    if cpu_devices <= 1:
+        return "as is", "one device: no collective to overlap"
+    names = ", ".join(sorted(set(not_jitted)))
+    danger = f"op by op on {cpu_devices} CPU devices, XLA's collectives can deadlock"
+    if not run_eagerly and not_jitted and all(name in COMPILABLE_ON_JAX for name in not_jitted):
+        them = "them" if len(set(not_jitted)) > 1 else "it"
+        return "compile", (f"Keras marks {names} as not compilable, but JAX compiles {them} with the same results; "
+                           f"{danger}")
+    uncompilable = ", ".join(sorted(set(not_jitted) - set(COMPILABLE_ON_JAX)))
+    cause = ("run_eagerly=True" if run_eagerly else f"{uncompilable} cannot be compiled" if uncompilable
+             else "jit_compile=False")
+    if processes > 1:
+        return "refuse", (f"{cause}, so Keras runs the step op by op; {danger}, and in a job of {processes} processes "
+                          "the inputs are already split between them")
+    return "one device", f"{cause}, so Keras runs the step op by op; {danger}"
+
+
+def choose_batch_split(call: str, num_samples: int, batch_size: int | None, num_replicas: int,
+                       splits_unevenly: bool) -> tuple[str, str]:
+    """How a script's fit/evaluate/predict over arrays uses the replicas: "split" (each global batch cut into
+    equal slices) or "one device" (the call as the script made it, undistributed), and why.
+
+    A batch that does not divide over the replicas cannot be split on JAX, and another batch size is another
+    algorithm (batch_size=1 in multiple-instance learning is one bag a step); fit on fewer samples than replicas
+    has no batch that divides (leaving samples out would leave them all out). Padding with zero-weight samples
+    is not the same math either: Keras's "sum_over_batch_size" divides a batch's loss by all its samples,
+    weighted 0 or not (tests/test_decisions.py: two samples padded to four halve the loss). So such a call runs on
+    one device, whole, as it runs plainly. TensorFlow splits uneven batches itself.
+    """
+    batch = batch_size or 32  # Keras's default (checks.KERAS_DEFAULT_BATCH_SIZE)
+    if num_replicas <= 1 or splits_unevenly:
+        return "split", "one replica" if num_replicas <= 1 else "the backend splits uneven batches"
+    if batch % num_replicas:
+        below = batch // num_replicas * num_replicas
+        nearest = f" ({below} or {below + num_replicas})" if below else ""
+        named = f"batch_size={batch}" + ("" if batch_size else " (Keras's default)")
+        return "one device", (f"{named} does not divide over {num_replicas} replicas, and another batch would train "
+                              f"another way. To split it over the replicas, pass a multiple of {num_replicas}{nearest}")
+    if call == "fit" and num_samples < num_replicas:
+        return "one device", (f"{num_samples} training sample{'s' * (num_samples != 1)}, fewer than the "
+                              f"{num_replicas} replicas: no batch of them divides over them")
+    return "split", f"batch_size={batch} divides over {num_replicas} replicas"
+
+
+# Several CPU devices can be many times slower per step than one (issue 22: a batch-32 MLP 11 ms plain, 160 ms on 4
+# simulated devices), which looks like a hang. Said from this ratio of the measured step times on.
+SLOWER_WORTH_SAYING = 3.0
+
+
+def slower_on_several_devices(devices: int, several_seconds: float, one_seconds: float, compile_seconds: float,
+                              steps: int) -> str | None:
+    """The line that says a training step on `devices` CPU devices takes many times what the same step took on one
+    device, with both measured times and what the measuring cost; None below SLOWER_WORTH_SAYING times."""
+    ratio = several_seconds / one_seconds
+    if ratio < SLOWER_WORTH_SAYING:
+        return None
+    return (f"{devices} CPU devices: a training step takes {several_seconds * 1e3:.0f} ms here, {ratio:.1f}x the "
+            f"{one_seconds * 1e3:.1f} ms the same step took on one device (measured once: {steps} steps of a copy of the "
+            f"state on one device, after {compile_seconds:.1f} s compiling it). Simulated devices share this machine's "
+            "cores, and their all-reduce and one step at a time cost more here than splitting the batch saves: for "
+            "speed on this machine, train on one device")

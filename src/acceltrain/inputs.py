@@ -253,6 +253,12 @@ def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool, tr
         fit.x, fit.y = data.as_float32(fit.x), data.as_float32(fit.y) if fit.y is not None else None
     n = data.num_samples(fit.x)
     keep = n - n % runtime.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
+    if keep == 0 and runtime.backend_module.SPLITS_UNEVEN_BATCHES:
+        keep = n  # fewer samples than replicas: TensorFlow splits their one short batch itself
+    elif keep == 0:  # Runtime.fit's (acceltrain run runs such a fit on one device: decisions.choose_batch_split)
+        raise UsageError(f"Received {n} training sample{'s' * (n != 1)} for {runtime.num_replicas} replicas: no batch of "
+                         "them divides over the replicas, so every one would be left out. Pass at least "
+                         f"{runtime.num_replicas} samples, or connect(distribution='none') to train on one device.")
     if not trim:
         fit.left_out = n - keep
         return

@@ -404,7 +404,7 @@ class Runtime:
         divergence = DivergenceCheck(classes.num_classes)
         self.timeline.note("peak_flops_per_second", self._peak_flops(model))
         watched = [*self._watched(dog, callbacks), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
-        with dog.watching("fit (compiling and running the first step)"), self.scope():
+        with dog.watching("fit (compiling and running the first step)"), self._calling(model):
             if checkpointing is None:
                 history = self._fit_once(model, prepared, epochs, watched, verbose, fit_kwargs)
             else:
@@ -467,7 +467,7 @@ class Runtime:
         x, y, sample_weight = prepared.local()
         callbacks = evaluate_kwargs.pop("callbacks", None) or ()
         callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self._calling(model), \
                 self.timeline.timed("evaluation"):
             return keras_internals.keras_method(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
@@ -493,6 +493,14 @@ class Runtime:
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
 
+    @contextlib.contextmanager
+    def _calling(self, model):
+        """Around each of this runtime's own calls (Keras's own method: no layer): the distribution in force, and a
+        step Keras would run op by op on several CPU devices made safe, as the placement layer does for a
+        script's calls (backend's op_by_op_made_safe)."""
+        with self.scope(), self._framework.op_by_op_made_safe(model, self.distribution):
+            yield
+
     def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
         if stall_timeout is None:
@@ -507,7 +515,7 @@ class Runtime:
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
         callbacks = predict_kwargs.pop("callbacks", None) or ()
         callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope(), \
+        with self.watchdog.watching("predict (compiling and running the first step)"), self._calling(model), \
                 self.timeline.timed("evaluation"):
             return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
                                     verbose=verbose, callbacks=callbacks, **predict_kwargs)

@@ -303,6 +303,110 @@ def test_call_with_callback_adds_once_where_it_can(args, kwargs, expected):
     assert got == expected
 
 
+def test_layers_not_jitted_is_what_keras_reads_to_compile_the_step():
+    import keras
+    from keras.src.trainers.trainer import model_supports_jit
+
+    augment = keras.Sequential([keras.layers.RandomCrop(6, 6), keras.layers.RandomFlip()])  # nested
+    model = keras.Sequential([keras.Input((8, 8, 1)), augment, keras.layers.Flatten(), keras.layers.Dense(2)])
+    assert [type(layer).__name__ for layer in keras_internals.layers_not_jitted(model)] == ["RandomCrop"]
+    assert not model_supports_jit(model)
+    for layer in keras_internals.layers_not_jitted(model):
+        layer.supports_jit = True
+    assert model_supports_jit(model)
+
+
+def test_jittable_random_crop_cuts_the_same_pixels_compiled():
+    import jax
+    import keras
+
+    images = np.random.default_rng(0).random((4, 10, 12, 3), dtype=np.float32)
+    eager, compiled = keras.layers.RandomCrop(6, 7, seed=5), keras.layers.RandomCrop(6, 7, seed=5)
+    keras_internals.jittable_random_crop(compiled)
+    assert compiled.supports_jit
+    compiled.build(images.shape)
+    state = [v.value for v in compiled.non_trainable_variables]  # its seed generator's
+    eager.build(images.shape)
+    with pytest.raises(IndexError):  # the control: Keras's own RandomCrop does not compile
+        jax.jit(lambda state, x: eager.stateless_call([], state, x, training=True))(state, images)
+    step = jax.jit(lambda state, x: compiled.stateless_call([], state, x, training=True))
+    for _ in range(3):  # each call draws new offsets from the seed generator, alike in both
+        cropped, state = step(state, images)
+        np.testing.assert_array_equal(cropped, eager(images, training=True))
+    np.testing.assert_array_equal(compiled(images, training=False), eager(images, training=False))
+
+
+def test_variables_on_one_device_moves_every_variable_and_lays_it_out_again(runtime):
+    """Every variable, the optimizer's and the metrics' too (state_variables); one a call makes inside (fit builds
+    the optimizer at its first call) is laid out by the distribution on exit."""
+    import jax
+    import keras
+
+    with runtime.scope():
+        model = _model()
+        model.compile("adam", "mse", metrics=["mae"])
+    first = jax.local_devices()[0]
+    replicated = model.layers[0].kernel.value.sharding
+    with keras_internals.variables_on_one_device(model, first, runtime.distribution.get_variable_layout):
+        keras.distribution.set_distribution(None)
+        try:
+            model.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), verbose=0)  # builds the optimizer
+            everything = keras_internals.state_variables(model)
+            assert len(everything) > len(model.variables) and all(v.value.devices() == {first} for v in everything)
+            model.layers[0].kernel.assign(np.zeros((3, 2), "float32"))
+            assert model.layers[0].kernel.value.devices() == {first}  # a new value stays where it is
+        finally:
+            keras.distribution.set_distribution(None)
+    assert all(v.value.sharding == replicated or v.value.sharding.is_equivalent_to(replicated, len(v.shape))
+               for v in keras_internals.state_variables(model))
+    assert len(model.optimizer.variables[0].value.sharding.device_set) == 8  # made inside, laid out on exit
+    np.testing.assert_array_equal(model.layers[0].kernel.numpy(), 0)
+
+
+def _at_batch_end(read):
+    """A fit of a small model whose callback calls `read(model)` at its first batch's end; what it returned."""
+    import keras
+
+    seen = []
+
+    class Reads(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.kept = keras_internals.keep_last_batch(self.model)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not seen:
+                seen.append(read(self.model, self.kept))
+
+    model = _model()
+    model.fit(np.ones((16, 3), "float32"), np.ones((16, 2), "float32"), batch_size=8, verbose=0, callbacks=[Reads()])
+    return model, seen[0]
+
+
+def test_training_state_is_what_the_jax_train_step_takes():
+    import jax
+
+    def step_again(model, kept):
+        state = keras_internals.training_state(model)
+        assert [len(part) for part in state] == [len(model.trainable_variables), len(model.non_trainable_variables),
+                                                 len(model.optimizer.variables), len(model.metrics_variables)]
+        logs, new_state = jax.jit(model.train_step)(state, kept["batch"])
+        return float(logs["loss"])
+
+    _, loss = _at_batch_end(step_again)
+    assert np.isfinite(loss)
+
+
+def test_keep_last_batch_keeps_the_batch_the_train_function_took_and_gives_it_back():
+    def batch_and_stop(model, kept):
+        x, y = kept["batch"][:2]
+        kept["stop"]()
+        return x.shape, y.shape, model.train_function.__qualname__
+
+    model, (x_shape, y_shape, function) = _at_batch_end(batch_and_stop)
+    assert (tuple(x_shape), tuple(y_shape)) == ((8, 3), (8, 2))
+    assert "keep_last_batch" not in function and "keep_last_batch" not in model.train_function.__qualname__
+
+
 # --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------------
 
 def test_set_layout_gives_an_optimizer_slot_made_later_its_weights_layout(runtime):

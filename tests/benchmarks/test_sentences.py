@@ -194,11 +194,43 @@ def test_stress_counts_what_finished_and_the_load_it_saw():
         stress_simulated.DEFAULT_JOB: {"one_device": {"outcome": "finished", "seconds": 20.0, "accuracy": 0.90},
                                        "runs": [run("finished", 0.91, 0.5), run("exit 134", None, 3.5)]},
         stress_simulated.CONVNET_JOB: {"one_device": {"outcome": "finished", "seconds": 9.0, "accuracy": 0.80},
-                                       "runs": [run("finished", 0.80, 0.6), run("finished", 0.80, 0.7)]}}}
+                                       "runs": [run("finished", 0.80, 0.6), run("finished", 0.80, 0.7)]},
+        stress_simulated.AUGMENTING_JOB: {"one_device": {"outcome": "finished", "seconds": 9.0, "accuracy": 0.70},
+                                          "runs": [run("finished", 0.70, 0.6), run("finished", 0.71, 0.7)]}}}
     text, said = rendered("stress-simulated", raw)
+    assert ("a small convnet (2 epochs on 6,400 MNIST images) and a convnet with RandomCrop inside the model (2 epochs "
+            "on 1,280 MNIST images)") in text and "5 of 6 runs" in text
     assert "| default job (`acceltrain train`) | 1/2 | exit 134 | 91.00 (91.00–91.00) | 90.00 | +1.00 | 20 |" in text
-    assert "a load average (1 min) of 0.5 to 3.5, above the machine's 2 cores" in text and "3 of 4 runs" in text
+    assert "a load average (1 min) of 0.5 to 3.5, above the machine's 2 cores" in text
     assert "finished 1 of 2 runs, test accuracy 91.00 % (90.00 % on 1 device)" in said["summary"]
+
+
+def test_simulated_devices_reads_each_time_against_one_device_judged_by_its_noise():
+    def timed(one, several, outcome="finished"):
+        if outcome != "finished":
+            return {"outcome": outcome, "stderr_tail": "Termination timeout"}
+        return {"outcome": "finished", "steps_per_s_one_device": 100 / min(one), "steps_per_s": 100 / min(several),
+                "ratio": min(one) / min(several), "seconds": {"one": one, "all": several}, "load": 0.5}
+
+    raw = {"batch": 32, "devices": [1, 4], "models": ["mlp"], "rounds": 2, "sections": ["rules", "run", "op_by_op"],
+           "loads": [0.5, 1.5], "floor": {}, "stress": {},
+           "rules": {"mlp": {"4": {"keras": timed([1, 1], [0], "deadlocked"), "one_step": timed([1.0, 1.1], [5.0, 5.2]),
+                                   "in_flight_2": timed([1.0, 1.1], [4.0, 4.1]),
+                                   "in_flight_4": timed([1.0, 1.1], [1.05, 1.0])}}},
+           "run": {"1": [{"outcome": "finished", "epoch_seconds": [9.0, 4.0, 4.2]}],
+                   "4": [{"outcome": "finished", "epoch_seconds": [30.0, 20.0, 21.0]}, {"outcome": "hung"}]},
+           "op_by_op": {"4": {"compiled": timed([2.0, 2.1], [0.5, 0.52]), "one_device": timed([2.0, 2.1], [2.0, 2.2]),
+                              "op_by_op": timed([2.0, 2.1], [6.0, 6.1]), "op_by_op_async": timed([1], [1], "deadlocked")}}}
+    text, said = rendered("simulated-devices", raw)
+    assert "| mlp | 4 | 100 | deadlocked | 20 (4.9x (beyond this run's noise, ±10%)) |" in text
+    assert "1.0x (within this run's noise, ±10%: no difference shown)" in text
+    assert "| 4 | 20.0 | 5.00x | hung |" in text
+    assert said["op-by-op"].startswith("A convnet with RandomCrop inside, batch 32, on 4 simulated devices: its time per "
+                                       "step against plain Keras op by op on one device was compiled by acceltrain 0.2x "
+                                       "(beyond this run's noise, ±5%); on one device (run_eagerly=True) 1.0x (within")
+    assert "distributed op by op as plain Keras runs it deadlocked" in said["op-by-op"]
+    assert said["run"].startswith("`acceltrain run` on a script of 1,500 steps of batch 32 an epoch took 5.0x at 4 devices")
+    assert "mlp at 4: 4.9x (beyond this run's noise, ±10%)" in said["one-step"]
 
 
 def test_corpus_table_and_pass_counts_come_from_the_judged_runs():
@@ -213,13 +245,18 @@ def test_corpus_table_and_pass_counts_come_from_the_judged_runs():
                        "runs": {"plain": run(seconds=20.0), "run-1": run(), "run-8": run(),
                                 "launch-2x2": run(["exit 1: boom"])}},
         "loop": {"script": "loop.py", "what": "a loop", "modes": ["plain", "run-1", "run-8"],
-                 "runs": {"plain": run(), "run-1": run(), "run-8": run(summary="the script called no fit: ran as is")}}}}
+                 "runs": {"plain": run(), "run-1": run(), "run-8": run(summary="the script called no fit: ran as is")}},
+        "bags": {"script": "bags.py", "what": "a bag a step", "modes": ["plain", "run-8"],
+                 "runs": {"plain": run(), "run-8": run(summary="the script's Keras calls (1 fit) ran on one device, "
+                                                               "undistributed (batch_size=1 does not divide)")}}}}
     text, said = rendered("corpus", raw)
-    assert "| launch-2x2 | 0/1 | fit_script: exit 1: boom |" in text and "| run-8 | 2/2 | none |" in text
+    assert "| launch-2x2 | 0/1 | fit_script: exit 1: boom |" in text and "| run-8 | 3/3 | none |" in text
     assert "median 0.75x, from 0.50x to 1.00x over 2 scripts" in text and "noise unknown" in text
     assert ("| a fit | `fit_script.py` | pass | pass | **fail**: exit 1: boom | distributed: Keras calls (1 fit) ran "
             "on DataParallel over 8 replica(s) (fails in launch-2x2) |") in said["table"]
     assert "| a loop | `loop.py` | pass | pass | n/a | runs unchanged, undistributed: ran as is |" in said["table"]
+    assert ("runs unchanged, on one device: Keras calls (1 fit) ran on one device, undistributed (batch_size=1 does "
+            "not divide) |") in said["table"]
     assert corpus.WIDEST_FIRST[0] == "run-8"
 
 

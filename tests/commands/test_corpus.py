@@ -116,3 +116,17 @@ def test_metrics_are_read_from_the_last_line_and_from_process_0_under_launch():
     assert corpus.parse_metrics('x\nmetrics: {"a": 1.0}\nmetrics: {"a": 2.0}\n') == {"a": 2.0}
     assert corpus.parse_metrics('[1] metrics: {"a": 1.0}\n[0] metrics: {"a": 3.0}\n') == {"a": 3.0}
     assert corpus.parse_metrics("no metrics\n") is None
+
+
+def test_a_line_a_mode_must_print_is_missed_when_absent():
+    """notes_at: e.g. a batch-1 fit at 4 replicas must say it ran on one device, and why (issue 22)."""
+    shape = corpus.Shape("x.py", "x", notes_at={"run-4": ("batch_size=1 does not divide",)})
+
+    def outcome(mode, stderr):
+        return corpus.Outcome("x", mode, 0, 1.0, 'metrics: {"a": 1.0}', stderr, {"a": 1.0}, [], [])
+
+    said = "[0] acceltrain: batch_size=1 does not divide over 4 replicas\n"
+    assert corpus.problems(shape, outcome("run-4", said), outcome("plain", "")) == []
+    assert corpus.problems(shape, outcome("run-4", "batch_size=1 does not divide\n"), outcome("plain", "")) \
+        == ["missing line 'batch_size=1 does not divide'"]  # the script's own print is not acceltrain's line
+    assert corpus.problems(shape, outcome("run-1", ""), outcome("plain", "")) == []

@@ -481,3 +481,57 @@ def test_launch_refuses_a_verify_it_cannot_do_before_starting_anything(monkeypat
     script.write_text("")
     with pytest.raises(UsageError, match=message):
         launch.launch(str(script), processes=processes, verify=verify)
+
+
+@pytest.mark.multi_device
+@pytest.mark.slow
+def test_a_model_with_in_model_random_crop_trains_in_two_processes_compiled():
+    """Op by op (Keras's choice for RandomCrop), one of two such jobs sat idle in eager dispatch until killed."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "in_model_augmentation.py", timeout=400)
+    assert job.returncode == 0, job.stderr
+    for index in (0, 1):
+        assert f"[{index}] acceltrain: compiling the model's step (jit_compile=True)" in job.stderr
+    accuracies = {line.split()[0]: line.rsplit(":", 1)[1] for line in job.stdout.splitlines() if "test accuracy:" in line}
+    assert accuracies["[0]"] == accuracies["[1]"]
+
+
+@pytest.mark.multi_device
+@pytest.mark.slow
+@pytest.mark.parametrize("options, cause", [
+    (("--eager",), "run_eagerly=True"),
+    (("--layer", "lookup"), "__main__.GammaLookup cannot be compiled"),  # as StringLookup, IntegerLookup, Hashing
+])
+def test_a_step_only_one_device_can_run_trains_in_two_processes_as_it_does_plainly(options, cause):
+    """Refused before (op by op, the inputs already split between the processes); and before that, one of two such
+    jobs sat idle in eager dispatch until killed (issue 22). Each process now runs the whole call on one device."""
+    options = (*options, "--train-samples", "256", "--epochs", "1")
+    plain = support.python(support.SCRIPTS / "in_model_augmentation.py", *options, timeout=400, KERAS_BACKEND="jax")
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "in_model_augmentation.py", *options, timeout=400)
+    assert job.returncode == 0, job.stderr
+    for index in (0, 1):
+        assert (f"[{index}] acceltrain: {cause}, so Keras runs the step op by op; op by op on 4 CPU devices, XLA's "
+                "collectives can deadlock: such calls run undistributed, on one device") in job.stderr
+    accuracies = {line.split()[0]: float(line.rsplit(":", 1)[1]) for line in job.stdout.splitlines()
+                  if "test accuracy:" in line}
+    assert accuracies["[0]"] == accuracies["[1]"] == support.accuracy(plain.stdout)  # the plain run's math
+
+
+def test_a_scripts_own_tensorflow_is_overruled_to_jax_in_a_job_of_several_processes(tmp_path, monkeypatch):
+    """A job of several processes trains on JAX only; the script's choice is said to be overruled, and how to keep it."""
+    from acceltrain import log
+    from acceltrain.commands import launch
+
+    said = []
+    monkeypatch.setattr(log, "warn", said.append)
+    monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    script = tmp_path / "sets.py"
+    script.write_text('import os\n\nos.environ["KERAS_BACKEND"] = "tensorflow"\n')
+    assert launch._backend_of_the_job(str(script), None, 1) == "tensorflow"  # one process: kept
+    assert said == []
+    assert launch._backend_of_the_job(str(script), None, 2) == "jax"
+    assert said[0].startswith("the script sets its Keras backend on line 3 (os.environ['KERAS_BACKEND'] = "
+                              "'tensorflow'), but a job of several processes trains on JAX only")
+    assert said[0].endswith(f"To keep TensorFlow, run it in one process: acceltrain run {script}")
+    assert launch._backend_of_the_job(str(script), "jax", 2) == "jax" and len(said) == 1  # --backend: no word

@@ -64,11 +64,11 @@ def test_each_fit_warning_fires_once_on_its_own_pitfall():
         if case in segments and not line.startswith("== "):
             segments[case] += line + "\n"
     assert "warning: each epoch trains on 256 of the 1,024" in segments["partial_epoch"]
-    assert "float64: Keras converts the whole array to float32 at the start of every epoch (a " in segments["float64"]
-    assert "MB copy each time; one took" in segments["float64"]
     assert "each of the 8 replica(s) gets 2 sample(s)" in segments["small_batch"]
     for case in segments:  # each warning on its own pitfall only, and once however often the pitfall repeats
-        assert segments[case].count("warning:") == 1, (case, segments[case])
+        assert segments[case].count("warning:") == (case != "float64"), (case, segments[case])
+    # float64 arrays of 64 KB: their conversion costs nothing measurable, so nothing is said (issue 22); the
+    # warning's firing on a measured cost is tests/test_checks.py's
 
 
 @pytest.mark.multi_device
@@ -83,7 +83,6 @@ def test_a_clean_script_gets_no_warning_even_with_odd_sizes():
 @pytest.mark.parametrize(
     "case, says",
     [
-        ("uneven_batch", "Received batch_size=100, which does not divide over 8 replicas"),
         ("one_hot_sparse", "Change the loss to 'categorical_crossentropy'"),
         ("indices_categorical", "Change the loss to 'sparse_categorical_crossentropy'"),
     ],
@@ -95,6 +94,19 @@ def test_where_keras_would_crash_the_error_says_what_to_change(case, says):
     errors = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: error: ")]
     assert len(errors) == 1 and says in errors[0], run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.multi_device
+def test_a_batch_the_replicas_cannot_split_runs_on_one_device_saying_why():
+    """Issue 22: refused before ("Pass a multiple of 8"), though another batch is another algorithm."""
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", "uneven_batch", timeout=180)
+
+    assert run.returncode == 0, run.stderr
+    assert ("acceltrain: batch_size=100 does not divide over 8 replicas, and another batch would train another way: "
+            "such calls run undistributed, on one device, as the script makes them (the plain run's math). To split it "
+            "over the replicas, pass a multiple of 8 (96 or 104)") in run.stderr
+    assert "ran on one device, undistributed (batch_size=100 does not divide" in run.stderr
+    assert "warning" not in run.stderr
 
 
 def test_the_script_keeps_its_argv_and_exit_code():
@@ -193,13 +205,16 @@ class _FakeModel:
 class _Guard:
     """FitGuard as a layer, with the call it hands on: guard(name, model, args, kwargs) -> (args, kwargs)."""
 
-    def __init__(self, num_replicas, num_processes=1, process_index=0):
+    def __init__(self, num_replicas, num_processes=1, process_index=0, op_by_op=None):
+        import contextlib
         from types import SimpleNamespace
 
         from acceltrain.commands.run import FitGuard
         from acceltrain.watchdog import Watchdog
 
-        framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas)
+        framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas,
+                                    op_by_op_in_processes=lambda model: op_by_op,
+                                    on_one_device=lambda model: contextlib.nullcontext())
         self.layer = FitGuard(SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes,
                                               watchdog=Watchdog(0), process_index=process_index, platform="cpu",
                                               backend_module=framework))
@@ -212,8 +227,26 @@ class _Guard:
         return passed.args, passed.kwargs
 
 
-def _guard(num_replicas, num_processes=1, process_index=0):
-    return _Guard(num_replicas, num_processes, process_index)
+def _guard(num_replicas, num_processes=1, process_index=0, op_by_op=None):
+    return _Guard(num_replicas, num_processes, process_index, op_by_op)
+
+
+def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_gets_the_whole_inputs(monkeypatch):
+    """Each process runs such a call on one device (backends/jax.py::op_by_op_in_processes), so each must see every
+    sample and the script's batch: split first, the processes would train apart."""
+    import numpy as np
+
+    from acceltrain import log
+
+    said = []
+    monkeypatch.setattr(log, "info", said.append)
+    x, y = np.arange(1003, dtype="float32")[:, None], np.arange(1003) % 10
+    why = "run_eagerly=True, so Keras runs the step op by op"
+    args, kwargs = _guard(4, num_processes=2, process_index=1, op_by_op=why)("fit", _FakeModel(), (x, y),
+                                                                              {"batch_size": 256})
+    assert args[0] is x and args[1] is y and kwargs == {"batch_size": 256}
+    assert said == [f"{why}: such calls run undistributed, on one device, as the script makes them (the plain run's "
+                    "math)"]
 
 
 def test_each_process_gets_every_nth_sample_and_a_share_of_the_global_batch():
@@ -343,7 +376,8 @@ def _calls(log_lines, monkeypatch, num_processes=1, watchdog=None):
     monkeypatch.setattr(log, "info", lambda message: log_lines.append(("info", message)))
     monkeypatch.setattr(log, "warn", lambda message: log_lines.append(("warn", message)))
     return KerasCalls(SimpleNamespace(num_processes=num_processes, distribution=None, distribution_name="none",
-                                      num_replicas=1, watchdog=watchdog or Watchdog(0)))
+                                      num_replicas=1, watchdog=watchdog or Watchdog(0)),
+                      "KERAS_BACKEND=jax /venv/bin/python loop.py --epochs 3")
 
 
 def test_the_stall_watchdog_is_armed_before_keras_runs_any_of_a_scripts_calls(monkeypatch):
@@ -381,13 +415,11 @@ def _call(name, model, keras_method):
 )
 def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fails_plainly, fails_hooked,
                                                                             num_processes, says, monkeypatch):
-    from pathlib import Path
-
     lines, model = [], _Model()
     calls = _calls(lines, monkeypatch, num_processes)
     with pytest.raises(Exception) as raised:
         calls(_call("fit", model, _keras_fit(fails_plainly)), _below(fails_hooked))
-    calls.tell_whose(raised.value, Path("script.py"))
+    calls.tell_whose(raised.value)
 
     assert says in lines[-1][1]
     assert (lines[-1][0] == "warn") == (not fails_plainly)  # acceltrain's own bug is a warning
@@ -395,13 +427,46 @@ def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fail
 
 
 def test_an_error_outside_any_keras_call_points_to_running_the_script_plainly(monkeypatch):
-    from pathlib import Path
-
     lines = []
     calls = _calls(lines, monkeypatch)
-    calls.tell_whose(ValueError("in the script's own loop"), Path("loop.py"))
+    calls.tell_whose(ValueError("in the script's own loop"))
 
-    assert "outside fit/evaluate/predict" in lines[-1][1] and "python loop.py" in lines[-1][1]
+    assert "outside fit/evaluate/predict" in lines[-1][1]
+    assert lines[-1][1].endswith("run: KERAS_BACKEND=jax /venv/bin/python loop.py --epochs 3")
+
+
+def test_the_plain_command_is_the_users_interpreter_arguments_and_backend():
+    """Issue 22: "run: python /path/script.py" lost the interpreter, the script's arguments and the backend."""
+    import sys
+    from pathlib import Path
+
+    from acceltrain.commands.run import _plain_command
+
+    command = _plain_command(Path("my dir/train.py"), ["--epochs", "3", "--name", "a b"], "tensorflow")
+    assert command == f"KERAS_BACKEND=tensorflow {sys.executable} 'my dir/train.py' --epochs 3 --name 'a b'"
+
+
+def test_the_closing_line_says_which_calls_ran_on_one_device_and_why(monkeypatch):
+    lines, model = [], _Model()
+    calls = _calls(lines, monkeypatch)
+    calls.runtime.distribution, calls.runtime.distribution_name, calls.runtime.num_replicas = object(), "DataParallel", 4
+    fit = _keras_fit(False)
+
+    def undistributed(call):  # what FitGuard does with a batch that does not divide
+        call.undistributed.append("batch_size=1 does not divide over 4 replicas, and another batch would train "
+                                  "another way. To split it over the replicas, pass a multiple of 4: 4")
+        return _below(False)(call)
+
+    calls(_call("fit", model, fit), undistributed)
+    calls(_call("fit", model, fit), undistributed)
+    calls(_call("evaluate", model, fit), _below(False))
+    calls.tell_summary()
+    assert lines[-1][1] == ("run: the script's Keras calls (2 fit, 1 evaluate) ran on DataParallel over 4 replica(s), "
+                            "but 2 fit on one device, undistributed (batch_size=1 does not divide over 4 replicas, and "
+                            "another batch would train another way)")
+    calls.undistributed["evaluate"] = 1  # as if every call had run on one device
+    calls.tell_summary()
+    assert lines[-1][1].startswith("run: the script's Keras calls (2 fit, 1 evaluate) ran on one device, undistributed (")
 
 
 def test_the_closing_line_counts_the_scripts_own_calls_not_those_made_inside_them(monkeypatch):
@@ -525,3 +590,108 @@ def test_weights_split_over_processes_are_refused_before_anything_is_written(run
     assert "(FSDP; e.g. sequential/dense/kernel)" in str(refused.value)
     assert "--distribution data" in str(refused.value) and "Nothing was written." in str(refused.value)
     assert not list(tmp_path.iterdir())
+
+
+AUGMENTING = support.SCRIPTS / "in_model_augmentation.py"
+
+
+@pytest.mark.slow
+@pytest.mark.multi_device
+@pytest.mark.parametrize("options, says", [
+    ((), "compiling the model's step (jit_compile=True): Keras marks RandomCrop as not compilable"),
+    (("--layer", "zoom"), "compiling the model's step (jit_compile=True): Keras marks RandomZoom as not compilable"),
+    (("--eager",), "running on one device, on the whole global batch: run_eagerly=True"),
+    # A table looked up in numpy, as StringLookup/IntegerLookup/Hashing look theirs up: no compiler takes it.
+    (("--layer", "lookup", "--train-samples", "256", "--epochs", "1"),
+     "running on one device, on the whole global batch: __main__.GammaLookup cannot be compiled"),
+])
+def test_a_model_keras_would_run_op_by_op_trains_on_4_cpu_devices_saying_how(options, says):
+    """Op by op on several CPU devices, XLA's collectives deadlock (decisions.choose_op_by_op_step): the step is
+    compiled where JAX can, else the call runs on one device."""
+    plain = support.python(AUGMENTING, *options, timeout=600, KERAS_BACKEND="jax")
+    run = support.run_cli("run", "--simulate-devices", "4", AUGMENTING, *options, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count(says) == 1, run.stderr
+    assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.05
+
+
+def _keep(tmp_path, source, backend, monkeypatch, env=None):
+    """run's _keep_the_scripts_backend on a script of `source`: (KERAS_BACKEND after it, the lines it said)."""
+    from acceltrain import log
+    from acceltrain.commands.run import _keep_the_scripts_backend
+
+    said = []
+    monkeypatch.setattr(log, "info", lambda message: said.append(("info", message)))
+    monkeypatch.setattr(log, "warn", lambda message: said.append(("warn", message)))
+    monkeypatch.delenv("ACCELTRAIN_LAUNCHER_PID", raising=False)
+    if env is None:
+        monkeypatch.delenv("KERAS_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("KERAS_BACKEND", env)
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    _keep_the_scripts_backend(script, backend)
+    import os
+
+    return os.environ.get("KERAS_BACKEND"), said
+
+
+@pytest.mark.parametrize(
+    "source, backend, env, ends_with, says",
+    [
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', None, None, "tensorflow",
+         ("info", "run: the script sets its Keras backend on line 2 (os.environ['KERAS_BACKEND'] = 'tensorflow'): "
+                  "applied before Keras loads")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', None, "jax", "tensorflow", ("info", "line 2")),
+        ('import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\n', None, "jax", "jax", None),  # env wins
+        ('import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\n', None, None, "tensorflow", ("info", "")),
+        ('import keras\nkeras.config.set_backend("tensorflow")\n', None, None, "tensorflow", ("info", "line 2")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', "jax", None, None,
+         ("warn", "--backend jax overrules it (acceltrain loads Keras before the script runs). To keep the script's, "
+                  "leave out --backend.")),
+        ('import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\n', "tensorflow", None, None, None),
+        ('import os, sys\nos.environ["KERAS_BACKEND"] = sys.argv[1]\n', None, None, None,
+         ("warn", "which acceltrain cannot read before: Keras is loaded first, with the backend the next line names. "
+                  "To choose it, pass --backend jax or --backend tensorflow.")),
+        ("import keras\n", None, None, None, None),
+    ],
+)
+def test_the_scripts_own_backend_is_kept_as_a_plain_run_keeps_it(tmp_path, monkeypatch, source, backend, env,
+                                                                   ends_with, says):
+    """Issue 22: a script setting os.environ["KERAS_BACKEND"] = "tensorflow" ran on JAX, the banner saying "the
+    default". Each of the three shapes, against the environment and --backend."""
+    got, said = _keep(tmp_path, source, backend, monkeypatch, env)
+    assert got == (ends_with or env)
+    assert len(said) == (says is not None) and (says is None or (said[0][0] == says[0] and says[1] in said[0][1]))
+
+
+def test_a_scripts_set_backend_does_not_reload_keras_under_run(runtime):
+    """keras.config.set_backend drops every keras module: what the script built next would bypass acceltrain."""
+    import keras
+
+    from acceltrain.commands.run import _no_reload_of_keras
+    from acceltrain.errors import UsageError
+
+    with _no_reload_of_keras("jax"):
+        keras.config.set_backend("jax")  # read from the source and loaded already: nothing to do
+        with pytest.raises(UsageError, match=r"keras.config.set_backend\('tensorflow'\) .* Pass --backend tensorflow"):
+            keras.config.set_backend("tensorflow")
+    import sys
+
+    assert "keras.src.backend.jax.trainer" in sys.modules  # nothing was dropped
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("line", ['import os\nos.environ["KERAS_BACKEND"] = "tensorflow"\nimport keras\n',
+                                  'import os\nos.environ.setdefault("KERAS_BACKEND", "tensorflow")\nimport keras\n',
+                                  'import keras\nkeras.config.set_backend("tensorflow")\nimport keras\n'])
+def test_a_script_that_sets_its_backend_runs_on_it_under_run(tmp_path, line):
+    script = tmp_path / "sets.py"
+    script.write_text(line + "import numpy as np\n"
+                      "m = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])\nm.compile('sgd', 'mse')\n"
+                      "m.fit(np.ones((8, 3)), np.ones((8, 1)), verbose=0)\nprint('backend:', keras.backend.backend())\n")
+    run = support.run_cli("run", script, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "backend: tensorflow" in run.stdout
+    assert "tensorflow on cpu" in run.stderr and "run: the script sets its Keras backend on line 2" in run.stderr

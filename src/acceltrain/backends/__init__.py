@@ -110,7 +110,7 @@ INTERFACE = (
     "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
     # distribution, and the layer of Keras's fit/evaluate/predict that follows it (keras_internals.LAYERS)
     "make_distribution", "distribution_name", "num_replicas", "scope", "release", "follow_placement",
-    "step_callbacks",
+    "step_callbacks", "op_by_op_made_safe",
     # unmodified scripts
     "devices_spanned", "gathering_predictions",
     # the time ledger (acceltrain/ledger.py): compile events, a step's FLOPs

@@ -6,7 +6,9 @@ Same function names as `backends/tensorflow.py`. Only this module imports jax.
 import contextlib
 import functools
 import math
+import statistics
 import threading
+import time
 
 import jax
 
@@ -18,7 +20,7 @@ NAME = "jax"
 SPLITS_UNEVEN_BATCHES = False
 
 # What this module has beyond backends.INTERFACE: the compilation cache, and the model → distribution lookup.
-OWN = ("enable_compilation_cache", "distribution_of",
+OWN = ("enable_compilation_cache", "distribution_of", "on_one_device", "op_by_op_in_processes",
        # sharding (fsdp, model): JAX only; placement.py checks for them by name
        "make_sharded_distribution", "sharding_parts", "is_layout_map", "indivisible_weights", "variable_layouts",
        "first_device_bytes", "device_memory", "abstract_state",
@@ -454,14 +456,17 @@ def distribution_of(model):
 def follow_placement(call, proceed):
     """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit` runs under the
     distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
-    model, as TensorFlow does), one step at a time where steps must not overlap. A model built outside any
-    acceltrain distribution runs as Keras runs it."""
+    model, as TensorFlow does), one step at a time where steps must not overlap, and a step Keras would run op
+    by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
     import keras
 
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
-    for callback in step_callbacks(distribution or keras.distribution.distribution()):
-        call = call.with_callback(callback)
-    with scope(distribution):
+    in_force = distribution or keras.distribution.distribution()
+    with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
+        if undistributed:
+            call.undistributed.append(undistributed)
+        for callback in [] if undistributed else step_callbacks(in_force):
+            call = call.with_callback(callback)
         return proceed(call)
 
 
@@ -535,12 +540,115 @@ def shapes_of(tree):
     return jax.tree.map(shape, tree)
 
 
+@contextlib.contextmanager
+def op_by_op_made_safe(model, distribution):
+    """Every fit/evaluate/predict under `distribution`, the script's (follow_placement) and Runtime's own: where
+    Keras would run the model's step op by op on several CPU devices (decisions.choose_op_by_op_step), compile it
+    when JAX can, else run the call on one device (yields why), else (several processes: `launch`'s FitGuard runs
+    a script's such calls over arrays on one device before this, op_by_op_in_processes) refuse; said in one line.
+    Yields None where the call stays distributed."""
+    if distribution is None or not _steps_must_not_overlap(distribution):
+        yield None
+        return
+    import keras
+
+    from acceltrain.backends import keras_internals
+    from acceltrain.errors import UsageError
+
+    not_jitted = keras_internals.layers_not_jitted(model)
+    treatment, reason = _op_by_op_step(model, distribution, not_jitted, jax.process_count())
+    if treatment == "refuse":
+        raise UsageError(f"{reason}. Run this script in one process (acceltrain run), where such a call runs on one "
+                         "device, or keep the layer out of the model (in the tf.data pipeline).")
+    if treatment == "compile":
+        for layer in not_jitted:
+            if type(layer) is keras.layers.RandomCrop:
+                keras_internals.jittable_random_crop(layer)
+            layer.supports_jit = True
+        model.jit_compile = True
+        keras_internals.forget_compiled_functions(model)
+        _tell_once(f"compiling the model's step (jit_compile=True): {reason}. To keep Keras's op-by-op step, run "
+                   "on one device")
+    if treatment != "one device":
+        yield None
+        return
+    _tell_once(f"running on one device, on the whole global batch: {reason}")
+    with on_one_device(model, distribution):
+        yield reason
+
+
+def _op_by_op_step(model, distribution, not_jitted, processes: int) -> tuple[str, str]:
+    """decisions.choose_op_by_op_step for `model` under `distribution` (over several CPU devices)."""
+    from acceltrain import decisions
+
+    return decisions.choose_op_by_op_step(
+        distribution.device_mesh.devices.size, processes, tuple(_keras_class_name(layer) for layer in not_jitted),
+        bool(model.jit_compile), bool(model.run_eagerly))
+
+
+def op_by_op_in_processes(model) -> str | None:
+    """In a job of several processes over CPU devices: why a call of `model` must run on one device (Keras would run
+    its step op by op, and JAX cannot compile it), else None. `acceltrain launch`'s FitGuard asks before it splits
+    the inputs between the processes, so that each process runs the same call on the same, whole inputs (placement
+    could only refuse it: op_by_op_made_safe). Decided as in one process (decisions.choose_op_by_op_step)."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    distribution = distribution_of(model) or keras.distribution.distribution()
+    if jax.process_count() <= 1 or distribution is None or not _steps_must_not_overlap(distribution):
+        return None
+    treatment, reason = _op_by_op_step(model, distribution, keras_internals.layers_not_jitted(model), 1)
+    return reason if treatment == "one device" else None
+
+
+@contextlib.contextmanager
+def on_one_device(model, distribution=None):
+    """Inside, `model` trains, evaluates and predicts undistributed, on this process's first device: its variables
+    (and its optimizer's and metrics') moved there whole, no global distribution; on exit they are laid out by
+    their distribution again. In a job of several processes each process runs the same call on its own device
+    with the same, whole inputs (no collective: every process computes the same values). `distribution`: the
+    model's (default: the one its variables are placed by, else the global one)."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    distribution = distribution or distribution_of(model) or keras.distribution.distribution()
+    if distribution is None:
+        yield
+        return
+    split = split_over_processes(keras_internals.state_variables(model))
+    if split:
+        from acceltrain.errors import UsageError
+
+        raise UsageError(f"A call that must run on one device (no batch of it divides over the replicas) met weights "
+                         f"split over {jax.process_count()} processes ({distribution_name(distribution)}; e.g. "
+                         f"{split[0]}): no process holds them whole. Pass --distribution data, or a batch that "
+                         "divides over the replicas.")
+    previous = keras.distribution.distribution()
+    with keras_internals.variables_on_one_device(model, jax.local_devices()[0], distribution.get_variable_layout):
+        keras.distribution.set_distribution(None)
+        try:
+            yield
+        finally:
+            keras.distribution.set_distribution(previous)
+
+
+def _keras_class_name(layer) -> str:
+    """"RandomCrop" for Keras's own layer; a subclass or a namesake goes by its full name."""
+    import keras
+
+    name = type(layer).__name__
+    return name if type(layer) is getattr(keras.layers, name, None) else f"{type(layer).__module__}.{name}"
+
+
 _told = set()  # what this process has said once
 
 
 def step_callbacks(distribution) -> list:
     """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
-    CPU devices (_steps_must_not_overlap), said once."""
+    CPU devices (_steps_must_not_overlap), said once; and, once a process, the step timed again on one device
+    (_timed_on_one_device)."""
     if distribution is None or not _steps_must_not_overlap(distribution):
         return []
     if "one step" not in _told:
@@ -549,7 +657,90 @@ def step_callbacks(distribution) -> list:
 
         log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
                  "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
-    return [_one_step_at_a_time()()]
+    timed = [] if "timed on one device" in _told or jax.process_count() > 1 else [_timed_on_one_device()()]
+    return [_one_step_at_a_time()(), *timed]
+
+
+# When a fit on several CPU devices is timed against one device (_timed_on_one_device): after this many training
+# steps (the first ones compile), when they take at least this long (a fast step is not worth a compile), over this
+# many steps of the copy.
+COMPARE_AFTER_STEPS = 50
+COMPARE_FROM_STEP_SECONDS = 0.01
+COMPARE_STEPS = 5
+
+
+@functools.cache
+def _timed_on_one_device():
+    """The callback class that, once a process, times a fit's training step on one device against the same step on
+    the several CPU devices it runs on, and says so when those are many times slower
+    (decisions.slower_on_several_devices). The copy: Keras's own train_step, jitted with no distribution, on a copy
+    of the fit's state and its last batch on the first device. One compile of the step (seconds) and a few steps:
+    paid once a process, only where steps take COMPARE_FROM_STEP_SECONDS or more. One process only: in a job of
+    several, no process holds the whole batch."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    class TimedOnOneDevice(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.seconds, self.kept = [], keras_internals.keep_last_batch(self.model)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):  # not async_safe: on the main thread, each step finished
+            self.seconds.append(time.perf_counter() - self.started)
+            if len(self.seconds) < COMPARE_AFTER_STEPS or "timed on one device" in _told:
+                return
+            _told.add("timed on one device")
+            self.kept["stop"]()
+            # The first ones compiled; a batch end comes after steps_per_execution steps.
+            several = statistics.median(self.seconds[COMPARE_AFTER_STEPS // 5:]) / self.model.steps_per_execution
+            if several >= COMPARE_FROM_STEP_SECONDS and "batch" in self.kept:
+                _compare(self.model, self.kept.pop("batch"), several)
+
+        def on_train_end(self, logs=None):
+            self.kept["stop"]()
+
+    return TimedOnOneDevice
+
+
+def _compare(model, batch, several: float) -> None:
+    import keras
+
+    from acceltrain import decisions, log
+    from acceltrain.backends import keras_internals
+
+    previous = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)  # Keras's own step, traced undistributed
+    try:
+        state, batch = jax.device_put((keras_internals.training_state(model), batch), jax.local_devices()[0])
+        step = jax.jit(model.train_step)
+        started = time.perf_counter()
+        state = jax.block_until_ready(step(state, batch)[1])
+        compiled = time.perf_counter() - started
+        seconds = []
+        for _ in range(COMPARE_STEPS):
+            started = time.perf_counter()
+            state = jax.block_until_ready(step(state, batch)[1])
+            seconds.append(time.perf_counter() - started)
+    except Exception as error:  # noqa: BLE001  (a measurement that cannot be made says nothing)
+        log.debug(f"the step was not timed on one device: {type(error).__name__}: {error}")
+        return
+    finally:
+        keras.distribution.set_distribution(previous)
+    devices = len(jax.devices())
+    line = decisions.slower_on_several_devices(devices, several, statistics.median(seconds), compiled, COMPARE_STEPS)
+    if line:
+        log.info(line)
+
+
+def _tell_once(line: str) -> None:
+    if line not in _told:
+        _told.add(line)
+        from acceltrain import log
+
+        log.info(line)
 
 
 # --- Sharding: weights cut over devices (fsdp, model) ---------------------------------------------

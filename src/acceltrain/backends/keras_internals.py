@@ -127,6 +127,9 @@ class Call:
     args: tuple
     kwargs: dict
     keras: object  # Keras's own method, unbound: keras(model, *args, **kwargs)
+    # Why an inner layer ran this call undistributed, on one device (shared by every replace(), so the outer
+    # layers read it once the call returns: run's closing line says where each call ran).
+    undistributed: list = dataclasses.field(default_factory=list)
 
     def replace(self, **changes) -> "Call":
         return dataclasses.replace(self, **changes)
@@ -502,3 +505,125 @@ def put_back_values(values) -> bool:
     for variable, value in values:
         variable._value = value
     return True
+
+
+# --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax.py) ---------
+
+def layers_not_jitted(model) -> list:
+    """The model's layers, nested ones included, that make Keras run its step uncompiled.
+
+    Relies on: trainers/trainer.py::model_supports_jit, which resolves jit_compile="auto" to False unless
+    every layer of `model._flatten_layers()` has `supports_jit` True.
+    """
+    return [layer for layer in model._flatten_layers() if not layer.supports_jit]
+
+
+def jittable_random_crop(layer) -> None:
+    """Let JAX compile this RandomCrop: its random offsets cut with a dynamic slice, the same pixels.
+
+    Relies on: RandomCrop.get_random_transformation returns (h_start, w_start), traced scalars in training
+    when the image is larger than the crop (Python ints otherwise), and transform_images(images,
+    transformation, training) cuts images[h_start:h_start + height, w_start:w_start + width] with them, a
+    Python slice JAX cannot trace; keras.ops.slice takes the start as a traced value (lax.dynamic_slice).
+    """
+    crop = type(layer).transform_images
+
+    def transform_images(images, transformation, training=True):
+        h_start, w_start = transformation
+        if not training or (isinstance(h_start, int) and isinstance(w_start, int)):
+            return crop(layer, images, transformation, training=training)
+        images = layer.backend.cast(images, layer.compute_dtype)
+        start, shape = [0] * len(images.shape), list(images.shape)
+        start[layer.height_axis], start[layer.width_axis] = h_start, w_start
+        shape[layer.height_axis], shape[layer.width_axis] = layer.height, layer.width
+        return keras.ops.slice(images, start, shape)
+
+    layer.transform_images = transform_images
+    layer.supports_jit = True
+
+
+def state_variables(model) -> list:
+    """Every variable a fit/evaluate/predict of `model` reads or writes: the model's, its optimizer's and its
+    compiled metrics' (each once)."""
+    optimizer = getattr(model, "optimizer", None)
+    everything = [*model.variables, *(optimizer.variables if optimizer is not None else []),
+                  *getattr(model, "metrics_variables", [])]
+    return list({id(v): v for v in everything}.values())
+
+
+@contextlib.contextmanager
+def variables_on_one_device(model, device, layout_of):
+    """Inside, every variable of the model, its optimizer and its metrics lives on `device` alone (a copy this
+    process holds whole: its own part of a variable replicated over several processes), new values stay there,
+    and variables made inside get no layout. On exit each is laid out again: as it was, or by
+    `layout_of(variable)` for one made inside (fit builds its optimizer and metrics at its first call).
+
+    Relies on: a JAX Variable keeps its array in `_value` and its distribution's layout in `_layout`;
+    `_direct_assign` (every assign) lays a value out by `_layout` when it has one, and keeps it as given
+    when it is None; a new variable takes its layout from the global distribution, none when there is none.
+    """
+    import jax
+    import numpy as np
+
+    variables = state_variables(model)
+    layouts = {id(v): v._layout for v in variables}
+    for variable in variables:
+        value = variable._value
+        variable._layout = None
+        if value is not None:
+            whole = value if value.is_fully_addressable else value.addressable_shards[0].data
+            variable._value = jax.device_put(whole, device)
+    try:
+        yield
+    finally:
+        for variable in state_variables(model):
+            layout = layouts[id(variable)] if id(variable) in layouts else layout_of(variable)
+            variable._layout = layout
+            if layout is not None and variable._value is not None:  # None: a call that raised took it out
+                variable.assign(np.asarray(variable._value))  # from the host: alike in every process
+
+
+# --- A fit's step, timed again on one device (backends/jax.py::_timed_on_one_device) -------------------------
+
+def training_state(model) -> tuple:
+    """The state of the fit in progress after its last step, as Keras's JAX `train_step(state, batch)` takes it:
+    (trainable, non-trainable, optimizer, metrics) arrays.
+
+    Relies on: JAXTrainer.fit sets `self._jax_state`, a dict of those four lists under "trainable_variables",
+    "non_trainable_variables", "optimizer_variables" and "metrics_variables", after each step and before
+    on_train_batch_end.
+    """
+    state = model._jax_state
+    return tuple(list(state[name]) for name in ("trainable_variables", "non_trainable_variables", "optimizer_variables",
+                                          "metrics_variables"))
+
+
+def keep_last_batch(model) -> dict:
+    """From now on, `kept["batch"]` is the last batch the model's train function took (a reference: nothing is
+    copied), until `kept["stop"]()` gives the train function back.
+
+    Relies on: JAXTrainer.fit calls `self.train_function(state, iterator)` each step (make_train_function keeps an
+    existing one), and that function takes `next(iterator)` as the batch of `train_step(state, batch)`.
+    """
+    step, kept = model.train_function, {}
+
+    class Kept:
+        def __init__(self, iterator):
+            self.iterator = iterator
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            kept["batch"] = next(self.iterator)
+            return kept["batch"]
+
+    def train_function(state, iterator):
+        return step(state, Kept(iterator))
+
+    def stop():
+        if model.train_function is train_function:
+            model.train_function = step
+
+    model.train_function, kept["stop"] = train_function, stop
+    return kept

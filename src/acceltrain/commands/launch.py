@@ -43,8 +43,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
-    backend_name, _ = decisions.choose_backend(backend, None, os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
-                                               backends.keras_config_backend())
+    backend_name = _backend_of_the_job(script, backend, processes)
     stall_timeout = watchdog.check_timeout(stall_timeout, "--stall-timeout")
     decisions.check_distribution(distribution, backend_name)
     if device_memory is not None:
@@ -253,6 +252,24 @@ def _write_lines(lines, target, index: int, writing: threading.Lock) -> None:
         with writing:
             target.write(f"[{index}] {text}")
             target.flush()
+
+
+def _backend_of_the_job(script: str, backend: str | None, processes: int) -> str:
+    """--backend, else the one the script ends with plainly (its own choice, script_source.py, over KERAS_BACKEND),
+    else Keras's config, else JAX. The script's own TensorFlow in a job of several processes is overruled to JAX,
+    in words: such a job trains on JAX only (cluster.choose_processes), and Keras code runs on either."""
+    from acceltrain import script_source
+
+    env = os.environ.get("KERAS_BACKEND")
+    choice = script_source.backend_choice(Path(script).read_text(errors="replace")) if backend is None else None
+    ended = choice.over(env) if choice is not None else env
+    name, _ = decisions.choose_backend(backend, None, ended, backends.jax_importable(), backends.keras_config_backend())
+    if processes > 1 and name == "tensorflow" and ended != env:
+        log.warn(f"the script sets its Keras backend on line {choice.line} ({choice.said}), but a job of several processes trains on JAX "
+                 "only (Keras 3's fit fails under TensorFlow's MultiWorkerMirroredStrategy: keras-team/keras#20585): "
+                 f"it runs on JAX. To keep TensorFlow, run it in one process: acceltrain run {script}")
+        return "jax"
+    return name
 
 
 def _free_port() -> int:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from acceltrain import checks, data, inputs, log, placement, user_model
+from acceltrain import checks, data, decisions, inputs, log, placement, user_model
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, predict_prepared
@@ -55,6 +55,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     outputs.check_file_folder(ledger_file, "--ledger")
     verify = verification.check_steps(verify, "--verify")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+    _keep_the_scripts_backend(script, backend)
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                       stall_timeout=stall_timeout, device_memory=device_memory, precision=precision)
@@ -67,7 +68,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     from acceltrain.backends import keras_internals
     from acceltrain.training import ledger_watch
 
-    calls = KerasCalls(runtime)
+    calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend))
     checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
         runtime, checkpointing, _resume_command(checkpointing, script, argv))
     with contextlib.ExitStack() as stack:
@@ -75,6 +76,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
+        stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
         watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
             if runtime.timeline.enabled else None
@@ -100,7 +102,7 @@ def _run_main(script: Path, calls) -> int:
         raise  # acceltrain's own message (a fit check, a stop on SIGTERM with the resume hint), printed by the CLI
     except Exception as error:  # the script's own failure: its traceback, from its own frames
         user_model.print_traceback(error, script)
-        calls.tell_whose(error, script)
+        calls.tell_whose(error)
         return 1
     calls.tell_summary()
     return 0
@@ -116,6 +118,58 @@ def _tell_ledger(ledger, ledger_file, runtime) -> None:
         if runtime.num_processes > 1:
             path = path.with_name(f"{path.stem}.{runtime.process_index}{path.suffix}")
         outputs.write_json(path, ledger.as_json())
+
+
+def _keep_the_scripts_backend(script: Path, backend: str | None) -> None:
+    """The Keras backend the script chooses for itself (script_source.py), kept as a plain run keeps it: applied to
+    KERAS_BACKEND before connect() loads Keras, and said. `--backend` overrules it, in words. A launched process
+    says nothing: the launcher chose the job's backend, and said why."""
+    from acceltrain import cluster, script_source
+
+    choice = script_source.backend_choice(script.read_text(errors="replace"))
+    if choice is None or cluster.launcher_pid() is not None:
+        return
+    env = os.environ.get("KERAS_BACKEND")
+    if choice.backend is None:
+        log.warn(f"the script chooses its Keras backend as it runs (line {choice.line}: {choice.said}), which acceltrain cannot read "
+                 "before: Keras is loaded first, with the backend the next line names. To choose it, pass --backend "
+                 "jax or --backend tensorflow.")
+    elif backend is not None and backend != choice.over(env):
+        log.warn(f"the script sets its Keras backend on line {choice.line} ({choice.said}); --backend {backend} overrules it (acceltrain loads "
+                 "Keras before the script runs). To keep the script's, leave out --backend.")
+    elif backend is None and choice.over(env) != env:
+        os.environ["KERAS_BACKEND"] = choice.over(env)
+        log.info(f"run: the script sets its Keras backend on line {choice.line} ({choice.said}): applied before Keras loads, as a plain run "
+                 "applies it")
+
+
+@contextlib.contextmanager
+def _no_reload_of_keras(backend: str):
+    """Inside, the script's keras.config.set_backend(NAME) does not reload Keras: Keras's own drops every keras
+    module, and what the script built after it would bypass acceltrain. NAME was read from the source and loaded
+    before the script ran (_keep_the_scripts_backend): nothing to do; another one is refused, naming the flag."""
+    import keras
+
+    from acceltrain.backends import keras_internals
+
+    def kept(_, keras_own):
+        def set_backend(name):
+            if name != backend:
+                raise UsageError(f"Received keras.config.set_backend({name!r}) from the script, with Keras loaded on "
+                                 f"{backend} before it ran (a backend chosen as the script runs cannot be read before). "
+                                 f"Pass --backend {name}.")
+
+        return set_backend
+
+    with keras_internals.patched(keras.config, ["set_backend"], kept):
+        yield
+
+
+def _plain_command(script: Path, argv, backend: str) -> str:
+    """The command that runs the script as it ran here, without acceltrain: this interpreter, the script's own
+    arguments, and the Keras backend it ran on (KERAS_BACKEND: whatever chose it, the user's environment, the
+    script or the default, the plain run then takes the same)."""
+    return shlex.join([f"KERAS_BACKEND={backend}", sys.executable, str(script), *argv])
 
 
 def _resume_command(flags, script: Path, argv) -> str:
@@ -260,11 +314,14 @@ class KerasCalls:
     in a multi-process job: one process alone would wait forever in the others' collectives.
     """
 
-    def __init__(self, runtime):
+    def __init__(self, runtime, plain_command: str):
         from acceltrain.backends import keras_internals
 
         self.runtime = runtime
+        self.plain_command = plain_command  # how the user runs the script without acceltrain (_plain_command)
         self.counts: Counter = Counter()
+        self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
+        self.why_undistributed: list = []
         self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
         self.failed: tuple | None = None  # (name, error, the same call's error without acceltrain, or None)
         self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
@@ -288,6 +345,10 @@ class KerasCalls:
         finally:
             self._depth -= 1
             self.counts[call.name] += outermost
+            if outermost and call.undistributed:
+                self.undistributed[call.name] += 1
+                self.why_undistributed += [why.split(". ")[0] for why in call.undistributed
+                                           if why.split(". ")[0] not in self.why_undistributed]
 
     def _recheck(self, call):
         """The same call on Keras's own method and no distribution: the exception it raises, None if none,
@@ -311,19 +372,19 @@ class KerasCalls:
                 keras.distribution.set_distribution(previous)
         return None
 
-    def tell_whose(self, error: BaseException, script: Path) -> None:
+    def tell_whose(self, error: BaseException) -> None:
         """After the script's traceback: whether the failure is the script's or acceltrain's."""
         if self.failed is None or self.failed[1] is not error:
             log.info(f"the error was raised in the script's own code, outside fit/evaluate/predict; to see whether "
-                     f"it fails without acceltrain too, run: python {script}")
+                     f"it fails without acceltrain too, run: {self.plain_command}")
             return
         name, _, plain = self.failed
         if plain == "trained":
             log.info(f"model.{name} failed after it had run steps, so it was not rerun without acceltrain. To "
-                     f"tell whose error it is, run: python {script}")
+                     f"tell whose error it is, run: {self.plain_command}")
         elif plain == "skipped":
             log.info(f"model.{name} failed; not rerun without acceltrain in a job of several processes. To tell "
-                     f"whose error it is, run: python {script}")
+                     f"whose error it is, run: {self.plain_command}")
         elif plain is None:
             log.warn(f"model.{name} fails only under acceltrain: the same call without acceltrain's hooks (the "
                      "script's own inputs, no distribution) succeeds. This is acceltrain's bug, not the script's: "
@@ -333,7 +394,7 @@ class KerasCalls:
                      "script's own inputs and no distribution): the error is the script's, not acceltrain's.")
         else:
             log.info(f"model.{name} fails without acceltrain too, but differently ({type(plain).__name__}: "
-                     f"{plain}): most likely the script's error; to be sure, run: python {script}")
+                     f"{plain}): most likely the script's error; to be sure, run: {self.plain_command}")
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
@@ -344,14 +405,26 @@ class KerasCalls:
         own = ("; the calls of the runtime the script connected itself ran as its banner says"
                if keras_internals.runtimes_opened() > self._runtimes else "")
         if self.counts:
-            made = ", ".join(f"{self.counts[name]} {name}" for name in ("fit", "evaluate", "predict") if self.counts[name])
-            log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
+            made, alone = _listed(self.counts), _listed(self.undistributed)
+            why = "; ".join(self.why_undistributed)
+            if not alone:
+                log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
+            elif self.undistributed == self.counts:
+                log.info(f"run: the script's Keras calls ({made}) ran on one device, undistributed ({why}){own}")
+            else:
+                log.info(f"run: the script's Keras calls ({made}) ran on {where}, but {alone} on one device, "
+                         f"undistributed ({why}){own}")
         elif own:
             log.info(f"run: the script called no Keras fit, evaluate or predict itself{own}")
         else:
             log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
                      f"variables were placed by {where}, but a hand-written training loop runs as written, each "
                      "step on the whole batch (Keras's fit/evaluate/predict are what acceltrain splits)")
+
+
+def _listed(counts) -> str:
+    """'2 fit, 1 evaluate': the calls counted, in Keras's order."""
+    return ", ".join(f"{counts[name]} {name}" for name in ("fit", "evaluate", "predict") if counts[name])
 
 
 class FirstFits:
@@ -421,6 +494,14 @@ class FitGuard:
         arguments = call.arguments()
         if not data.is_arrays(arguments.get("x")):
             return proceed(call)  # datasets and generators: Keras takes them as they are
+        split, why = decisions.choose_batch_split(call.name, self._training_samples(arguments),
+                                                  arguments.get("batch_size"), self.runtime.num_replicas,
+                                                  self.runtime.backend_module.SPLITS_UNEVEN_BATCHES)
+        op_by_op = self._op_by_op_in_processes(call.model)
+        if op_by_op:  # before the inputs are split between the processes: each runs the whole call
+            split, why = "one device", op_by_op
+        if split == "one device":
+            return self._on_one_device(call, arguments, why, proceed)
         if call.name == "predict":
             return self._predict(call, arguments, proceed)
         if call.name == "fit":
@@ -432,6 +513,30 @@ class FitGuard:
             self._check_batch(arguments.get("batch_size"))
             self._prepare_evaluate(arguments)
         return proceed(call.replace(args=(), kwargs=arguments))
+
+    def _on_one_device(self, call, arguments, why: str, proceed):
+        """The call as the script made it, undistributed on one device (in a job of several processes, each
+        process the same call with the same, whole inputs): no batch of it divides over the replicas."""
+        if call.name == "fit":
+            self._check(arguments, inputs.classes_of(call.model), num_replicas=1)
+        head, _, advice = why.partition(". ")
+        self._tell([(f"one device: {head}", f"{head}: such calls run undistributed, on one device, as the script "
+                                            f"makes them (the plain run's math){'. ' + advice if advice else ''}")])
+        call.undistributed.append(why)
+        with self.runtime.backend_module.on_one_device(call.model):
+            return proceed(call)
+
+    def _op_by_op_in_processes(self, model) -> str | None:
+        """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must
+        (backends/jax.py::op_by_op_in_processes; one process: the placement layer runs it so)."""
+        if self.runtime.num_processes <= 1:
+            return None
+        return self.runtime.backend_module.op_by_op_in_processes(model)
+
+    @staticmethod
+    def _training_samples(arguments) -> int:
+        split = arguments.get("validation_split") or 0.0
+        return int(data.num_samples(arguments.get("x")) * (1 - split))
 
     def _watched(self, call):
         """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
@@ -450,16 +555,19 @@ class FitGuard:
 
     # --- Checks ---------------------------------------------------------------------------------
 
-    def _check(self, arguments, classes) -> None:
+    def _check(self, arguments, classes, num_replicas: int | None = None) -> None:
+        """The fit-time checks (checks.py) of a fit over `num_replicas` (default: the runtime's)."""
         x, y = arguments.get("x"), arguments.get("y")
-        split = arguments.get("validation_split") or 0.0
-        num_samples = int(data.num_samples(x) * (1 - split))
-        dtypes = {"x": a for a in data.leaves(x)[:1]}  # the arrays: the float64 check times a conversion
-        if isinstance(y, np.ndarray):
-            dtypes["y"] = y
+        num_samples = self._training_samples(arguments)
+        dtypes = {}  # the arrays: the float64 check times their conversion, until it has spoken once
+        if "float64_inputs" not in self.warned:
+            leaves = data.leaves(x)
+            dtypes = {"x" if len(leaves) == 1 else f"x[{i}]": leaf for i, leaf in enumerate(leaves)}
+            if isinstance(y, np.ndarray):
+                dtypes["y"] = y
         findings = checks.check_fit(
             num_samples=num_samples, batch_size=arguments.get("batch_size"),
-            steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=self.runtime.num_replicas,
+            steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=num_replicas or self.runtime.num_replicas,
             platform=self.runtime.platform, splits_unevenly=self.runtime.backend_module.SPLITS_UNEVEN_BATCHES,
             input_dtypes=dtypes, y=y, loss_name=classes.loss_name, output_units=classes.output_units,
         )
