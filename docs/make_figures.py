@@ -61,8 +61,10 @@ def make_plan_chart() -> dict:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from benchmarks import plan_cost
+
     record = _results.load(PLAN_RECORD)
-    job = record["summary"]["jobs"][PLAN_JOB]
+    job = _results.summary_of(record, plan_cost.summarize)["jobs"][PLAN_JOB]  # measured (raw) or transcribed
     candidates = job["candidates"]
     memory = job["device_memory_bytes"] / GIB
     figure = Figure(figsize=(7.5, 2.8))

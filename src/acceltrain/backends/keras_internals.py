@@ -294,7 +294,7 @@ def watch_train_steps(model, wrap_iterator) -> bool:
         return own(state, wrap_iterator(state, iterator))
 
     watched.__wrapped__ = own
-    watched.acceltrain_watched = True
+    watched.acceltrain_watched = watched.acceltrain_wrapper = True
     model.train_function = watched
     return True
 
@@ -308,6 +308,13 @@ def _unwatched(function):
     return function.__wrapped__ if getattr(function, "acceltrain_watched", False) else function
 
 
+def _keras_own(function):
+    """Keras's train function under every wrapper acceltrain put around it (the ledger's, keep_last_batch's)."""
+    while getattr(function, "acceltrain_wrapper", False):
+        function = function.__wrapped__
+    return function
+
+
 def jitted_train_step(model):
     """The jitted train step inside the model's train function (JAX), or None: what the ledger lowers for the
     step's FLOPs, so the count is of the program Keras compiled.
@@ -318,7 +325,7 @@ def jitted_train_step(model):
     function = getattr(model, "train_function", None)
     if function is None:
         return None
-    function = _unwatched(function)
+    function = _keras_own(function)
     code = getattr(function, "__code__", None)
     if code is None:
         return None
@@ -625,5 +632,6 @@ def keep_last_batch(model) -> dict:
         if model.train_function is train_function:
             model.train_function = step
 
+    train_function.__wrapped__, train_function.acceltrain_wrapper = step, True
     model.train_function, kept["stop"] = train_function, stop
     return kept
