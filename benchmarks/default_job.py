@@ -36,9 +36,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
 from benchmarks import _noise, _results  # noqa: E402
 
 SECTION = "default-job"
-VARIANTS = ("train", "no-ledger", "hand", "plain")  # the order of each round
+VARIANTS = ("train", "no-ledger", "end-checkpoint", "hand", "plain")  # the order of each round
 LABELS = {"train": "`acceltrain train` (a checkpoint every epoch)", "no-ledger": "the same, ACCELTRAIN_LEDGER=0",
+          "end-checkpoint": "the same, `--checkpoint-every 100` (one checkpoint, at the end)",
           "hand": "hand-written JAX loop", "plain": "plain Keras fit on TensorFlow"}
+# The `acceltrain train` variants: their extra flags. The one-checkpoint variant shows what checkpointing every
+# epoch costs the steady epoch, the rest of the loop being the same.
+TRAIN_FLAGS = {"train": [], "no-ledger": [], "end-checkpoint": ["--checkpoint-every", "100"]}
 STEADY = slice(1, 5)  # epochs 2-5
 # The issue's bounds (#23): the default job within 1.10x the hand loop, not slower than plain Keras; the ledger's
 # overhead at most 1 % of step time.
@@ -74,8 +78,9 @@ def measure(epochs: int, repeats: int, samples: int | None) -> dict:
         for round_ in range(repeats):
             for name in VARIANTS:
                 print(f"default-job: {LABELS[name]}, round {round_ + 1} of {repeats}", file=sys.stderr, flush=True)
-                if name in ("train", "no-ledger"):
-                    runs[name].append(_train(folder / f"{name}-{round_}", epochs, data, ledger=name == "train"))
+                if name in TRAIN_FLAGS:
+                    runs[name].append(_train(folder / f"{name}-{round_}", epochs, data, ledger=name != "no-ledger",
+                                             flags=TRAIN_FLAGS[name]))
                 else:  # the compute dtype of the default job on this machine's platform (float32 on a CPU)
                     extra = {"compute_dtype": runs["train"][0]["compute_dtype"], "platform": runs["train"][0]["platform"]}
                     result = bench._run_child(name, config, recipe.BATCH_SIZE, str(folder / "no-cache"), extra)
@@ -83,12 +88,12 @@ def measure(epochs: int, repeats: int, samples: int | None) -> dict:
     return {"epochs": epochs, "repeats": repeats, "samples": samples, "batch_size": recipe.BATCH_SIZE, "runs": runs}
 
 
-def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool) -> dict:
+def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool, flags: list[str] = ()) -> dict:
     """One `acceltrain train` in its own process: its epochs, its ledger, what it computed in."""
     env = {**os.environ, "ACCELTRAIN_LEDGER": "1" if ledger else "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("KERAS_BACKEND", None)
     command = [sys.executable, "-m", "acceltrain", "train", "--epochs", str(epochs), "--out", str(out)]
-    command += ["--data", str(data)] if data else []
+    command += (["--data", str(data)] if data else []) + list(flags)
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"default-job: {' '.join(command)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -206,6 +211,10 @@ def summarize(raw: dict) -> dict:
         "train_over_hand": judged("train", "hand"),
         "train_over_plain": judged("train", "plain"),
         "ledger_overhead": judged("train", "no-ledger", adds_work=True),
+        # Older records have no one-checkpoint variant.
+        "end_checkpoint_over_hand": judged("end-checkpoint", "hand") if "end-checkpoint" in variants else None,
+        "train_over_end_checkpoint": judged("train", "end-checkpoint", adds_work=True)
+        if "end-checkpoint" in variants else None,
         "ledger": ledgers[-1] if ledgers else None,
         "own_cost": _own_share(raw.get("own_cost")),
     }
@@ -241,12 +250,18 @@ def render(summary: dict, record: dict) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {LABELS[name]} | {v[name]['median']:.3f} s | "
-              + ", ".join(f"{s:.3f}" for s in v[name]["run_medians"]) + " |" for name in VARIANTS]
+              + ", ".join(f"{s:.3f}" for s in v[name]["run_medians"]) + " |" for name in VARIANTS if name in v]
     overhead = summary["ledger_overhead"]
     lines += [
         "",
         f"- `acceltrain train` over the hand loop: {_says(summary['train_over_hand'])} (bound: ≤ {HAND_BOUND}×).",
         f"- `acceltrain train` over plain Keras on TensorFlow: {_says(summary['train_over_plain'])} (bound: ≤ 1×).",
+    ]
+    if summary.get("train_over_end_checkpoint"):
+        lines += [f"- A checkpoint every epoch against one at the end, the rest of the job the same: "
+                  f"{_says(summary['train_over_end_checkpoint'])}; with one checkpoint, over the hand loop: "
+                  f"{_says(summary['end_checkpoint_over_hand'])}."]
+    lines += [
         f"- The ledger's cost, the steady epoch with it over without: {_says(overhead)}"
         + (f", {_noise.percent(overhead['ratio'] - 1)} of step time" if overhead["verdict"] == _noise.HIGHER else "")
         + f" (bound: ≤ {_noise.percent(LEDGER_BOUND)}).",
@@ -269,6 +284,9 @@ def quotes(summary: dict, record: dict) -> dict:
     the ledger's recording over step time, timed from inside."""
     return {"train-vs-hand": _says(summary["train_over_hand"]), "train-vs-plain": _says(summary["train_over_plain"]),
             "ledger-overhead": _says(summary["ledger_overhead"]),
+            **({"train-vs-end-checkpoint": _says(summary["train_over_end_checkpoint"]),
+                "end-checkpoint-vs-hand": _says(summary["end_checkpoint_over_hand"])}
+               if summary.get("train_over_end_checkpoint") else {}),
             **({"ledger-own-share": _noise.percent(summary["own_cost"]["share"])}
                if summary.get("own_cost") and summary["own_cost"]["share"] is not None else {})}
 

@@ -280,3 +280,17 @@ def test_default_job_judges_each_ratio_by_the_runs_spread_and_never_calls_the_le
     assert ("own recording, timed from inside one run: 0.020 s over 10.0 s of device steps, 0.2% of step time "
             "(bound: ≤ 1%); once a run, at its first epoch's end, reading the step's FLOPs took 0.20 s.") in text
     assert said["ledger-own-share"] == "0.2%"
+    assert "one checkpoint, at the end" not in text  # a record without that variant renders without its line
+
+
+def test_default_job_says_what_a_checkpoint_every_epoch_costs_beside_one_at_the_end():
+    def runs(*medians):
+        return [{"epoch_seconds": [9.0, m, m, m, m], "ledger": None} for m in medians]
+
+    raw = {"epochs": 5, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
+        "train": runs(1.10, 1.11), "no-ledger": runs(1.10, 1.11), "end-checkpoint": runs(1.00, 1.01),
+        "hand": runs(0.95, 0.96), "plain": runs(1.40, 1.42)}}
+    text, said = rendered("default-job", raw)
+    assert "| the same, `--checkpoint-every 100` (one checkpoint, at the end) | 1.005 s | 1.000, 1.010 |" in text
+    assert ("- A checkpoint every epoch against one at the end, the rest of the job the same: 1.100× (beyond this "
+            "run's noise, ±1%); with one checkpoint, over the hand loop: 1.052× (beyond") in text
