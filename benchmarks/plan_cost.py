@@ -54,11 +54,16 @@ def main() -> None:
     _results.add_arguments(parser)
     args = parser.parse_args()
     run = _results.Run(__file__, args)
-    jobs = {}
-    for name, job_args in list(JOBS.items())[:1 if args.quick else None]:
-        jobs[name] = measure(job_args)
-        print(name, {key: value for key, value in jobs[name].items() if key != "plan"}, file=sys.stderr, flush=True)
-    run.save(SECTION, {"target": TARGET, "jobs": jobs})
+    run.save(SECTION, {"target": TARGET, "jobs": measure_jobs(JOBS, measure, args.quick)})
+
+
+def measure_jobs(jobs: dict, measure, quick: bool) -> dict:
+    """Each job's `measure(args)`, in order (--quick: the first only), each printed as it ends."""
+    found = {}
+    for name, job_args in list(jobs.items())[:1 if quick else None]:
+        found[name] = measure(job_args)
+        print(name, {key: value for key, value in found[name].items() if key != "plan"}, file=sys.stderr, flush=True)
+    return found
 
 
 # --- Rendering ----------------------------------------------------------------------------------

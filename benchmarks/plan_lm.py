@@ -22,7 +22,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _results  # noqa: E402
+from benchmarks import _results, plan_cost  # noqa: E402
 
 SECTION = "plan-lm"
 TARGET = "tpu-v5e-8"
@@ -56,10 +56,7 @@ def main() -> None:
     _results.add_arguments(parser)
     args = parser.parse_args()
     run = _results.Run(__file__, args)
-    jobs = {}
-    for name, job_args in list(JOBS.items())[:1 if args.quick else None]:
-        jobs[name] = measure(job_args)
-        print(name, {key: value for key, value in jobs[name].items() if key != "plan"}, file=sys.stderr, flush=True)
+    jobs = plan_cost.measure_jobs(JOBS, measure, args.quick)
     run.save(SECTION, {"target": TARGET, "sequence_length": SEQUENCE_LENGTH, "batch_size": BATCH_SIZE, "jobs": jobs})
 
 
