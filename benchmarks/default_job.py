@@ -1,12 +1,14 @@
-"""The job README's first command runs, `acceltrain train` (a checkpoint every epoch), per steady epoch beside the
-hand-written JAX loop and plain Keras on TensorFlow; and what the time ledger costs it.
+"""The job README's first command runs, `acceltrain train` (checkpoints: auto), per steady epoch beside the
+hand-written JAX loop and plain Keras on TensorFlow; what a checkpoint every epoch would cost it; and what the time
+ledger costs it.
 
     python benchmarks/default_job.py [--epochs 5] [--repeats 3] [--quick]
 
 What runs, each in its own Python process, interleaved round by round (so a neighbour's load falls on all alike):
-  train:     `acceltrain train --epochs E --out TMP`, as README runs it (the recipe's batch, a checkpoint every
-             epoch); its epochs from metrics.json (an epoch's time runs from the previous one's end: its
+  train:     `acceltrain train --epochs E --out TMP`, as README runs it (the recipe's batch, --checkpoint-every
+             auto); its epochs from metrics.json (an epoch's time runs from the previous one's end: its
              checkpoint counts in it), and its ledger;
+  every-epoch: the same with --checkpoint-every 1: what a checkpoint every epoch costs this job;
   no-ledger: the same with ACCELTRAIN_LEDGER=0 (the ledger records nothing): the ledger's overhead is
              train / no-ledger - 1, of the median steady epoch (the time of the steps);
   hand:      `acceltrain bench`'s hand-written jitted JAX loop (one lax.scan an epoch, the data on the device once);
@@ -15,7 +17,7 @@ What runs, each in its own Python process, interleaved round by round (so a neig
              (LedgerWatch's callbacks, the Timeline's add/begin/end/count/book): their seconds over the ledger's
              device steps; apart, the one read of the step's FLOPs at the first epoch's end (a trace of the step). On a shared machine this ratio holds where the A/B above
              drowns in the load (both sides of it slow alike).
-A run's steady epochs are its epochs 2-5 (the first compiles); each variant's figure is the median of all its runs'
+A run's steady epochs are its epochs from the second on (the first compiles); each variant's figure is the median of all its runs'
 steady epochs, its noise the spread of its runs' medians (benchmarks/_noise.py). --quick: 2 epochs on 2,400
 samples, 1 round.
 """
@@ -36,14 +38,13 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable f
 from benchmarks import _noise, _results  # noqa: E402
 
 SECTION = "default-job"
-VARIANTS = ("train", "no-ledger", "end-checkpoint", "hand", "plain")  # the order of each round
-LABELS = {"train": "`acceltrain train` (a checkpoint every epoch)", "no-ledger": "the same, ACCELTRAIN_LEDGER=0",
-          "end-checkpoint": "the same, `--checkpoint-every 100` (one checkpoint, at the end)",
+VARIANTS = ("train", "no-ledger", "every-epoch", "hand", "plain")  # the order of each round
+LABELS = {"train": "`acceltrain train` (checkpoints: auto)", "no-ledger": "the same, ACCELTRAIN_LEDGER=0",
+          "every-epoch": "the same, `--checkpoint-every 1` (a checkpoint every epoch)",
           "hand": "hand-written JAX loop", "plain": "plain Keras fit on TensorFlow"}
-# The `acceltrain train` variants: their extra flags. The one-checkpoint variant shows what checkpointing every
-# epoch costs the steady epoch, the rest of the loop being the same.
-TRAIN_FLAGS = {"train": [], "no-ledger": [], "end-checkpoint": ["--checkpoint-every", "100"]}
-STEADY = slice(1, 5)  # epochs 2-5
+# The `acceltrain train` variants: their extra flags. The every-epoch variant shows what a checkpoint every epoch
+# costs the steady epoch, the rest of the loop being the same.
+TRAIN_FLAGS = {"train": [], "no-ledger": [], "every-epoch": ["--checkpoint-every", "1"]}
 # The issue's bounds (#23): the default job within 1.10x the hand loop, not slower than plain Keras; the ledger's
 # overhead at most 1 % of step time.
 HAND_BOUND, LEDGER_BOUND = 1.10, 0.01
@@ -51,7 +52,7 @@ HAND_BOUND, LEDGER_BOUND = 1.10, 0.01
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--epochs", type=int, default=5, help="epochs a run (steady: 2 to 5)")
+    parser.add_argument("--epochs", type=int, default=8, help="epochs a run (steady: the second on)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds; each runs every variant once")
     _results.add_arguments(parser)
     args = parser.parse_args()
@@ -99,7 +100,8 @@ def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool, flags: li
         sys.exit(f"default-job: {' '.join(command)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
     runtime = metrics["runtime"]
-    return {"epoch_seconds": metrics["epoch_seconds"], "ledger": metrics.get("ledger"),
+    chosen = [line.split("): ", 1)[1] for line in done.stderr.splitlines() if "(--checkpoint-every auto" in line]
+    return {"epoch_seconds": metrics["epoch_seconds"], "ledger": metrics.get("ledger"), "auto": chosen[-1:] or None,
             "platform": runtime["platform"], "backend": runtime["backend"], "device_kind": runtime["device_kind"],
             "compute_dtype": _compute_dtype(metrics)}
 
@@ -118,7 +120,7 @@ OWN_COST = "_own_cost"  # the child's first argument
 
 
 def own_cost(epochs: int, samples: int | None) -> dict:
-    """The default job's Runtime.fit (a checkpoint every epoch), the seconds spent inside the ledger's recording
+    """The default job's Runtime.fit (checkpoints: auto), the seconds spent inside the ledger's recording
     summed (only the outermost of nested calls), and the fit's ledger."""
     import functools
 
@@ -186,17 +188,18 @@ def _small_data(folder: Path, samples: int) -> Path:
 
 # --- Rendering ----------------------------------------------------------------------------------
 
-def _steady(run: dict) -> list[float]:
-    return run["epoch_seconds"][STEADY] or run["epoch_seconds"][-1:]
+def _steady(run: dict, epochs: int) -> list[float]:
+    """A run's epochs from the second to the last it was asked for (the first compiles)."""
+    return run["epoch_seconds"][1:epochs] or run["epoch_seconds"][-1:]
 
 
 def summarize(raw: dict) -> dict:
     """Each variant's median steady epoch and its runs' medians; the ratios, judged; the last ledger's parts."""
     variants = {}
     for name, runs in raw["runs"].items():
-        steady = [seconds for run in runs for seconds in _steady(run)]
+        steady = [seconds for run in runs for seconds in _steady(run, raw["epochs"])]
         variants[name] = {"median": statistics.median(steady),
-                          "run_medians": [statistics.median(_steady(run)) for run in runs]}
+                          "run_medians": [statistics.median(_steady(run, raw["epochs"])) for run in runs]}
 
     def judged(a, b, **kwargs):
         ratio = variants[a]["median"] / variants[b]["median"]
@@ -211,11 +214,10 @@ def summarize(raw: dict) -> dict:
         "train_over_hand": judged("train", "hand"),
         "train_over_plain": judged("train", "plain"),
         "ledger_overhead": judged("train", "no-ledger", adds_work=True),
-        # Older records have no one-checkpoint variant.
-        "end_checkpoint_over_hand": judged("end-checkpoint", "hand") if "end-checkpoint" in variants else None,
-        "train_over_end_checkpoint": judged("train", "end-checkpoint", adds_work=True)
-        if "end-checkpoint" in variants else None,
+        "every_epoch_over_train": judged("every-epoch", "train") if "every-epoch" in variants else None,
+        "every_epoch_over_hand": judged("every-epoch", "hand") if "every-epoch" in variants else None,
         "ledger": ledgers[-1] if ledgers else None,
+        "auto": [run["auto"][0] for run in raw["runs"]["train"] if run.get("auto")],
         "own_cost": _own_share(raw.get("own_cost")),
     }
 
@@ -244,7 +246,8 @@ def render(summary: dict, record: dict) -> str:
         f"`{record['command']}`. Each variant in its own process, interleaved, {summary['repeats']} rounds of "
         f"{summary['epochs']} epochs at batch {summary['batch_size']}"
         + (f" on {summary['samples']} samples" if summary["samples"] else "")
-        + "; each figure is the median of its runs' epochs 2-5; the noise, the spread of its runs' medians.",
+        + f"; each figure is the median of its runs' epochs 2-{summary['epochs']}; the noise, the spread of its runs' "
+        "medians.",
         "",
         "| variant | median steady epoch | each run's median |",
         "|---|---|---|",
@@ -257,10 +260,13 @@ def render(summary: dict, record: dict) -> str:
         f"- `acceltrain train` over the hand loop: {_says(summary['train_over_hand'])} (bound: ≤ {HAND_BOUND}×).",
         f"- `acceltrain train` over plain Keras on TensorFlow: {_says(summary['train_over_plain'])} (bound: ≤ 1×).",
     ]
-    if summary.get("train_over_end_checkpoint"):
-        lines += [f"- A checkpoint every epoch against one at the end, the rest of the job the same: "
-                  f"{_says(summary['train_over_end_checkpoint'])}; with one checkpoint, over the hand loop: "
-                  f"{_says(summary['end_checkpoint_over_hand'])}."]
+    if summary.get("every_epoch_over_train"):
+        lines += [f"- A checkpoint every epoch against 'auto', the rest of the job the same: "
+                  f"{_says(summary['every_epoch_over_train'])}; a checkpoint every epoch over the hand loop: "
+                  f"{_says(summary['every_epoch_over_hand'])}."]
+    if summary.get("auto"):
+        lines += ["- What 'auto' chose in each `acceltrain train` run, as it said: "
+                  + "; ".join(f"{line.removesuffix('; pass another to choose')}" for line in summary["auto"]) + "."]
     lines += [
         f"- The ledger's cost, the steady epoch with it over without: {_says(overhead)}"
         + (f", {_noise.percent(overhead['ratio'] - 1)} of step time" if overhead["verdict"] == _noise.HIGHER else "")
@@ -280,13 +286,15 @@ def render(summary: dict, record: dict) -> str:
 
 
 def quotes(summary: dict, record: dict) -> dict:
-    """`train-vs-hand`, `train-vs-plain`, `ledger-overhead`: each ratio as the section judges it; `ledger-own-share`:
-    the ledger's recording over step time, timed from inside."""
+    """`train-vs-hand`, `train-vs-plain`, `ledger-overhead`, `every-epoch-vs-train`, `every-epoch-vs-hand`: each ratio
+    as the section judges it; `auto-chose`: what the last `acceltrain train` run said 'auto' chose, and why;
+    `ledger-own-share`: the ledger's recording over step time, timed from inside."""
     return {"train-vs-hand": _says(summary["train_over_hand"]), "train-vs-plain": _says(summary["train_over_plain"]),
             "ledger-overhead": _says(summary["ledger_overhead"]),
-            **({"train-vs-end-checkpoint": _says(summary["train_over_end_checkpoint"]),
-                "end-checkpoint-vs-hand": _says(summary["end_checkpoint_over_hand"])}
-               if summary.get("train_over_end_checkpoint") else {}),
+            **({"every-epoch-vs-train": _says(summary["every_epoch_over_train"]),
+                "every-epoch-vs-hand": _says(summary["every_epoch_over_hand"])}
+               if summary.get("every_epoch_over_train") else {}),
+            **({"auto-chose": summary["auto"][-1].removesuffix("; pass another to choose")} if summary.get("auto") else {}),
             **({"ledger-own-share": _noise.percent(summary["own_cost"]["share"])}
                if summary.get("own_cost") and summary["own_cost"]["share"] is not None else {})}
 

@@ -207,3 +207,20 @@ def test_slower_on_several_devices(several, one, says):
     if says:
         assert line.startswith("4 CPU devices: ") and says in line
         assert "(measured once: 5 steps of a copy of the state on one device, after 2.5 s compiling it)" in line
+
+
+@pytest.mark.parametrize(
+    "epoch, write, expected, says",
+    [(10.0, 0.05, 1, "a checkpoint took 50 ms to write, 0.5% of a 10.00 s epoch (≤ 2%) → every epoch"),
+     (2.5, 0.05, 1, "2.0% of a 2.50 s epoch (≤ 2%) → every epoch"),  # at the share: still every epoch
+     (0.8, 0.062, 4, "a checkpoint took 62 ms to write, 7.8% of a 0.80 s epoch > 2% → every 4 epochs (1.9%)"),
+     (0.01, 0.05, 250, "every 250 epochs (2.0%)"),
+     (5.0, 10.0, 60, "200.0% of a 5.00 s epoch > 2%; every 100 epochs would leave over 300 s of training between "
+                     "checkpoints → every 60 epochs (3.3%)"),
+     (400.0, 30.0, 1, "a checkpoint took 30.0 s to write, 7.5% of a 400.00 s epoch > 2%, but two epochs are over "
+                      "300 s of training → every epoch"),
+     (200.0, 30.0, 1, "but two epochs are over 300 s of training → every epoch")],
+)
+def test_choose_checkpoint_epochs(epoch, write, expected, says):
+    epochs, why = decisions.choose_checkpoint_epochs(epoch, write)
+    assert epochs == expected and says in why, why

@@ -159,8 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
     train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
     train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
-    train.add_argument("--checkpoint-every", default="1 epoch", metavar="N [epochs|steps]",
-                       help="how often to checkpoint into --out/checkpoints (default: 1 epoch)")
+    train.add_argument("--checkpoint-every", default="auto", metavar="auto|N [epochs|steps]",
+                       help="how often to checkpoint into --out/checkpoints (default: auto, every epoch unless that "
+                            "costs over 2%% of the time, then every few epochs, at most 5 minutes apart)")
     train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
                        help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
@@ -222,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=2, help="runs of each variant, interleaved (default: 2)")
     bench.add_argument("--samples", type=int, metavar="N", help="train on the first N samples (default: all)")
     bench.add_argument("--checkpoints", action="store_true",
-                       help="time acceltrain as `acceltrain train` runs it, with a checkpoint every epoch")
+                       help="time acceltrain as `acceltrain train` runs it, checkpointing as it does (--checkpoint-every auto)")
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
 
@@ -259,8 +260,9 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
                              "DIR/fit-N); SIGTERM or Ctrl-C writes a checkpoint and stops")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest good checkpoints in --checkpoint-dir")
-    parser.add_argument("--checkpoint-every", metavar="N [epochs|steps]",
-                        help="how often to checkpoint (default: 1 epoch)")
+    parser.add_argument("--checkpoint-every", metavar="auto|N [epochs|steps]",
+                        help="how often to checkpoint (default: auto, every epoch unless that costs over 2%% of the "
+                             "time, then every few epochs, at most 5 minutes apart)")
     parser.add_argument("--keep-checkpoints", type=int, metavar="K",
                         help="keep the newest K checkpoints of each fit (default: 2)")
 

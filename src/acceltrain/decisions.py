@@ -2,6 +2,8 @@
 and the reason, so a table-driven test covers it and the CLI can print it in one line.
 """
 
+import math
+
 from acceltrain import hardware
 from acceltrain.errors import UsageError
 
@@ -237,3 +239,30 @@ def slower_on_several_devices(devices: int, several_seconds: float, one_seconds:
             f"state on one device, after {compile_seconds:.1f} s compiling it). Simulated devices share this machine's "
             "cores, and their all-reduce and one step at a time cost more here than splitting the batch saves: for "
             "speed on this machine, train on one device")
+
+
+# --checkpoint-every auto (the default): checkpoints take at most this share of the training time, and no more than
+# this much training passes between two of them (what a session dropped without notice runs again; on SIGTERM or
+# SIGINT a checkpoint is written at once).
+CHECKPOINT_SHARE = 0.02
+MOST_SECONDS_BETWEEN_CHECKPOINTS = 300.0
+
+
+def choose_checkpoint_epochs(epoch_seconds: float, checkpoint_seconds: float, share: float = CHECKPOINT_SHARE,
+                             most_seconds: float = MOST_SECONDS_BETWEEN_CHECKPOINTS) -> tuple[int, str]:
+    """Every how many epochs an 'auto' run checkpoints, from an epoch's measured time and the first checkpoint's
+    (its whole write, an upper bound of what it costs training): every epoch while a checkpoint costs at most
+    `share` of one; else the fewest epochs over which it does, but never more than `most_seconds` of them."""
+    cost = checkpoint_seconds / epoch_seconds
+    took = f"{checkpoint_seconds * 1e3:.0f} ms" if checkpoint_seconds < 1 else f"{checkpoint_seconds:.1f} s"
+    measured = f"a checkpoint took {took} to write, {cost:.1%} of a {epoch_seconds:.2f} s epoch"
+    if cost <= share:
+        return 1, f"{measured} (≤ {share:.0%}) → every epoch"
+    wanted = math.ceil(cost / share)
+    most = math.floor(most_seconds / epoch_seconds)
+    if most <= 1:
+        return 1, f"{measured} > {share:.0%}, but two epochs are over {most_seconds:.0f} s of training → every epoch"
+    if wanted > most:
+        return most, (f"{measured} > {share:.0%}; every {wanted} epochs would leave over {most_seconds:.0f} s of "
+                      f"training between checkpoints → every {most} epochs ({cost / most:.1%})")
+    return wanted, f"{measured} > {share:.0%} → every {wanted} epochs ({cost / wanted:.1%})"

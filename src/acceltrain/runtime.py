@@ -325,7 +325,7 @@ class Runtime:
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
             callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
-            checkpoint_every: str = "1 epoch", keep_checkpoints: int = 2, stall_timeout: float | None = None,
+            checkpoint_every: str = "auto", keep_checkpoints: int = 2, stall_timeout: float | None = None,
             autopilot: bool = True, verify: int | None = None, **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch and `ledger` where the fit's time went: an
@@ -338,9 +338,10 @@ class Runtime:
         tf.data.Dataset brings its own batch, checked the same way. Raises TrainingDiverged if the loss
         becomes NaN or sticks at chance level.
 
-        With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "N epochs" or
-        "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest
-        good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
+        With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
+        the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
+        training apart (decisions.choose_checkpoint_epochs); or "N epochs" or "N steps"; the newest
+        `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog

@@ -272,7 +272,7 @@ def test_default_job_judges_each_ratio_by_the_runs_spread_and_never_calls_the_le
         "train": runs(1.20, 1.21, ledger=saved), "no-ledger": runs(1.25, 1.26), "hand": runs(1.00, 1.01),
         "plain": runs(1.40, 1.42)}, "own_cost": {"recording_seconds": 0.02, "flops_seconds": 0.2, "ledger": saved}}
     text, said = rendered("default-job", raw)
-    assert "| `acceltrain train` (a checkpoint every epoch) | 1.205 s | 1.200, 1.210 |" in text
+    assert "| `acceltrain train` (checkpoints: auto) | 1.205 s | 1.200, 1.210 |" in text
     assert said["train-vs-hand"].startswith("1.199× (beyond this run's noise")  # epochs 2-5 (not 6)
     assert said["train-vs-plain"].startswith("0.855× (beyond")
     assert said["ledger-overhead"].startswith("inconclusive (faster than the control although it only adds work")
@@ -280,17 +280,25 @@ def test_default_job_judges_each_ratio_by_the_runs_spread_and_never_calls_the_le
     assert ("own recording, timed from inside one run: 0.020 s over 10.0 s of device steps, 0.2% of step time "
             "(bound: ≤ 1%); once a run, at its first epoch's end, reading the step's FLOPs took 0.20 s.") in text
     assert said["ledger-own-share"] == "0.2%"
-    assert "one checkpoint, at the end" not in text  # a record without that variant renders without its line
+    assert "a checkpoint every epoch" not in text  # a record without that variant renders without its line
+    assert "What 'auto' chose" not in text
 
 
-def test_default_job_says_what_a_checkpoint_every_epoch_costs_beside_one_at_the_end():
-    def runs(*medians):
-        return [{"epoch_seconds": [9.0, m, m, m, m], "ledger": None} for m in medians]
+def test_default_job_says_what_a_checkpoint_every_epoch_costs_beside_auto_and_what_auto_chose():
+    def runs(*medians, auto=None):
+        return [{"epoch_seconds": [9.0, m, m, m, m, m, m], "ledger": None, "auto": auto} for m in medians]
 
-    raw = {"epochs": 5, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
-        "train": runs(1.10, 1.11), "no-ledger": runs(1.10, 1.11), "end-checkpoint": runs(1.00, 1.01),
+    chose = ["a checkpoint took 62 ms to write, 7.8% of a 0.80 s epoch > 2% → every 4 epochs (1.9%); pass another "
+             "to choose"]
+    raw = {"epochs": 7, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
+        "train": runs(1.00, 1.01, auto=chose), "no-ledger": runs(1.00, 1.01), "every-epoch": runs(1.10, 1.11),
         "hand": runs(0.95, 0.96), "plain": runs(1.40, 1.42)}}
     text, said = rendered("default-job", raw)
-    assert "| the same, `--checkpoint-every 100` (one checkpoint, at the end) | 1.005 s | 1.000, 1.010 |" in text
-    assert ("- A checkpoint every epoch against one at the end, the rest of the job the same: 1.100× (beyond this "
-            "run's noise, ±1%); with one checkpoint, over the hand loop: 1.052× (beyond") in text
+    assert "each figure is the median of its runs' epochs 2-7" in text
+    assert "| the same, `--checkpoint-every 1` (a checkpoint every epoch) | 1.105 s | 1.100, 1.110 |" in text
+    assert ("- A checkpoint every epoch against 'auto', the rest of the job the same: 1.100× (beyond this run's "
+            "noise, ±1%); a checkpoint every epoch over the hand loop: 1.157× (beyond") in text
+    assert ("- What 'auto' chose in each `acceltrain train` run, as it said: a checkpoint took 62 ms to write, 7.8% "
+            "of a 0.80 s epoch > 2% → every 4 epochs (1.9%); a checkpoint took 62 ms") in text
+    assert said["every-epoch-vs-train"].startswith("1.100× (beyond")
+    assert said["auto-chose"] == "a checkpoint took 62 ms to write, 7.8% of a 0.80 s epoch > 2% → every 4 epochs (1.9%)"

@@ -94,7 +94,7 @@ def test_a_fit_argument_exact_resume_cannot_honour_stops_the_script_before_train
 @pytest.mark.parametrize(
     "flags, says",
     [
-        (["--checkpoint-every", "often"], "Received --checkpoint-every 'often'. Expected a count and a unit"),
+        (["--checkpoint-every", "often"], "Received --checkpoint-every 'often'. Expected 'auto' (the default) or a count and a unit"),
         (["--checkpoint-every", "0 steps"], "Received --checkpoint-every '0 steps'"),
         (["--keep-checkpoints", "0"], "Received --keep-checkpoints 0. Expected a whole number of at least 1"),
         (["--resume", "--no-dir"], "Received --resume without --checkpoint-dir. Pass --checkpoint-dir DIR too"),

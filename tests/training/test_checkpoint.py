@@ -30,13 +30,14 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 
 @pytest.mark.parametrize("text, expected", [
     ("1 epoch", Every(1, "epochs")), ("3", Every(3, "epochs")), ("200 steps", Every(200, "steps")),
-    ("5steps", Every(5, "steps")), ("2 epochs", Every(2, "epochs")),
+    ("5steps", Every(5, "steps")), ("2 epochs", Every(2, "epochs")), ("auto", Every(auto=True)),
+    (" auto ", Every(auto=True)),
 ])
 def test_every_parses(text, expected):
     assert Every.parse(text) == expected
 
 
-@pytest.mark.parametrize("text", ["0", "-1 epochs", "ten steps", "3 minutes", ""])
+@pytest.mark.parametrize("text", ["0", "-1 epochs", "ten steps", "3 minutes", "", "Auto", "auto 2"])
 def test_every_rejects_bad_values(text):
     with pytest.raises(UsageError, match="--checkpoint-every.*'200 steps'"):
         Every.parse(text)
@@ -48,6 +49,19 @@ def _tiny_model():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile("adam", "mse")
     return model
+
+
+def test_the_first_writes_time_is_what_its_save_took_and_stays_the_first(tmp_path):
+    model = _tiny_model()
+    store = Checkpoints(tmp_path / "checkpoints")
+    assert store.first_write_seconds() is None and store.agree(7) == 7
+    started = time.perf_counter()
+    store.save(model, State(epoch=1))
+    took = time.perf_counter() - started
+    first = store.first_write_seconds()
+    assert 0 < first <= took
+    store.save(model, State(epoch=2))
+    assert store.first_write_seconds() == first
 
 
 def test_save_keeps_the_newest_k_and_skips_a_damaged_one(tmp_path, capsys):

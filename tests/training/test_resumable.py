@@ -116,3 +116,63 @@ def test_a_resumed_run_times_only_what_it_ran(runtime, tmp_path):
                           checkpoint_every="3 steps", keep_checkpoints=5)
     assert [(e["epoch"], e["steps"]) for e in history.timed_epochs] == [(1, 2), (2, 8), (3, 8)]
     assert len(history.epoch_seconds) == 3
+
+
+def _kept(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("epoch-"))
+
+
+def test_auto_checkpoints_the_first_epoch_then_every_few_as_decided_from_what_it_measured(runtime, tmp_path,
+                                                                                           monkeypatch, capsys):
+    """The default cadence: the run's first epoch is checkpointed; at its second, choose_checkpoint_epochs gets that
+    epoch's time and the first checkpoint's write time, both measured; then every chosen count from the last one,
+    and the last epoch."""
+    from acceltrain.training import resumable
+
+    asked = []
+
+    def every_three(epoch_seconds, checkpoint_seconds):
+        asked.append((epoch_seconds, checkpoint_seconds))
+        return 3, "the reason and its numbers"
+
+    monkeypatch.setattr(resumable.decisions, "choose_checkpoint_epochs", every_three)
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(256)
+    folder = tmp_path / "ckpt"
+    history = runtime.fit(model, x, y, batch_size=32, epochs=8, verbose=0, checkpoint_dir=folder, keep_checkpoints=10)
+
+    assert _kept(folder) == [f"epoch-000{e}-step-00000" for e in (1, 4, 7, 8)]
+    [(epoch_seconds, written)] = asked  # decided once
+    assert epoch_seconds == history.epoch_seconds[1] and 0 < written < history.epoch_seconds[0] + epoch_seconds
+    assert ("acceltrain: checkpoints (--checkpoint-every auto, checkpoint_every='auto'): the reason and its numbers; "
+            "pass another to choose") in capsys.readouterr().err
+
+
+def test_auto_says_what_it_measured_and_does_what_it_says(runtime, tmp_path, capsys):
+    import re
+
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(256)
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=6, verbose=0, checkpoint_dir=folder, keep_checkpoints=10)
+
+    said = re.search(r"checkpoints \(--checkpoint-every auto, checkpoint_every='auto'\): a checkpoint took \d+ ms to "
+                     r"write, [\d.]+% of a [\d.]+ s epoch .*→ every (epoch|(\d+) epochs)", capsys.readouterr().err)
+    assert said, "no decision said"
+    every = int(said.group(2) or 1)
+    expected = sorted({1, *range(1 + every, 7, every), 6})  # the first, every `every` after it, the last
+    assert _kept(folder) == [f"epoch-000{e}-step-00000" for e in expected]
+
+
+@pytest.mark.parametrize("every, expected", [("1 epoch", [1, 2, 3, 4]), ("2 epochs", [2, 4]), ("3", [3, 4])])
+def test_a_count_of_epochs_the_user_set_is_kept_and_nothing_is_decided(runtime, tmp_path, capsys, every, expected):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(256)
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=4, verbose=0, checkpoint_dir=folder, keep_checkpoints=10,
+                checkpoint_every=every)
+    assert _kept(folder) == [f"epoch-000{e}-step-00000" for e in expected]
+    assert "--checkpoint-every auto" not in capsys.readouterr().err

@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,23 @@ def test_a_checkpoint_restores_onto_another_mesh(runtime, tmp_path, saved_on, re
     _assert_same_state(fresh, saved)
     if restored_on is not None:  # each array landed in the layout of the model being resumed
         assert fresh.layers[0].kernel.value.sharding.mesh.size == restored_on[0]
+
+
+def test_the_first_writes_time_runs_to_its_files_complete_in_the_background(runtime, tmp_path):
+    """Orbax's save returns before the files are written; the time 'auto' decides on runs until they are."""
+    model = _trained(_sharded_model(None, 1))
+    store = ShardedCheckpoints(tmp_path, keep=2)
+    store.open()  # Orbax imported and its writer started before any save
+    assert store.first_write_seconds() is None
+    started = time.perf_counter()
+    store.save(model, State(epoch=1))
+    first = store.first_write_seconds()  # waits for the files
+    assert 0 < first <= time.perf_counter() - started
+    assert [p.name for p in store.list()] == ["epoch-0001-step-00000"]
+    store.save(model, State(epoch=2))
+    assert store.first_write_seconds() == first
+    store.close()
+    assert store.agree(7) == 7  # one process
 
 
 def test_each_save_keeps_the_newest_k_and_a_damaged_one_is_skipped(runtime, tmp_path, capsys):
@@ -215,3 +233,13 @@ def test_a_signal_to_one_process_of_a_job_stops_all_at_the_same_step_each_writin
     saved = Path(stopped["[0]"]) / "pytree"
     for process in (0, 1):  # each process wrote the shards its devices hold
         assert list((saved / f"ocdbt.process_{process}" / "d").iterdir()), process
+
+
+def test_every_process_of_a_job_takes_process_0s_value(tmp_path, cli):
+    """'auto' cadence: each process measures its own checkpoint and epoch; all must checkpoint at the same epochs
+    (a save is collective), so process 0's choice is taken everywhere. Each process here asks with another value."""
+    out = tmp_path / "job"
+    out.mkdir()
+    result = cli("launch", "--processes", 2, support.SCRIPTS / "agree_across_processes.py", out, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [(out / f"agreed-{index}.txt").read_text() for index in (0, 1)] == ["5", "5"]

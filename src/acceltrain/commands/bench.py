@@ -8,8 +8,8 @@ What runs, each in its own Python process (one Keras backend per process; each p
 as a user's run does), interleaved so that a neighbour's load falls on all of them alike:
   (a) plain: the recipe's model as a plain Keras user trains it: `model.fit` with Keras's defaults on
       the TensorFlow backend (JAX where TensorFlow is not installed);
-  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path (with `checkpoints`, a
-      checkpoint every epoch as `acceltrain train` writes, timed in the epoch). Its first run starts
+  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path (with `checkpoints`,
+      checkpoints as `acceltrain train` writes them, --checkpoint-every auto, timed in the epoch). Its first run starts
       with an empty compilation cache and the later runs find it filled: cold and warm start-up;
   (c) hand: a jitted JAX loop written by hand for the same model, weights and optimizer: one
       `lax.scan` per epoch over data placed on the device once. The floor;
@@ -50,7 +50,7 @@ class BenchConfig:
     samples: int | None = None  # train on the first N samples only (quick checks)
     batch_size: int | None = None  # default: the recipe's
     seed: int = 0
-    checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: a checkpoint every epoch
+    checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: checkpoints, 'auto'
 
 
 def run(config: BenchConfig) -> dict:
@@ -186,7 +186,7 @@ def format_table(report: dict) -> str:
         f"{report['config']['epochs']} epochs × {report['config']['repeats']} runs each; compute in "
         f"{report['compute_dtype']}; " + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)"
                                           if flops else "FLOP count unknown for this model")
-        + ("; acceltrain checkpoints every epoch" if report["config"].get("checkpoints") else ""),
+        + ("; acceltrain checkpoints as `acceltrain train` does (auto)" if report["config"].get("checkpoints") else ""),
         "",
         "| | backend | fastest epoch | median epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -309,7 +309,7 @@ def _plain(config) -> dict:
 
 
 def _acceltrain(config) -> dict:
-    """(b) The library's path: connect → scope → Runtime.fit (checkpointing every epoch if asked)."""
+    """(b) The library's path: connect → scope → Runtime.fit (checkpointing as `acceltrain train` does if asked)."""
     from acceltrain import hardware
     from acceltrain.runtime import connect
 

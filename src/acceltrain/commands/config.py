@@ -54,7 +54,7 @@ class TrainConfig:
     precision: str = "auto"  # Keras's dtype policy: auto (bfloat16 compute where native), float32, mixed_bfloat16
     resume: bool = False  # continue from the newest good checkpoint in `out`
     overwrite: bool = False  # replace what a previous run left in `out`
-    checkpoint_every: str = "1 epoch"  # or "N epochs", "N steps"
+    checkpoint_every: str = "auto"  # or "N epochs", "N steps"
     keep_checkpoints: int = 2
     tensorboard: bool = False  # Keras's TensorBoard callback, writing to <out>/tensorboard
     stall_timeout: float | None = None  # seconds; default watchdog.DEFAULT_STALL_TIMEOUT, 0: off

@@ -28,7 +28,7 @@ from pathlib import Path
 from acceltrain import checks, data
 from acceltrain.errors import UsageError, positive_int
 
-DEFAULT_EVERY = "1 epoch"
+DEFAULT_EVERY = "auto"
 DEFAULT_KEEP = 2
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,20 +54,24 @@ def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Every:
-    """How often to checkpoint: every `count` steps, or every `count` epochs."""
+    """How often to checkpoint: every `count` steps, or every `count` epochs; `auto` (the default): every epoch until
+    the first checkpoint's cost is measured, then every decisions.choose_checkpoint_epochs epochs."""
 
     count: int = 1
     unit: str = "epochs"  # "epochs" | "steps"
+    auto: bool = False
 
     @classmethod
     def parse(cls, text: str, name: str = "--checkpoint-every") -> "Every":
-        """'2' or '2 epochs' → every 2 epochs; '100 steps' → every 100 steps. `name`: what the user set,
-        the CLI flag or the Python argument (checkpoint_every), named in the error."""
+        """'auto' → Every(auto=True); '2' or '2 epochs' → every 2 epochs; '100 steps' → every 100 steps. `name`: what
+        the user set, the CLI flag or the Python argument (checkpoint_every), named in the error."""
+        if str(text).strip() == "auto":
+            return cls(auto=True)
         match = re.fullmatch(r"\s*(\d+)\s*(steps?|epochs?)?\s*", str(text))
         if not match or int(match.group(1)) < 1:
             shown = f"{name} {text!r}" if name.startswith("--") else f"{name}={text!r}"
-            raise UsageError(f"Received {shown}. Expected a count and a unit, e.g. "
-                             "'1 epoch' (the default), '3 epochs' or '200 steps'.")
+            raise UsageError(f"Received {shown}. Expected 'auto' (the default) or a count and a unit, e.g. "
+                             "'1 epoch', '3 epochs' or '200 steps'.")
         unit = "steps" if (match.group(2) or "epochs").startswith("step") else "epochs"
         return cls(int(match.group(1)), unit)
 
@@ -79,9 +84,17 @@ class Checkpoints:
         self.folder = Path(folder)
         self.keep = keep
         self.writer = writer  # in a multi-process job, process 0 alone writes
+        self._first_write_seconds: float | None = None
 
     def save(self, model, state: State) -> Path:
         """Write a checkpoint atomically, then delete all but the newest `keep`."""
+        started = time.perf_counter()
+        saved = self._save(model, state)
+        if self._first_write_seconds is None:
+            self._first_write_seconds = time.perf_counter() - started
+        return saved
+
+    def _save(self, model, state: State) -> Path:
         final = self.folder / f"epoch-{state.epoch:04d}-step-{state.step:05d}"
         if not self.writer:
             save_where_nobody_looks(model.save_weights, WEIGHTS)
@@ -126,6 +139,19 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def open(self) -> None:
+        """Nothing to start: .weights.h5 needs only Keras."""
+
+    def first_write_seconds(self) -> float | None:
+        """How long this run's first checkpoint took to write, from the save call to its files complete (training
+        waits for all of it here); None before it."""
+        return self._first_write_seconds
+
+    @staticmethod
+    def agree(value: int) -> int:
+        """`value` as every process of the job takes it: one process here."""
+        return value
 
     def close(self) -> None:
         """Nothing in flight: each save is written before it returns."""

@@ -17,7 +17,7 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, ledger, log
+from acceltrain import data, decisions, ledger, log
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
@@ -46,6 +46,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
+        checkpoints.open()
     steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
     reached = _Reached(checkpoints.folder, writer=prepared.process_index == 0)
     redo = _Redo(timeline, reached.read() if resume else None, state.epoch * steps_per_epoch + state.step)
@@ -64,6 +65,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo)
+        cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, epochs):
             first_step = state.step if epoch == state.epoch else 0
@@ -95,9 +97,9 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 received.append(signal.SIGTERM)
             redo.passed((epoch + 1) * steps_per_epoch)
             reached.note((epoch + 1) * steps_per_epoch, now=True)
-            due = every.unit == "epochs" and (epoch + 1) % every.count == 0
-            if due or received or epoch + 1 == epochs:
+            if cadence.due(epoch + 1, state.epoch_seconds[-1]) or received or epoch + 1 == epochs:
                 saver.last_saved = saver.save(model, state)
+                cadence.saved(epoch + 1)
             if received:
                 raise Interrupted(received[0], saver.last_saved)
     history.history = {name: list(values) for name, values in state.history.items()}
@@ -257,6 +259,41 @@ class _StepSaver(keras.callbacks.Callback):
             saved = self.checkpoints.save(model, state)
         self.timeline.count("checkpoints")
         return saved
+
+
+class _EpochCadence:
+    """Which epoch ends write a checkpoint: every `count` epochs as the user set it; with 'auto', the first epoch this
+    run ends, then, from the second on, every decisions.choose_checkpoint_epochs epochs, from that epoch's time and
+    the first checkpoint's write (process 0's, so every process of a job checkpoints at the same epochs), said in
+    one line. The loop adds the last epoch and a stop on SIGTERM/SIGINT."""
+
+    def __init__(self, every, checkpoints, timeline, says: bool = True):
+        self.every, self.checkpoints, self.timeline, self.says = every, checkpoints, timeline, says
+        self.epochs = None if every.auto else every.count
+        self._saved_at = None  # epochs done at this run's last checkpoint
+
+    def due(self, epochs_done: int, epoch_seconds: float) -> bool:
+        if self.every.unit != "epochs":
+            return False
+        if not self.every.auto:
+            return epochs_done % self.every.count == 0
+        if self._saved_at is None:
+            return True  # the run's first checkpoint: its write is what 'auto' measures
+        if self.epochs is None:
+            self.epochs = self._decide(epoch_seconds)
+        return epochs_done - self._saved_at >= self.epochs
+
+    def saved(self, epochs_done: int) -> None:
+        self._saved_at = epochs_done
+
+    def _decide(self, epoch_seconds: float) -> int:
+        with self.timeline.timed("checkpoint"):  # waits only if the first write is still going
+            written = self.checkpoints.first_write_seconds()
+        epochs, why = decisions.choose_checkpoint_epochs(epoch_seconds, written) if written else (1, "")
+        agreed = self.checkpoints.agree(epochs)
+        if self.says and why:
+            log.info(f"checkpoints (--checkpoint-every auto, checkpoint_every='auto'): {why}; pass another to choose")
+        return agreed
 
 
 class _Reached:

@@ -25,8 +25,11 @@ distribution is active, which fails on a machine with fewer devices. The state t
 import json
 import shutil
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
+
+import numpy as np
 
 from acceltrain import log
 from acceltrain.errors import AcceltrainError, positive_int
@@ -48,6 +51,7 @@ class ShardedCheckpoints:
         self._checkpointer = None
         self._last_saved: Path | None = None  # this run's newest save: pruning never reaches past it
         self._pruning: threading.Thread | None = None
+        self._first_write: list[float] = []  # this run's first save: its start, then when its files were complete
 
     # --- Writing ------------------------------------------------------------------------------------
 
@@ -59,6 +63,8 @@ class ShardedCheckpoints:
         self._finish_and_prune(keep=self.keep - 1)  # the previous write first: one in flight at a time
         if self._is_primary():
             self.folder.mkdir(parents=True, exist_ok=True)
+        if not self._first_write:
+            self._first_write.append(time.perf_counter())
         tree = _saved_tree(model)
         state.variables = checkpoint.variable_signature(model)
         try:
@@ -71,6 +77,39 @@ class ShardedCheckpoints:
             ) from None
         self._last_saved = final
         return final
+
+    def open(self) -> None:
+        """Import Orbax and start its writer now, before training (a quarter of a second on a CPU), rather than in the
+        first checkpoint's epoch."""
+        self._writer()
+
+    def first_write_seconds(self) -> float | None:
+        """How long this run's first checkpoint took to write, from the save call until Orbax had finished its files
+        in the background (waiting for them if it has not); None before it. An upper bound of what it cost
+        training: on an accelerator, the background write runs beside the steps."""
+        if not self._first_write:
+            return None
+        if len(self._first_write) == 1:
+            self._finish_and_prune(keep=self.keep)
+            if len(self._first_write) == 1:  # the write failed: said by _finish_and_prune; timed to now
+                self._first_write.append(time.perf_counter())
+        return self._first_write[1] - self._first_write[0]
+
+    def _written(self) -> None:
+        """Orbax's post-finalization callback: the files of the save in flight are complete."""
+        if len(self._first_write) == 1:
+            self._first_write.append(time.perf_counter())
+
+    @staticmethod
+    def agree(value: int) -> int:
+        """`value` as every process of the job takes it: process 0's, so that all checkpoint at the same epochs."""
+        import jax
+
+        if jax.process_count() == 1:
+            return value
+        from jax.experimental import multihost_utils
+
+        return int(multihost_utils.broadcast_one_to_all(np.int32(value)))
 
     def close(self) -> None:
         """Wait for the write in flight, then keep the newest `keep`. Call before the process exits."""
@@ -117,7 +156,8 @@ class ShardedCheckpoints:
             import orbax.checkpoint as ocp
 
             self._remove_unfinished()
-            self._checkpointer = ocp.AsyncCheckpointer(ocp.CompositeCheckpointHandler())
+            self._checkpointer = ocp.AsyncCheckpointer(
+                ocp.CompositeCheckpointHandler(), async_options=ocp.AsyncOptions(post_finalization_callback=self._written))
         return self._checkpointer
 
     def _remove_unfinished(self) -> None:
