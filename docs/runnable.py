@@ -7,6 +7,10 @@ A fenced block is runnable when the line just before its fence is one of these c
     <!-- runnable; "--epochs 20" → "--epochs 1" --> run with that text replaced first (shortened); each
                                                     replacement must occur, so a stale one fails
 
+In a bash block, a comment `#   acceltrain: ...` (three spaces), with the comments of five spaces under it joined on,
+is a line the command before it prints: the block's output must hold a line matching it (runs of spaces alike, `...`
+standing for any text). So an example output on a page is what that command printed the last time the test ran.
+
 A page's blocks run in order, in one fresh folder: a block with a title (```python title="train.py"```,
 ```toml title="run.toml"```) is written to that file, for a later block to use, and not run itself; an
 untitled python block runs with this Python; an untitled bash block runs with `acceltrain`, `python` and
@@ -57,6 +61,31 @@ class Block:
                                 "Update the marker to the block's text.")
             code = code.replace(old, new)
         return code
+
+
+SAID, SAID_ON = "#   acceltrain: ", "#     "
+
+
+def expected_lines(block: Block) -> list[str]:
+    """The output lines a bash block's comments say its commands print, each joined from its folded comments."""
+    lines = []
+    for line in block.code.splitlines():
+        if line.startswith(SAID):
+            lines.append(line[len(SAID) - len("acceltrain: "):])
+        elif line.startswith(SAID_ON) and lines:
+            lines[-1] += " " + line[len(SAID_ON):]
+    return lines
+
+
+def missing_lines(block: Block, output: str) -> list[str]:
+    """The expected lines (expected_lines) that no line of `output` matches."""
+    said = [" ".join(line.split()) for line in output.splitlines()]
+    missing = []
+    for expected in expected_lines(block):
+        pattern = ".*".join(re.escape(part.strip()) for part in " ".join(expected.split()).split("..."))
+        if not any(re.search(pattern, line) for line in said):
+            missing.append(expected)
+    return missing
 
 
 def documents() -> list[Path]:

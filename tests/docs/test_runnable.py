@@ -22,6 +22,11 @@ def check(block: runnable.Block, files: list[runnable.Block], folder) -> None:
     assert done.returncode == 0, (f"the runnable block at {block.where} failed (exit {done.returncode}):\n"
                                   f"{block.prepared()}\n--- stdout ---\n{done.stdout[-3000:]}\n"
                                   f"--- stderr ---\n{done.stderr[-3000:]}")
+    missing = runnable.missing_lines(block, done.stdout + done.stderr)
+    assert not missing, (f"the block at {block.where} says its commands print lines they did not: "
+                         + "; ".join(repr(line) for line in missing) + ". What they printed:\n"
+                         + "\n".join(line for line in done.stderr.splitlines() if "acceltrain:" in line)[-3000:]
+                         + "\nUpdate the page's comments to what the commands print now.")
 
 
 @pytest.mark.parametrize("block, files", cases())
@@ -66,6 +71,21 @@ def test_blocks_share_the_files_written_before_them_and_see_this_source_tree(tmp
     import acceltrain
 
     assert done.stdout.strip() == acceltrain.__file__
+
+
+def test_a_blocks_example_output_must_be_what_its_command_prints(tmp_path):
+    text = ('<!-- runnable -->\n```bash\necho "acceltrain: 25.2M params, 384.3 MiB   to replicate" >&2\n'
+            '#   acceltrain: 25.2M params, 384.3 MiB\n#     to replicate\n#   acceltrain: ... to replicate\n```\n\n'
+            '<!-- runnable -->\n```bash\necho "acceltrain: 25.2M params" >&2\n#   acceltrain: 26.0M params\n```\n')
+    first, second = (block for block, _ in runnable.executed(runnable.find(page(tmp_path, text))))
+    assert runnable.expected_lines(first) == ["acceltrain: 25.2M params, 384.3 MiB to replicate",
+                                              "acceltrain: ... to replicate"]
+    (tmp_path / "one").mkdir()
+    check(first, [], tmp_path / "one")
+    (tmp_path / "two").mkdir()
+    with pytest.raises(AssertionError, match=r"page\.md:\d+ says its commands print lines they did not: "
+                                             r"'acceltrain: 26\.0M params'"):
+        check(second, [], tmp_path / "two")
 
 
 @pytest.mark.parametrize("marker, says", [

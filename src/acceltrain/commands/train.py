@@ -131,12 +131,15 @@ def _build(runtime, config: TrainConfig, job: _Job):
     plan_job = {"model": config.model} if job.load_model else {"recipe": recipe.NAME}
     plan_job["batch_size"] = job.batch_size
     if job.load_model:
+        told = []  # runtime.build calls build for each layout it weighs, then to build: say it once
+
         def build():
             model = job.load_model()
             if not model.compiled:
-                _compile_for_labels(model, splits.y_train, config.learning_rate)
-            elif config.learning_rate is not None:
+                _compile_for_labels(model, splits.y_train, config.learning_rate, say=not told)
+            elif config.learning_rate is not None and not told:
                 log.warn(_learning_rate_not_used(config.learning_rate, config.model, model))
+            told.append(True)
             return model
 
         model = runtime.build(build, job=plan_job, batch_size=job.batch_size, autopilot=config.autopilot)
@@ -262,8 +265,8 @@ def _learning_rate_not_used(learning_rate: float, spec: str, model) -> str:
             "rate in its compile().")
 
 
-def _compile_for_labels(model, y: np.ndarray, learning_rate: float | None) -> None:
-    """Compile a model given uncompiled, with the loss its labels call for, and say so."""
+def _compile_for_labels(model, y: np.ndarray, learning_rate: float | None, say: bool = True) -> None:
+    """Compile a model given uncompiled, with the loss its labels call for, and say so (`say`)."""
     import keras
 
     output_units = model.output_shape[-1] if isinstance(model.output_shape, tuple) else None
@@ -276,5 +279,6 @@ def _compile_for_labels(model, y: np.ndarray, learning_rate: float | None) -> No
     metrics = ["accuracy"] if classifier else ["mae"]
     rate = learning_rate if learning_rate is not None else 1e-3
     model.compile(optimizer=keras.optimizers.Adam(rate), loss=loss, metrics=metrics)
-    log.info(f"compiled the model: {loss_name}{'' if probabilities else ' (from logits)'} ({reason}), "
-             f"Adam {rate:g}, metrics {metrics}")
+    if say:
+        log.info(f"compiled the model: {loss_name}{'' if probabilities else ' (from logits)'} ({reason}), "
+                 f"Adam {rate:g}, metrics {metrics}")
