@@ -224,3 +224,16 @@ def test_slower_on_several_devices(several, one, says):
 def test_choose_checkpoint_epochs(epoch, write, expected, says):
     epochs, why = decisions.choose_checkpoint_epochs(epoch, write)
     assert epochs == expected and says in why, why
+
+
+@pytest.mark.parametrize(
+    "step, steps, expected, says",
+    [(0.016, 50, None, "a step took 0.016 s, so an epoch of 50 steps takes 1 s (≤ 300 s) → at epochs' ends"),
+     (1.0, 300, None, "(≤ 300 s) → at epochs' ends"),  # exactly the most: its end is soon enough
+     (2.4, 1000, 125, "a step took 2.4 s, so an epoch of 1000 steps takes 2400 s > 300 s → every 125 steps (300 s) "
+                      "within each epoch, and at its end"),
+     (400.0, 3, 1, "→ every step (400 s)")],  # a step longer than the most: every step
+)
+def test_choose_checkpoint_steps(step, steps, expected, says):
+    chosen, why = decisions.choose_checkpoint_steps(step, steps)
+    assert chosen == expected and says in why, why

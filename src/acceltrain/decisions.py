@@ -266,3 +266,18 @@ def choose_checkpoint_epochs(epoch_seconds: float, checkpoint_seconds: float, sh
         return most, (f"{measured} > {share:.0%}; every {wanted} epochs would leave over {most_seconds:.0f} s of "
                       f"training between checkpoints → every {most} epochs ({cost / most:.1%})")
     return wanted, f"{measured} > {share:.0%} → every {wanted} epochs ({cost / wanted:.1%})"
+
+
+def choose_checkpoint_steps(step_seconds: float, steps_per_epoch: int,
+                            most_seconds: float | None = None) -> tuple[int | None, str]:
+    """Within an epoch, every how many steps an 'auto' run checkpoints, from a step's measured time: none while an
+    epoch takes at most `most_seconds` (MOST_SECONDS_BETWEEN_CHECKPOINTS): its end is checkpointed; else as many
+    steps as take `most_seconds`."""
+    most_seconds = MOST_SECONDS_BETWEEN_CHECKPOINTS if most_seconds is None else most_seconds
+    epoch_seconds = step_seconds * steps_per_epoch
+    measured = f"a step took {step_seconds:.3g} s, so an epoch of {steps_per_epoch} steps takes {epoch_seconds:.0f} s"
+    if epoch_seconds <= most_seconds:
+        return None, f"{measured} (≤ {most_seconds:.0f} s) → at epochs' ends"
+    steps = max(1, math.floor(most_seconds / step_seconds))
+    every = "every step" if steps == 1 else f"every {steps} steps"
+    return steps, f"{measured} > {most_seconds:.0f} s → {every} ({steps * step_seconds:.0f} s) within each epoch, and at its end"

@@ -340,8 +340,8 @@ class Runtime:
 
         With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
         the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
-        training apart (decisions.choose_checkpoint_epochs); or "N epochs" or "N steps"; the newest
-        `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
+        training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
+        choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog

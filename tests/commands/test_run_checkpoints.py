@@ -210,3 +210,15 @@ def test_each_fit_has_its_own_folder_and_the_scripts_callbacks(tmp_path, monkeyp
 
     assert runtime.folders == [tmp_path / "fit-1", tmp_path / "fit-2"]
     assert runtime.callbacks == [[callback], []]
+
+
+def test_auto_in_a_job_of_two_processes_times_the_steps_and_every_process_takes_process_0s_choice(tmp_path):
+    """--checkpoint-every auto (the default) under launch: each process times its first epoch's steps and takes
+    process 0's choice, a collective made mid-fit; the job neither deadlocks nor splits, and checkpoints at the
+    epochs' ends (these are short)."""
+    folder = tmp_path / "ckpt"
+    job = support.run_cli("launch", "--processes", "2", "--checkpoint-dir", folder, "--keep-checkpoints", "5", SCRIPT,
+                          tmp_path / "out.npz", "--epochs", "2", timeout=300)
+    assert job.returncode == 0, job.stderr
+    assert sorted(p.name for p in (folder / "fit-1").iterdir() if p.name.startswith("epoch-")) == [
+        "epoch-0001-step-00000", "epoch-0002-step-00000"]

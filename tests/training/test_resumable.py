@@ -176,3 +176,35 @@ def test_a_count_of_epochs_the_user_set_is_kept_and_nothing_is_decided(runtime, 
                 checkpoint_every=every)
     assert _kept(folder) == [f"epoch-000{e}-step-00000" for e in expected]
     assert "--checkpoint-every auto" not in capsys.readouterr().err
+
+
+def test_auto_times_the_first_epochs_steps_and_checkpoints_within_epochs_where_they_are_long(runtime, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """An epoch longer than the most time 'auto' lets pass between checkpoints (made 0.05 s here, so that this
+    tiny one is) gets checkpoints within it, every as many steps as take that long, measured; said once."""
+    from acceltrain import decisions
+
+    monkeypatch.setattr(decisions, "MOST_SECONDS_BETWEEN_CHECKPOINTS", 1e-9)  # every step is longer
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(32 * 16)  # 16 steps an epoch: timed from step 3 to 11 of the first
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, keep_checkpoints=100)
+
+    said = capsys.readouterr().err
+    assert said.count("→ every step (0 s) within each epoch, and at its end; pass another to choose") == 1, said
+    kept = _kept(folder)
+    # From the decision on (at the first epoch's batch 10: 8 steps timed from batch 2), every step; each epoch's end.
+    assert [k for k in kept if k.startswith("epoch-0000-")] == [f"epoch-0000-step-{s:05d}" for s in range(10, 16)]
+    assert [k for k in kept if k.startswith("epoch-0001-")] == [f"epoch-0001-step-{s:05d}" for s in range(0, 16)]
+    assert kept[-1] == "epoch-0002-step-00000"
+
+
+def test_auto_leaves_short_epochs_checkpointed_at_their_ends(runtime, tmp_path, capsys):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(32 * 16)
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, keep_checkpoints=100)
+    assert all(name.endswith("-step-00000") for name in _kept(folder))
+    assert "within each epoch" not in capsys.readouterr().err

@@ -64,7 +64,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     timed = []  # the epochs this process ran, and their steps: a resumed epoch only in part (throughput's basis)
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
-        saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo)
+        saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
+                           says=prepared.process_index == 0)
         cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, epochs):
@@ -216,9 +217,11 @@ def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, nu
 
 class _StepSaver(keras.callbacks.Callback):
     """Checkpoints every N steps, and at the first step end after SIGTERM/SIGINT (then stops); notes how far
-    training has reached, and where the steps run again after a resume end."""
+    training has reached, and where the steps run again after a resume end. With 'auto', times steps in the run's
+    first epoch and, where an epoch takes over decisions.MOST_SECONDS_BETWEEN_CHECKPOINTS, checkpoints within each
+    (_StepTimer)."""
 
-    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo):
+    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True):
         super().__init__()
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
@@ -227,6 +230,8 @@ class _StepSaver(keras.callbacks.Callback):
         self.stopped_mid_epoch = False
         self._epoch = self._first_step = 0
         self._last_global_step = None
+        self._step_count = every.count if every.unit == "steps" else None  # checkpoint every this many steps
+        self._timer = _StepTimer(self, says) if every.auto else None
 
     def start_epoch(self, epoch, first_step):
         self._epoch, self._first_step = epoch, first_step
@@ -236,6 +241,10 @@ class _StepSaver(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         # At the start of batch `batch`, as many steps of this epoch are done. Hooked here rather than at
         # a batch's end: any on_train_batch_end makes Keras wait for each step's metrics on the host.
+        if self._timer is not None:
+            chosen = self._timer.at_batch(batch)
+            if chosen is not None:
+                self._step_count, self._timer = chosen or None, None
         step = self._first_step + batch  # batches of this epoch done
         if batch == 0 or step >= self.steps_per_epoch:
             return  # nothing new since the last check; the epoch's end is checkpointed by the loop
@@ -244,7 +253,7 @@ class _StepSaver(keras.callbacks.Callback):
         self.reached.note(global_step)
         if not self.received and self.checkpoints.preempted_at(global_step):
             self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
-        due = self.every.unit == "steps" and global_step - self._last_global_step >= self.every.count
+        due = self._step_count is not None and global_step - self._last_global_step >= self._step_count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
             self.last_saved = self.save(self.model, self.state)  # self.model syncs JAX state
@@ -259,6 +268,45 @@ class _StepSaver(keras.callbacks.Callback):
             saved = self.checkpoints.save(model, state)
         self.timeline.count("checkpoints")
         return saved
+
+
+class _StepTimer:
+    """'auto' within an epoch: in the run's first epoch, the steps from batch FROM to FROM + STEPS are timed (Keras
+    made to wait for the steps before each end, once: it may run ahead of the device otherwise), and
+    decisions.choose_checkpoint_steps says whether, and every how many steps, to checkpoint within epochs (process
+    0's choice taken everywhere: each process calls this at the same batches). Epochs too short to time keep
+    their checkpoints at their ends; the rest of an epoch a run resumed in is left for the next."""
+
+    FROM, STEPS = 2, 8  # from the third batch: the first compiles
+
+    def __init__(self, saver, says: bool):
+        self.saver, self.says = saver, says
+        self._started = None  # when batch FROM began, its steps before it done
+
+    def at_batch(self, batch: int) -> int | None:
+        """None while timing (or on an epoch too short to time); then the steps between checkpoints, 0 for none."""
+        if self.saver.steps_per_epoch - self.saver._first_step <= self.FROM + self.STEPS:
+            return None if self.saver._first_step else 0  # the rest of a resumed epoch: time the next one
+        if self._started is None and batch >= self.FROM:
+            self._started = (batch, self._after_steps_done())
+        elif self._started is not None and batch >= self._started[0] + self.STEPS:
+            first, started = self._started
+            seconds = (self._after_steps_done() - started) / (batch - first)
+            steps, why = decisions.choose_checkpoint_steps(seconds, self.saver.steps_per_epoch)
+            agreed = self.saver.checkpoints.agree(steps or 0)
+            if self.says and steps:
+                log.info(f"checkpoints (--checkpoint-every auto, checkpoint_every='auto'): {why}; pass another to "
+                         "choose")
+            return agreed
+        return None
+
+    def _after_steps_done(self) -> float:
+        """The clock once every step dispatched so far has run (Callback.model syncs Keras's JAX state into the
+        variables; reading one waits for the step that wrote it)."""
+        iterations = getattr(getattr(self.saver.model, "optimizer", None), "iterations", None)
+        if iterations is not None:  # a model trained with no optimizer (its own train_step) is timed as dispatched
+            keras.ops.convert_to_numpy(iterations)
+        return time.perf_counter()
 
 
 class _EpochCadence:
