@@ -208,3 +208,34 @@ def test_auto_leaves_short_epochs_checkpointed_at_their_ends(runtime, tmp_path, 
     runtime.fit(model, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, keep_checkpoints=100)
     assert all(name.endswith("-step-00000") for name in _kept(folder))
     assert "within each epoch" not in capsys.readouterr().err
+
+
+def test_a_run_early_stopping_ended_is_checkpointed_with_its_best_weights_and_a_resume_trains_no_further(
+        runtime, tmp_path, capsys):
+    """EarlyStopping(restore_best_weights=True) ends the run at epoch 2 (no improvement by 10): its final checkpoint
+    is written after on_train_end restored epoch 1's weights, and a resume restores those and trains no further
+    (it would otherwise train on from an older checkpoint, EarlyStopping's count reset)."""
+    import keras
+
+    def stopping():
+        return keras.callbacks.EarlyStopping(monitor="loss", min_delta=10, patience=1, restore_best_weights=True)
+
+    x, y = _toy_data(256)
+    folder = tmp_path / "ckpt"
+    with runtime.scope():
+        model = _mlp()
+    history = runtime.fit(model, x, y, batch_size=32, epochs=20, verbose=0, checkpoint_dir=folder,
+                          callbacks=[stopping()], keep_checkpoints=10)
+    assert len(history.history["loss"]) == 2
+    assert _kept(folder) == ["epoch-0001-step-00000", "epoch-0002-step-00000"]
+    ended = [np.asarray(w) for w in model.get_weights()]
+
+    with runtime.scope():
+        resumed = _mlp()
+    again = runtime.fit(resumed, x, y, batch_size=32, epochs=20, verbose=0, checkpoint_dir=folder, resume=True,
+                        callbacks=[stopping()], keep_checkpoints=10)
+    assert "the run had ended at epoch 2, stopped by a callback of its own (EarlyStopping): training no further" \
+        in capsys.readouterr().err
+    assert len(again.history["loss"]) == 2 and _kept(folder)[-1] == "epoch-0002-step-00000"
+    for got, expected in zip(resumed.get_weights(), ended, strict=True):
+        np.testing.assert_array_equal(got, expected)

@@ -45,6 +45,8 @@ class State:
     # {"trainable"|"non_trainable"|"optimizer": [[path, shape, dtype], ...]} of the model that wrote it, so a
     # resume can tell another model from a damaged file. Empty in checkpoints written before it was kept.
     variables: dict = field(default_factory=dict)
+    # A callback of the user's (EarlyStopping) ended the run at `epoch`: a resume restores it and trains no further.
+    stopped_early: bool = False
 
 
 def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:

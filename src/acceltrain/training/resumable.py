@@ -62,13 +62,18 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     sigterm_here = prepared.num_processes == 1 or keras.backend.backend() != "jax"
     last_logs = lambda: {name: values[-1] for name, values in state.history.items() if values}  # noqa: E731
     timed = []  # the epochs this process ran, and their steps: a resumed epoch only in part (throughput's basis)
+    last_epoch = state.epoch if state.stopped_early else epochs
+    stopped_here = False
+    if state.stopped_early:
+        log.info(f"the run had ended at epoch {state.epoch}, stopped by a callback of its own (EarlyStopping): "
+                 "training no further")
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
                            says=prepared.process_index == 0)
         cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
-        for epoch in range(state.epoch, epochs):
+        for epoch in range(state.epoch, last_epoch):
             first_step = state.step if epoch == state.epoch else 0
             saver.start_epoch(epoch, first_step)
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
@@ -92,7 +97,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             timed.append({"epoch": epoch + 1, "seconds": state.epoch_seconds[-1], "steps": steps_per_epoch - first_step})
             for name, values in epoch_history.history.items():
                 state.history.setdefault(name, []).extend(float(v) for v in values)
-            if model.stop_training:  # a callback (e.g. the divergence check) ended the run
+            if model.stop_training:  # a callback ended the run: the user's (EarlyStopping), or the divergence check
+                state.stopped_early = stopped_here = not _diverged(callbacks)
                 break
             if not received and checkpoints.preempted_at((epoch + 1) * steps_per_epoch):
                 received.append(signal.SIGTERM)
@@ -103,12 +109,31 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 cadence.saved(epoch + 1)
             if received:
                 raise Interrupted(received[0], saver.last_saved)
+    if stopped_here:  # its end, as the callbacks' on_train_end left it
+        _save_the_end(saver, model, state, checkpoints)
     history.history = {name: list(values) for name, values in state.history.items()}
     history.epoch = list(range(len(state.epoch_seconds)))
     history.epoch_seconds = list(state.epoch_seconds)
     history.timed_epochs = timed
     history.set_model(model)
     return history
+
+
+def _diverged(callbacks) -> bool:
+    from acceltrain.training.callbacks import DivergenceCheck
+
+    return any(isinstance(c, DivergenceCheck) and c.message for c in callbacks)
+
+
+def _save_the_end(saver, model, state, checkpoints) -> None:
+    """A run a callback of the user's stopped: its final state checkpointed, marked so that a resume trains no
+    further. Written once the callbacks' on_train_end has run (EarlyStopping's restore_best_weights sets the weights
+    it keeps there), after the loop's own checkpoints closed."""
+    try:
+        saver.last_saved = saver.save(model, state)
+    finally:
+        with saver.timeline.timed("checkpoint"):
+            checkpoints.close()
 
 
 def _epoch_inputs(prepared, order, first_step: int) -> dict:
@@ -155,10 +180,12 @@ def _one_training_run(callbacks, last_logs):
     an epoch here: each one's on_train_begin runs at the first epoch's fit only, its on_train_end once, when
     the run ends or is interrupted (a checkpoint written), with `last_logs()`. So EarlyStopping keeps its
     patience and a TensorBoard writer stays open across epochs. Set on the instances (their class, and so
-    Keras's isinstance and async checks, unchanged), and taken off after."""
+    Keras's isinstance and async checks, unchanged), and taken off after. A run that trains no epoch (resumed
+    where it had ended) calls neither."""
     own = {id(callback): (callback, callback.on_train_begin, callback.on_train_end) for callback in callbacks}
+    begun = []
     for callback, begin, _ in own.values():
-        callback.on_train_begin = _first_call_only(begin)
+        callback.on_train_begin = _first_call_only(begin, begun)
         callback.on_train_end = lambda logs=None: None
     ended = False
     try:
@@ -170,18 +197,19 @@ def _one_training_run(callbacks, last_logs):
     finally:
         for callback, _, _ in own.values():
             del callback.on_train_begin, callback.on_train_end
-        if ended:
+        if ended and begun:
             logs = last_logs()
             for _, _, end in own.values():
                 end(logs)
 
 
-def _first_call_only(method):
+def _first_call_only(method, begun: list):
     called = []
 
     def first(logs=None):
         if not called:
             called.append(True)
+            begun.append(True)
             method(logs)
 
     return first
