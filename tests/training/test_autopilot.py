@@ -256,6 +256,33 @@ def test_with_a_build_function_every_lever_is_compiled_and_the_model_built_under
     assert (int(model.optimizer.iterations), int(model.optimizer._iterations)) == (2, 8)
 
 
+@pytest.mark.slow  # five builds from shapes and five compiles
+def test_with_a_build_function_the_users_own_accumulation_is_weighed_and_no_accumulation_lever_is_added(capsys):
+    """Runtime.build where the build function's optimizer has gradient_accumulation_steps=2 of the user's: the step
+    is weighed with them; the walk offers bfloat16 and remat but no accumulation of its own (it would replace theirs
+    and cut their batch), and where nothing else fits it stops, naming each figure, before building."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("wide_activations", support.SCRIPTS / "wide_activations.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    built = []
+
+    def build():
+        model = module.build()
+        model.optimizer.gradient_accumulation_steps = 2
+        built.append(model)
+        return model
+
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="16MiB", verbose=False)
+    with pytest.raises(UsageError) as stopped:
+        runtime.build(build, batch_size=1024)
+    message = str(stopped.value)
+    assert "The model does not fit 16.0 MiB" in message and "fsdp + bfloat16 + remat " in message
+    assert "accumulat" not in message and "accumulate" not in capsys.readouterr().err
+    assert built and all(model.optimizer.gradient_accumulation_steps == 2 for model in built)  # never replaced
+
+
 @pytest.mark.parametrize("precision, offered", [("auto", True), ("float32", False)])
 def test_a_precision_the_user_asked_for_is_not_a_lever(monkeypatch, precision, offered):
     """Runtime.build's walk offers bfloat16 compute only where acceltrain chose the precision: precision='float32'
