@@ -19,16 +19,14 @@ process's; the first fit's compiles, which the moved variant does not make, are 
 """
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _noise, _results  # noqa: E402
+from benchmarks import _child, _noise, _results  # noqa: E402
 
 SECTION = "auto-placement"
 WIDTH, LAYERS = 4096, 3
@@ -99,14 +97,6 @@ print(json.dumps({"weights": weights, "built_device": built["device"], "built_pe
 """
 
 
-def measure(settings: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(settings)], capture_output=True, text=True,
-                            timeout=1800)
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-2000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=2)
@@ -116,11 +106,8 @@ def main() -> None:
     width, repeats = (512, 1) if args.quick else (WIDTH, args.repeats)
     memory = "4MiB" if args.quick else DEVICE_MEMORY  # the quick model's state (12.6 MB) must not fit either
     variants = {key: {"label": label, "settings": settings, "runs": []} for key, (label, settings) in VARIANTS.items()}
-    for _ in range(repeats):  # interleaved, so that the machine's drift falls on every variant alike
-        for key, variant in variants.items():
-            variant["runs"].append(measure({**variant["settings"], "width": width, "layers": LAYERS,
-                                            "device_memory": memory}))
-            print(variant["label"], variant["runs"][-1], file=sys.stderr, flush=True)
+    common = {"width": width, "layers": LAYERS, "device_memory": memory}
+    _child.interleaved(variants, repeats, lambda settings: _child.run(CHILD, {**settings, **common}, timeout=1800))
     run.save(SECTION, {"width": width, "layers": LAYERS, "device_memory": memory, "repeats": repeats,
                        "variants": variants})
 

@@ -17,16 +17,14 @@ the model's weight bytes.
 """
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository's root
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import _noise, _results  # noqa: E402
+from benchmarks import _child, _noise, _results  # noqa: E402
 
 SECTION = "sharding-memory"
 WIDTH, LAYERS = 4096, 3  # 50.3M parameters, 201 MB of float32 weights
@@ -83,14 +81,6 @@ print(json.dumps({"peak_over_baseline": peak - before, "weights": weights, "firs
 """
 
 
-def measure(settings: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(settings)], capture_output=True, text=True,
-                            timeout=900)
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-2000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=2)
@@ -99,10 +89,8 @@ def main() -> None:
     run = _results.Run(__file__, args)
     width, repeats = (512, 1) if args.quick else (WIDTH, args.repeats)
     variants = {key: {"label": label, "settings": settings, "runs": []} for key, (label, settings) in VARIANTS.items()}
-    for _ in range(repeats):  # interleaved, so that the machine's drift falls on every variant alike
-        for key, variant in variants.items():
-            variant["runs"].append(measure({**variant["settings"], "width": width, "layers": LAYERS}))
-            print(variant["label"], variant["runs"][-1], file=sys.stderr, flush=True)
+    common = {"width": width, "layers": LAYERS}
+    _child.interleaved(variants, repeats, lambda settings: _child.run(CHILD, {**settings, **common}, timeout=900))
     run.save(SECTION, {"width": width, "layers": LAYERS, "repeats": repeats, "variants": variants})
 
 
