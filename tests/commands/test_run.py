@@ -695,3 +695,36 @@ def test_a_script_that_sets_its_backend_runs_on_it_under_run(tmp_path, line):
     assert run.returncode == 0, run.stderr
     assert "backend: tensorflow" in run.stdout
     assert "tensorflow on cpu" in run.stderr and "run: the script sets its Keras backend on line 2" in run.stderr
+
+
+SAVES = """
+import sys
+from pathlib import Path
+
+import keras
+import numpy as np
+
+out = Path(sys.argv[1])
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile("adam", "mse")
+model.fit(np.ones((32, 4)), np.zeros((32, 2)), batch_size=8, epochs=1, verbose=0)
+model.save(out / "m.keras")
+model.save_weights(out / "m.weights.h5")
+loaded = keras.models.load_model(out / "m.keras")
+assert all((a == b).all() for a, b in zip(loaded.get_weights(), model.get_weights()))
+print("tensorflow imported:", "tensorflow" in sys.modules)
+"""
+
+
+def test_a_jax_scripts_save_does_not_import_tensorflow_under_run(tmp_path, cli):
+    """Keras's save imports TensorFlow, where installed, only to find no TensorFlow object in a JAX model: seconds
+    of a run. Under `run` it does not; plainly it does (so this test can tell)."""
+    script = tmp_path / "saves.py"
+    script.write_text(SAVES)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "run").mkdir()
+    plain = support.python(script, tmp_path / "plain", timeout=120, KERAS_BACKEND="jax")
+    assert plain.returncode == 0 and "tensorflow imported: True" in plain.stdout, plain.stderr
+    ran = cli("run", script, tmp_path / "run")
+    assert ran.returncode == 0, ran.stderr
+    assert "tensorflow imported: False" in ran.stdout

@@ -85,6 +85,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                                                    checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
         if runtime.num_processes > 1:
             stack.enter_context(_saving_whole(runtime))
+        if runtime.backend == "jax":
+            stack.enter_context(keras_internals.saving_replaced(_without_tensorflow))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
     return code
@@ -257,6 +259,19 @@ def _saving_whole(runtime):
 
     with keras_internals.saving_replaced(whole):
         yield
+
+
+def _without_tensorflow(name, method):
+    """A JAX script's model.save/save_weights without the TensorFlow import Keras makes, where TensorFlow is
+    installed, only to find no TensorFlow object in the model: seconds of the run (keras_internals.
+    saving_without_tensorflow, as `acceltrain train` saves)."""
+    from acceltrain.backends import keras_internals
+
+    def save(model, *args, **kwargs):
+        with keras_internals.saving_without_tensorflow():
+            return method(model, *args, **kwargs)
+
+    return save
 
 
 def _refuse_split_weights(runtime, model, name: str, filepath) -> None:
