@@ -158,13 +158,26 @@ def child_rule(model_name: str, rule: str, steps: int, rounds: int) -> dict:
         placed[label] = (model, scope)
     x = np.random.default_rng(0).random((steps * BATCH, *shape), dtype=np.float32)
     y = np.random.default_rng(1).integers(0, 10, steps * BATCH)
+
+    def epoch(label):
+        model, scope = placed[label]
+        callbacks = rule_callbacks(rule if label == "all" else "keras")  # 1 device: the plain script
+        return scope(), lambda: model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
+
+    return _one_against_all(epoch, steps, rounds)
+
+
+def _one_against_all(epoch, steps: int, rounds: int) -> dict:
+    """Epochs alternating between one device and all, `epoch(label)` ("one" or "all") giving a context to enter and
+    the fit to time inside it: rounds 0 and 1 compile (a step may compile again once its inputs are placed), the
+    next `rounds` are timed. Steps/s of each, the median over the rounds, and their ratio."""
     seconds = {"one": [], "all": []}
-    for round_ in range(rounds + 2):  # rounds 0 and 1 compile (a step may compile again once its inputs are placed)
-        for label, (model, scope) in placed.items():
-            callbacks = rule_callbacks(rule if label == "all" else "keras")  # 1 device: the plain script
-            with scope():
+    for round_ in range(rounds + 2):
+        for label in seconds:
+            context, fit = epoch(label)
+            with context:
                 started = time.perf_counter()
-                model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
+                fit()
                 if round_ > 1:
                     seconds[label].append(time.perf_counter() - started)
     one, all_ = statistics.median(seconds["one"]), statistics.median(seconds["all"])
@@ -237,21 +250,18 @@ def child_op_by_op(treatment: str, steps: int, rounds: int) -> dict:
         model = build(treatment == "one_device")
     x = np.random.default_rng(0).random((steps * BATCH, 32, 32, 3), dtype=np.float32)
     y = np.random.default_rng(1).integers(0, 10, steps * BATCH)
-    seconds = {"one": [], "all": []}
-    for round_ in range(rounds + 2):
-        for label, copy in (("one", reference), ("all", model)):
-            callbacks = rule_callbacks("keras" if label == "one" or treatment == "op_by_op_async" else "one_step")
-            scope = every.scope() if label == "all" else contextlib.nullcontext()
-            treated = (backend.op_by_op_made_safe(copy, every)
-                       if label == "all" and treatment in ("compiled", "one_device") else contextlib.nullcontext())
-            with scope, treated:
-                started = time.perf_counter()
-                copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
-                if round_ > 1:
-                    seconds[label].append(time.perf_counter() - started)
-    one_s, all_s = statistics.median(seconds["one"]), statistics.median(seconds["all"])
-    return {"steps_per_s_one_device": steps / one_s, "steps_per_s": steps / all_s, "ratio": one_s / all_s,
-            "seconds": seconds, "load": os.getloadavg()[0]}
+
+    def epoch(label):
+        copy = reference if label == "one" else model
+        callbacks = rule_callbacks("keras" if label == "one" or treatment == "op_by_op_async" else "one_step")
+        context = contextlib.ExitStack()
+        if label == "all":
+            context.enter_context(every.scope())
+            if treatment in ("compiled", "one_device"):
+                context.enter_context(backend.op_by_op_made_safe(copy, every))
+        return context, lambda: copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=callbacks)
+
+    return _one_against_all(epoch, steps, rounds)
 
 
 # --- acceltrain run on a long batch-32 script ----------------------------------------------------------------
