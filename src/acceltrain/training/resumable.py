@@ -323,8 +323,7 @@ class _StepTimer:
             steps, why = decisions.choose_checkpoint_steps(seconds, self.saver.steps_per_epoch)
             agreed = self.saver.checkpoints.agree(steps or 0)
             if self.says and steps:
-                log.info(f"checkpoints (--checkpoint-every auto, checkpoint_every='auto'): {why}; pass another to "
-                         "choose")
+                _say_auto(why)
             return agreed
         return None
 
@@ -345,7 +344,7 @@ class _EpochCadence:
 
     def __init__(self, every, checkpoints, timeline, says: bool = True):
         self.every, self.checkpoints, self.timeline, self.says = every, checkpoints, timeline, says
-        self.epochs = None if every.auto else every.count
+        self.epochs = None  # 'auto': decided at the run's second epoch end
         self._saved_at = None  # epochs done at this run's last checkpoint
 
     def due(self, epochs_done: int, epoch_seconds: float) -> bool:
@@ -368,8 +367,12 @@ class _EpochCadence:
         epochs, why = decisions.choose_checkpoint_epochs(epoch_seconds, written) if written else (1, "")
         agreed = self.checkpoints.agree(epochs)
         if self.says and why:
-            log.info(f"checkpoints (--checkpoint-every auto, checkpoint_every='auto'): {why}; pass another to choose")
+            _say_auto(why)
         return agreed
+
+
+def _say_auto(why: str) -> None:
+    log.info(f"checkpoints (--checkpoint-every auto, checkpoint_every='auto'): {why}; pass another to choose")
 
 
 class _Reached:
