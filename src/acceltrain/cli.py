@@ -8,7 +8,7 @@ import json
 import sys
 
 from acceltrain import __version__, backends, ledger, log, user_model
-from acceltrain.decisions import PRECISIONS
+from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
 from acceltrain.errors import AcceltrainError
 from acceltrain.hardware import PLATFORMS
 
@@ -132,6 +132,12 @@ def _leave_the_job_now(code: int) -> None:
     os._exit(code)
 
 
+# --checkpoint-every's default, as decisions.choose_checkpoint_epochs and choose_checkpoint_steps apply it (in a
+# help text, where argparse reads %: the percent sign doubled).
+AUTO_CHECKPOINTS = (f"auto, every epoch unless that costs over {CHECKPOINT_SHARE:.0%}% of the time, then every few "
+                    f"epochs, at most {MOST_SECONDS_BETWEEN_CHECKPOINTS / 60:.0f} minutes apart")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="acceltrain",
@@ -160,8 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
     train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
     train.add_argument("--checkpoint-every", default="auto", metavar="auto|N [epochs|steps]",
-                       help="how often to checkpoint into --out/checkpoints (default: auto, every epoch unless that "
-                            "costs over 2%% of the time, then every few epochs, at most 5 minutes apart)")
+                       help=f"how often to checkpoint into --out/checkpoints (default: {AUTO_CHECKPOINTS})")
     train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
                        help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
@@ -261,8 +266,7 @@ def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="continue from the newest good checkpoints in --checkpoint-dir")
     parser.add_argument("--checkpoint-every", metavar="auto|N [epochs|steps]",
-                        help="how often to checkpoint (default: auto, every epoch unless that costs over 2%% of the "
-                             "time, then every few epochs, at most 5 minutes apart)")
+                        help=f"how often to checkpoint (default: {AUTO_CHECKPOINTS})")
     parser.add_argument("--keep-checkpoints", type=int, metavar="K",
                         help="keep the newest K checkpoints of each fit (default: 2)")
 
