@@ -101,3 +101,26 @@ def test_the_layer_test_sees_an_upward_import_and_a_circle(monkeypatch):
         test_no_module_imports_from_a_layer_above_its_own()
     with pytest.raises(AssertionError, match=r"acceltrain\.data -> acceltrain\.runtime -> acceltrain\.data"):
         test_no_modules_import_each_other_in_a_circle()
+
+
+def _imports_at_module_level(path) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("framework, allowed", [("jax", ("backends",)), ("tensorflow", ("backends",)),
+                                                ("keras", ("backends", "training"))])
+def test_frameworks_are_imported_at_module_level_only_where_developers_md_says(framework, allowed):
+    """DEVELOPERS.md: jax and tensorflow at module level only in backends/; keras also in training/, which is
+    imported only after connect() has chosen Keras's backend."""
+    offenders = sorted(str(path.relative_to(ACCELTRAIN)) for path in ACCELTRAIN.rglob("*.py")
+                       if framework in _imports_at_module_level(path)
+                       and path.relative_to(ACCELTRAIN).parts[0] not in allowed)
+    assert not offenders, f"{framework} imported at module level outside {allowed}: {offenders}"
