@@ -16,8 +16,6 @@ import pytest
 
 from tests import support
 
-pytestmark = pytest.mark.slow
-
 DAEMONS = ("munged", "slurmctld", "slurmd")
 SCRIPT = support.SCRIPTS / "slurm_fit.py"
 EPOCHS = 4
@@ -167,6 +165,7 @@ def uninterrupted(slurm, tmp_path_factory):
     return folder, job_id, slurm.wait_until_done(job_id)
 
 
+@pytest.mark.slow
 def test_a_slurm_sbatch_job_of_2_tasks_trains_as_one_jax_job(uninterrupted):
     folder, job_id, job = uninterrupted
     output = (folder / f"whole-{job_id}.out").read_text()
@@ -180,6 +179,7 @@ def test_a_slurm_sbatch_job_of_2_tasks_trains_as_one_jax_job(uninterrupted):
         np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.slow
 def test_a_slurm_job_requeued_mid_run_resumes_to_the_uninterrupted_weights(slurm, uninterrupted, tmp_path_factory):
     folder = tmp_path_factory.mktemp("requeued")
     job_id = _submit(slurm, folder, "requeued")
