@@ -40,3 +40,33 @@ def test_tensorflow_is_refused_in_an_engine_job_but_not_on_pathways():
     with pytest.raises(UsageError, match="--backend jax"):
         cluster.choose_processes("tensorflow", {}, recorded.JOBSET_POD_2.env, False)
     assert cluster.choose_processes("tensorflow", {}, recorded.PATHWAYS_HEAD.env, False)[0].source == "pathways"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["kubeflow", "skypilot"])
+def test_two_processes_an_engine_describes_train_as_one_job_and_the_banner_names_it(engine, tmp_path):
+    """Two `acceltrain run` processes given only the engine's variables (process 0 on this host) join one job."""
+    import socket
+    import subprocess
+
+    from tests import support
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+
+    def variables(index):
+        if engine == "kubeflow":
+            return {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": str(index)}
+        return {"SKYPILOT_NODE_RANK": str(index), "SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_IPS": "127.0.0.1\n127.0.0.2",
+                "JAX_COORDINATOR_PORT": str(port)}
+
+    processes = [subprocess.Popen(support.command("run", support.SCRIPTS / "slurm_fit.py", tmp_path / "w", "--epochs", "1"),
+                                  env=support.env(**variables(index), SLURM_PROCID=str(index)), text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for index in (0, 1)]
+    outputs = [process.communicate(timeout=300) for process in processes]
+    for process, (out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+        assert "2 processes" in err and ("Kubeflow Trainer" if engine == "kubeflow" else "SkyPilot: node") in err
+    losses = [next(line for line in out.splitlines() if line.startswith("final loss")) for out, _ in outputs]
+    assert losses[0] == losses[1]  # one job: the global loss in both
