@@ -74,7 +74,10 @@ def summarize(raw: dict) -> dict:
         figures[figure] = {"cold": statistics.median(cold), "warm": statistics.median(warm),
                            "ratio": difference.ratio, "noise": difference.noise, "verdict": difference.verdict}
     loads = [r["load"] for runs in raw["runs"].values() for r in runs]
+    paired = {figure: [warm[figure] / cold[figure] for cold, warm in zip(raw["runs"]["cold"], raw["runs"]["warm"])]
+              for figure in figures}
     return {"rounds": raw["rounds"], "epochs": raw["epochs"], "figures": figures, "loads": [min(loads), max(loads)],
+            "paired": paired,
             "programs": statistics.median(r["cached_programs"] for r in raw["runs"]["cold"])}
 
 
@@ -99,13 +102,17 @@ def render(summary: dict, record: dict) -> str:
         "job finds it. The figures are each run's ledger; the ratio is judged against the larger spread over the "
         f"rounds (benchmarks/_noise.py). Its runs started at {_results.load_range(summary['loads'], cores)}.\n\n"
         + "\n".join(table)
+        + "\n\nWithin each round (the cold run, then its restart): warm / cold compilation "
+        + ", ".join(f"{ratio:.2f}×" for ratio in summary["paired"]["compilation"]) + "; time to the first step "
+        + ", ".join(f"{ratio:.2f}×" for ratio in summary["paired"]["to_first_step"]) + "."
     )
 
 
 def quotes(summary: dict, record: dict) -> dict:
-    first = summary["figures"]["to_first_step"]
-    return {"summary": f"A restarted job with the shared compile cache reached its first step in "
-                       f"{_difference(first).says('{:.2f}×')} the cold start's time ({_results.cite(record)})."}
+    figures = summary["figures"]
+    return {"summary": "A restarted job with the shared compile cache its first run filled, against the cold start "
+                       f"({_results.cite(record)}): compilation {_difference(figures['compilation']).says('{:.2f}×')}; "
+                       f"time to the first step {_difference(figures['to_first_step']).says('{:.2f}×')}."}
 
 
 if __name__ == "__main__":
