@@ -92,6 +92,8 @@ def test_an_sbatch_script_without_the_requeue_or_srun_is_named():
     assert any("--requeue" in p for p in sbatch.check(text.replace("#SBATCH --requeue\n", "")))
     assert any("srun" in p for p in sbatch.check(text.replace("srun --kill-on-bad-exit=1 ", "")))
     assert any("batch shell only" in p for p in sbatch.check(text.replace("--signal=TERM@", "--signal=B:TERM@")))
+    without_ids = "".join(line for line in text.splitlines(keepends=True) if "JAX_LOCAL_DEVICE_IDS" not in line)
+    assert any("only its SLURM_LOCALID's GPU" in p for p in sbatch.check(without_ids))
 
 
 @pytest.mark.parametrize("command, says", [

@@ -46,6 +46,9 @@ def render(job: emit.Job) -> str:
         f"#SBATCH --output={job.name}-%j.out",
         "",
         f'export JAX_COMPILATION_CACHE_DIR="{job.compile_cache_dir}"',
+        *([ "# JAX's Slurm detection gives a task only the GPU of its SLURM_LOCALID (one task a GPU); one task a node",
+            f"export JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(layout.chips_per_host)))}  # drives all {layout.chips_per_host}"]
+          if layout.kind == "gpu" else []),
         f'mkdir -p "{job.checkpoint_dir}" "$JAX_COMPILATION_CACHE_DIR"',
         f"srun --kill-on-bad-exit=1 {job.command}",
         "code=$?",
@@ -78,6 +81,9 @@ def check(text: str) -> list[str]:
     elif options["signal"].startswith("B:"):
         problems.append(f"#SBATCH --signal={options['signal']} signals the batch shell only, not acceltrain's "
                         f"processes: use --signal=TERM@{NOTICE_SECONDS}")
+    if "gpus-per-node" in options and options.get("ntasks-per-node", "1") == "1" and "JAX_LOCAL_DEVICE_IDS" not in text:
+        problems.append("one task a node with --gpus-per-node and no JAX_LOCAL_DEVICE_IDS: JAX's Slurm detection "
+                        "would give each process only its SLURM_LOCALID's GPU (export JAX_LOCAL_DEVICE_IDS=0,1,...)")
     for name in ("nodes", "ntasks-per-node", "gpus-per-node"):
         value = options.get(name)
         if value is not None and not value.isdigit():

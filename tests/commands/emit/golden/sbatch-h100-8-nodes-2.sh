@@ -12,6 +12,8 @@
 #SBATCH --output=train-%j.out
 
 export JAX_COMPILATION_CACHE_DIR="${SLURM_SUBMIT_DIR}/acceltrain/compile-cache"
+# JAX's Slurm detection gives a task only the GPU of its SLURM_LOCALID (one task a GPU); one task a node
+export JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7  # drives all 8
 mkdir -p "${SLURM_SUBMIT_DIR}/acceltrain/checkpoints" "$JAX_COMPILATION_CACHE_DIR"
 srun --kill-on-bad-exit=1 acceltrain run --checkpoint-dir "${SLURM_SUBMIT_DIR}/acceltrain/checkpoints" --resume train.py --epochs 3
 code=$?
