@@ -180,33 +180,49 @@ def test_a_slurm_sbatch_job_of_2_tasks_trains_as_one_jax_job(uninterrupted):
 
 
 @pytest.mark.slow
-def test_a_slurm_job_requeued_mid_run_resumes_to_the_uninterrupted_weights(slurm, uninterrupted, tmp_path_factory):
+def test_a_slurm_job_requeued_then_signalled_mid_run_resumes_to_the_uninterrupted_weights(slurm, uninterrupted,
+                                                                                          tmp_path_factory):
+    """Interrupted twice: `scontrol requeue` (Slurm requeues the job), then SIGTERM to its tasks, as the script's
+    `--signal=TERM@120` notice sends before the time limit (the script requeues itself on the exit code)."""
     folder = tmp_path_factory.mktemp("requeued")
     job_id = _submit(slurm, folder, "requeued")
     checkpoints = folder / "checkpoints" / "fit-1"
-    deadline = time.monotonic() + JOB_SECONDS
-    while not any(p.name.startswith("epoch-") and "tmp" not in p.name for p in _listed(checkpoints)):
-        assert time.monotonic() < deadline and slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
-            "no checkpoint was written"
-        time.sleep(0.5)
 
+    _wait_for_a_checkpoint_of_epoch(slurm, job_id, checkpoints, 1)
     slurm.command("scontrol", "requeue", job_id)  # Slurm SIGTERMs every task, then queues the job again
-    deadline = time.monotonic() + 120
-    while slurm.job(job_id)["JobState"] != "PENDING":
-        assert time.monotonic() < deadline, slurm.job(job_id)
-        time.sleep(0.5)
-    # Slurm holds a requeued job back for a while (its BeginTime); start it now rather than wait.
-    slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    _start_when_requeued(slurm, job_id, restarts=1)
+
+    _wait_for_a_checkpoint_of_epoch(slurm, job_id, checkpoints, 2)
+    slurm.command("scancel", "--signal=TERM", job_id)  # the tasks only, as --signal=TERM@120 does
+    _start_when_requeued(slurm, job_id, restarts=2)
     job = slurm.wait_until_done(job_id)
 
     output = (folder / f"requeued-{job_id}.out").read_text()
-    assert job["JobState"] == "COMPLETED" and job["Restarts"] == "1", output[-3000:]
-    assert output.count("Stopped by SIGTERM; a checkpoint is saved") == 2, output[-3000:]
-    assert output.count("acceltrain: resuming from epoch-") == 2, output[-3000:]
+    assert job["JobState"] == "COMPLETED" and job["Restarts"] == "2", output[-3000:]
+    assert output.count("Stopped by SIGTERM; a checkpoint is saved") == 4, output[-3000:]
+    assert output.count("acceltrain: resuming from epoch-") == 4, output[-3000:]
     whole = uninterrupted[0]
     for rank in (0, 1):
         for resumed, straight in zip(_weights(folder, rank), _weights(whole, rank)):
             np.testing.assert_array_equal(resumed, straight)
+
+
+def _wait_for_a_checkpoint_of_epoch(slurm: Slurm, job_id: str, checkpoints: Path, epoch: int) -> None:
+    deadline = time.monotonic() + JOB_SECONDS
+    while not any(p.name.startswith("epoch-") and "tmp" not in p.name and int(p.name.split("-")[1]) >= epoch
+                  for p in _listed(checkpoints)):
+        assert time.monotonic() < deadline and slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+            f"no checkpoint of epoch {epoch} was written: {slurm.job(job_id)}"
+        time.sleep(0.5)
+
+
+def _start_when_requeued(slurm: Slurm, job_id: str, restarts: int) -> None:
+    """Wait for the job to be queued again, then start it: Slurm holds a requeued job back for a while."""
+    deadline = time.monotonic() + 120
+    while (job := slurm.job(job_id))["JobState"] != "PENDING" or job["Restarts"] != str(restarts):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.5)
+    slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
 
 def _listed(folder: Path) -> list:
