@@ -356,12 +356,19 @@ def _emit(args) -> int:
     if args.target is None:
         raise UsageError(f"Received --emit {args.emit} without --target. Pass the hardware the job runs on, e.g. "
                          "--target tpu-v5e-16, h100-8 or cpu.")
+    # Every `acceltrain run` flag the user set goes into the artifact's command, as given.
     run_flags = []
-    for flag, value, default in (("--distribution", args.distribution, "auto"), ("--precision", args.precision, "auto"),
+    for flag, value, default in (("--backend", args.backend, None), ("--simulate-devices", args.simulate_devices, None),
+                                 ("--distribution", args.distribution, "auto"), ("--platform", args.platform, "auto"),
+                                 ("--tpu", args.tpu, None), ("--precision", args.precision, "auto"),
+                                 ("--stall-timeout", args.stall_timeout, None),
+                                 ("--device-memory", args.device_memory, None),
                                  ("--checkpoint-every", args.checkpoint_every, None),
-                                 ("--keep-checkpoints", args.keep_checkpoints, None)):
+                                 ("--keep-checkpoints", args.keep_checkpoints, None), ("--ledger", args.ledger, None),
+                                 ("--verify", args.verify, None)):
         if value is not None and value != default:
-            run_flags += [flag, str(value)]
+            run_flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    run_flags += [] if args.autopilot else ["--no-autopilot"]
     text = emit.emit(args.emit, args.target, args.script, args.script_args, name=args.name, nodes=args.nodes,
                      processes=args.processes, image=args.image, checkpoint_dir=args.checkpoint_dir,
                      compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags)

@@ -15,7 +15,8 @@ GOLDEN = Path(__file__).parent / "golden"
 CASES = [
     ("jobset-tpu-v5e-16.yaml", "--emit jobset --target tpu-v5e-16 train.py --epochs 3"),
     ("jobset-h100-8-nodes-2.yaml", "--emit jobset --target h100-8 --nodes 2 --image gcr.io/me/train:1 "
-                                   "--max-restarts 3 --name mnist train.py"),
+                                   "--max-restarts 3 --name mnist --backend jax --platform gpu --stall-timeout 600 "
+                                   "--device-memory 70GiB --ledger /shared/ledger.json --no-autopilot train.py"),
     ("sbatch-h100-8-nodes-2.sh", "--emit sbatch --target h100-8 --nodes 2 train.py --epochs 3"),
     ("sbatch-cpu-processes-2.sh", "--emit sbatch --target cpu --processes 2 --checkpoint-dir /shared/ckpt "
                                   "--checkpoint-every '1 epochs' train.py"),

@@ -39,7 +39,10 @@ def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = N
 
 def check_artifact(path) -> tuple[str, list[str]]:
     """(engine, problems) of an artifact file, a user's edit of one acceltrain emitted; [] when it is sound."""
-    text = Path(path).read_text()
+    try:
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        text = ""  # a binary file: none of the three, said below
     for engine in ENGINES:
         module = _module(engine)
         if module.recognizes(text):

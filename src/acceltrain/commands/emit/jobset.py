@@ -53,7 +53,7 @@ def document(job: emit.Job) -> dict:
     container = {
         "name": CONTAINER,
         "image": job.image,
-        "command": ["bash", "-c", job.command],
+        "command": ["bash", "-c", _Literal(job.command)],
         "env": env,
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DEFAULT}],
     }
@@ -99,6 +99,10 @@ class _Flow(list):
     """A list dumped on one line ([42, 127, 128, ...]), as xpk writes the exit codes."""
 
 
+class _Literal(str):
+    """A string dumped as a block (|-), whole on its own line, however long: the command."""
+
+
 def render(job: emit.Job) -> str:
     import yaml
 
@@ -107,6 +111,8 @@ def render(job: emit.Job) -> str:
 
     Dumper.add_representer(_Flow, lambda dumper, items: dumper.represent_sequence("tag:yaml.org,2002:seq", items,
                                                                                    flow_style=True))
+    Dumper.add_representer(_Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                                                                  style="|"))
 
     layout = job.layout
     head = (f"# acceltrain launch --emit jobset --target {layout.target}: {layout.hosts} host(s) x "
