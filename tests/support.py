@@ -19,7 +19,8 @@ def env(**extra) -> dict:
     """This environment, with the acceltrain under test first on the path and no job of the caller's.
     `extra` adds variables; a PYTHONPATH given there goes after the source tree's."""
     source_root = str(Path(acceltrain.__file__).resolve().parent.parent)
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELTRAIN_", "SLURM_", "OMPI_"))}
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELTRAIN_", "SLURM_", "OMPI_", "SKYPILOT_",
+                                                                                    "JOB_COMPLETION"))}
     environment.pop("KERAS_BACKEND", None)
     environment.pop("XLA_FLAGS", None)
     extra_path = extra.pop("PYTHONPATH", None)

@@ -9,7 +9,7 @@ import sys
 
 from acceltrain import __version__, backends, ledger, log, user_model
 from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
-from acceltrain.errors import AcceltrainError
+from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.hardware import PLATFORMS
 
 EXAMPLES = {
@@ -49,8 +49,11 @@ EXAMPLES = {
         "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
     ),
     "launch": (
-        "example:\n"
-        "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here"
+        "examples:\n"
+        "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here\n"
+        "  acceltrain launch --emit jobset --target tpu-v5e-16 train.py --epochs 3 > job.yaml   # a GKE JobSet\n"
+        "  acceltrain launch --emit sbatch --target h100-8 --nodes 2 train.py > job.sh          # Slurm\n"
+        "  acceltrain launch --emit skypilot --target tpu-v6e-32 train.py > task.yaml           # SkyPilot"
     ),
     "plan": (
         "examples:\n"
@@ -193,6 +196,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.add_argument("--out", metavar="DIR", default="runs", help="the output folder to check (default: runs)")
     doctor.add_argument("--batch-size", type=int, help="the global batch of the dry run (default: the recipe's)")
+    doctor.add_argument("--artifact", metavar="FILE",
+                        help="check only FILE, a JobSet, sbatch script or SkyPilot task `launch --emit` wrote (or "
+                             "your edit of one): the JobSet against its CRD schema, each against acceltrain's needs")
     _add_connect_flags(doctor)
     doctor.set_defaults(run=_doctor)
 
@@ -209,8 +215,11 @@ def _parser() -> argparse.ArgumentParser:
     _add_autopilot_flags(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
-    launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job)")
-    launch.add_argument("--processes", type=int, required=True, metavar="N", help="how many processes")
+    launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job), or "
+                                    "print what a cluster engine takes to run it on every host (--emit)")
+    launch.add_argument("--processes", type=int, metavar="N",
+                        help="how many processes (required without --emit; with --emit --target cpu: per node)")
+    _add_emit_flags(launch)
     _add_connect_flags(launch)
     _add_stall_timeout(launch)
     _add_memory_flag(launch)
@@ -252,6 +261,22 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
     return parser
+
+
+def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--emit", metavar="ENGINE",
+                        help="print, instead of running, what ENGINE takes to run the script with `acceltrain run` on "
+                             "every host of --target: jobset (GKE, xpk), sbatch (Slurm) or skypilot")
+    parser.add_argument("--target", help="with --emit: the hardware, as plan names it (tpu-v5e-16, tpu-v6e-32, h100-8 "
+                                         "...) or cpu")
+    parser.add_argument("--nodes", type=int, metavar="N", help="with --emit: GPU boxes or CPU nodes (default: 1)")
+    parser.add_argument("--image", help="with --emit jobset: the container image, with acceltrain and the script")
+    parser.add_argument("--compile-cache-dir", metavar="DIR",
+                        help="with --emit: the shared folder of JAX's compiled programs (default: beside "
+                             "--checkpoint-dir's default, on the engine's shared storage)")
+    parser.add_argument("--max-restarts", type=int, metavar="N",
+                        help="with --emit jobset: restarts of the whole job before it fails (default: 10)")
+    parser.add_argument("--name", help="with --emit: the job's name (default: the script's)")
 
 
 def _add_script_args(parser: argparse.ArgumentParser) -> None:
@@ -306,12 +331,52 @@ def _run(args) -> int:
 
 
 def _launch(args) -> int:
+    if args.emit is not None:
+        return _emit(args)
+    emit_only = [flag for flag in ("target", "nodes", "image", "compile_cache_dir", "max_restarts", "name")
+                 if getattr(args, flag) is not None]
+    if emit_only:
+        flag = emit_only[0]
+        raise UsageError(f"Received --{flag.replace('_', '-')} {getattr(args, flag)} without --emit: it says what an artifact "
+                         "holds. Add --emit jobset|sbatch|skypilot, or leave it out to launch here.")
+    if args.processes is None:
+        raise UsageError("Received no --processes. Pass how many processes to start here, e.g. --processes 2, or "
+                         "--emit ENGINE --target TARGET to print what a cluster runs.")
     from acceltrain.commands.launch import launch
 
     return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
                   backend=args.backend, distribution=args.distribution, platform=args.platform, tpu=args.tpu,
                   precision=args.precision, stall_timeout=args.stall_timeout, device_memory=args.device_memory,
                   autopilot=args.autopilot, verify=args.verify, ledger_file=args.ledger, **_checkpoint_flags(args))
+
+
+def _emit(args) -> int:
+    from acceltrain.commands import emit
+
+    if args.target is None:
+        raise UsageError(f"Received --emit {args.emit} without --target. Pass the hardware the job runs on, e.g. "
+                         "--target tpu-v5e-16, h100-8 or cpu.")
+    # Every `acceltrain run` flag the user set goes into the artifact's command, as given.
+    run_flags = []
+    for flag, value, default in (("--backend", args.backend, None), ("--simulate-devices", args.simulate_devices, None),
+                                 ("--distribution", args.distribution, "auto"), ("--platform", args.platform, "auto"),
+                                 ("--tpu", args.tpu, None), ("--precision", args.precision, "auto"),
+                                 ("--stall-timeout", args.stall_timeout, None),
+                                 ("--device-memory", args.device_memory, None),
+                                 ("--checkpoint-every", args.checkpoint_every, None),
+                                 ("--keep-checkpoints", args.keep_checkpoints, None), ("--ledger", args.ledger, None),
+                                 ("--verify", args.verify, None)):
+        if value is not None and value != default:
+            run_flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    run_flags += [] if args.autopilot else ["--no-autopilot"]
+    text = emit.emit(args.emit, args.target, args.script, args.script_args, name=args.name, nodes=args.nodes,
+                     processes=args.processes, image=args.image, checkpoint_dir=args.checkpoint_dir,
+                     compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags)
+    if args.emit == "jobset" and args.image is None:
+        log.warn(f"no --image: the JobSet names {emit.IMAGE_PLACEHOLDER}; put an image with acceltrain and your "
+                 "script there (or pass --image)")
+    print(text, end="")
+    return 0
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -405,6 +470,11 @@ def _report(args) -> int:
 def _doctor(args) -> int:
     from acceltrain.commands import doctor
 
+    if args.artifact is not None:
+        checks = [doctor.Check("artifact", *doctor.check_artifact(args.artifact))]
+        print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else
+              doctor.format_check(checks[0]))
+        return 1 if checks[0].status == doctor.FAIL else 0
     show = None if args.json else (lambda check: print(doctor.format_check(check), flush=True))
     checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
                             distribution=args.distribution, platform=args.platform, tpu=args.tpu,

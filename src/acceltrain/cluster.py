@@ -2,6 +2,12 @@
 
     processes, reason = choose_processes("jax", flags, os.environ, on_cloud_tpu_vm())
 
+The order (the first source that names a job wins): the flags; acceltrain's own variables (`launch`); a
+jax.distributed already started in this process (Ray Train's JaxTrainer starts it on every worker); Pathways's
+proxy backend (one process); Kubeflow's JAX_* variables; a Cloud TPU VM or GKE TPU pod; a Kubernetes Indexed
+Job / JobSet pod; a SkyPilot node; a Slurm step; Open MPI. Each engine's variables are read by its class in
+environments.py (the TPU VM, Slurm and Open MPI here).
+
 Plain data in, plain data out, so a table test covers every environment with none of them here. The
 backend then starts jax.distributed from the result (`backends/jax.py::start_processes`).
 """
@@ -11,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from acceltrain import environments
 from acceltrain.errors import UsageError
 from acceltrain.hardware import tpu
 
@@ -31,7 +38,8 @@ def launcher_pid() -> int | None:
 class Processes:
     """One process of a job of `num_processes`. None fields: JAX reads them from the environment itself."""
 
-    source: str  # "single" | "flags" | "env" | "tpu" | "slurm" | "openmpi"
+    source: str  # "single" | "flags" | "env" | "started" | "pathways" | "kubeflow" | "tpu" | "jobset" | "skypilot"
+    #              | "slurm" | "openmpi"
     num_processes: int | None = 1
     process_id: int | None = 0
     coordinator: str | None = None  # "host:port" of process 0
@@ -39,15 +47,16 @@ class Processes:
     @property
     def distributed(self) -> bool:
         """Whether jax.distributed must start: more than one process, or a count only JAX can read."""
-        return self.source != "single"
+        return self.source not in ("single", "pathways")
 
 
 SINGLE = Processes("single")
 
 
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
-                     cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None) -> tuple[Processes, str]:
-    """The first source that names a job wins: flags, then acceltrain's env, Cloud TPU, SLURM, Open MPI.
+                     cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None,
+                     started: tuple[int, int] | None = None) -> tuple[Processes, str]:
+    """The first source that names a job wins, in the order of the module's docstring.
 
     Args:
         backend: "jax" or "tensorflow": multi-process training runs on JAX only.
@@ -56,8 +65,10 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
         cloud_tpu_vm: whether this host has TPU chips and libtpu (`on_cloud_tpu_vm()`).
         tpu_metadata: what the Cloud TPU metadata server said of this VM where the environment says
             nothing (`accelerator-type`), as `tpu_metadata()` reads it; empty elsewhere.
+        started: (process count, this process's index) of a jax.distributed job already started in this
+            process, e.g. by Ray Train's JaxTrainer; None where none is.
     """
-    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata)
+    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started)
     if processes.distributed and backend != "jax" and processes.source == "tpu":
         raise UsageError(
             f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
@@ -75,7 +86,7 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     return processes, reason
 
 
-def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None) -> tuple[Processes, str]:
+def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
     given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags")
     if given == SINGLE:
@@ -86,10 +97,27 @@ def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None) -> tuple[Processes, str
     given = _explicit(env.get(ENV_COORDINATOR), env.get(ENV_NUM_PROCESSES), env.get(ENV_PROCESS_ID), "env")
     if given is not None:
         return given, f"set by {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}"
-    # 3. A Cloud TPU VM: one host is one process on either backend; a slice over several hosts is a JAX job.
+    # 3. jax.distributed already started here: Ray Train's JaxTrainer calls jax.distributed.initialize on each
+    #    worker before the training function runs; the job it started stands.
+    if started is not None:
+        count, index = started
+        if count == 1:
+            return SINGLE, "jax.distributed already started with one process"
+        return (Processes("started", count, index),
+                f"jax.distributed already started (as Ray Train's JaxTrainer does): process {index} of {count}")
+    # 4. Engines that say so explicitly: Pathways's proxy backend, Kubeflow's JAX_* variables.
+    for engine in environments.BEFORE_TPU_VM:
+        if (found := engine.read(env)) is not None:
+            return _engine_job(engine, found)
+    # 5. A Cloud TPU VM (or a GKE TPU pod): one host is one process on either backend; a slice over several
+    #    hosts is a JAX job.
     if cloud_tpu_vm:
         return _tpu_vm(env, tpu_metadata or {})
-    # 4. A SLURM job step (srun): JAX's own SLURM support finds the coordinator.
+    # 6. A Kubernetes Indexed Job / JobSet pod, a SkyPilot node.
+    for engine in environments.AFTER_TPU_VM:
+        if (found := engine.read(env)) is not None:
+            return _engine_job(engine, found)
+    # 7. A SLURM job step (srun): JAX's own SLURM support finds the coordinator.
     if "SLURM_JOB_ID" in env and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
         count = _int_env(env, "SLURM_NTASKS")
         if count == 1:
@@ -99,7 +127,7 @@ def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None) -> tuple[Processes, str
             return SINGLE, (f"a SLURM allocation of {count} tasks, but not started by srun: one process "
                             "(for one per task: srun acceltrain run SCRIPT.py)")
         return Processes("slurm", count, _int_env(env, "SLURM_PROCID")), f"SLURM: {count} tasks"
-    # 5. Open MPI's mpirun.
+    # 8. Open MPI's mpirun.
     if "OMPI_COMM_WORLD_SIZE" in env:
         count = _int_env(env, "OMPI_COMM_WORLD_SIZE")
         if count == 1:
@@ -160,10 +188,20 @@ def _tpu_vm(env: Mapping[str, str], metadata: Mapping[str, str]) -> tuple[Proces
                     "--coordinator")
 
 
-def _explicit(coordinator, num_processes, process_id, source: str) -> Processes | None:
+def _engine_job(engine, found: environments.Found) -> tuple[Processes, str]:
+    """An engine's answer as Processes, its values checked as flags are."""
+    if engine.source == "pathways":
+        return Processes("pathways"), found.reason
+    if str(found.num_processes).strip() == "1":
+        return SINGLE, found.reason  # a job of one: whatever else its variables say
+    job = _explicit(found.coordinator, found.num_processes, found.process_id, engine.source, engine.names)
+    return (SINGLE if job is None else job), found.reason
+
+
+def _explicit(coordinator, num_processes, process_id, source: str, names=None) -> Processes | None:
     """The three values given together, checked; None when none is given."""
-    names = ("--coordinator", "--num-processes", "--process-id") if source == "flags" else (
-        ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
+    names = names or (("--coordinator", "--num-processes", "--process-id") if source == "flags" else (
+        ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID))
     values = (coordinator, num_processes, process_id)
     if all(value is None for value in values):
         return None
@@ -229,9 +267,10 @@ def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
         return {}
 
 
-def detect(backend: str, coordinator=None, num_processes=None, process_id=None) -> tuple[Processes, str]:
-    """choose_processes() on this host's environment."""
+def detect(backend: str, coordinator=None, num_processes=None, process_id=None,
+           started: tuple[int, int] | None = None) -> tuple[Processes, str]:
+    """choose_processes() on this host's environment (`started`: see choose_processes)."""
     flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     tpu_vm = on_cloud_tpu_vm()
     metadata = tpu_metadata(os.environ) if tpu_vm else {}
-    return choose_processes(backend, flags, os.environ, tpu_vm, metadata)
+    return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started)

@@ -70,7 +70,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         backends.keras_config_backend(),
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
-    processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id)
+    processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id,
+                                                 started=backends.started_processes())
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
@@ -112,7 +113,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
-        origin = f"; processes: {processes_reason}" if processes.distributed else ""
+        origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){'; ' + changed if changed else ''}")
     return runtime

@@ -76,6 +76,18 @@ def one_of_several_processes() -> bool:
     return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
 
 
+def started_processes() -> tuple[int, int] | None:
+    """(process count, this process's index) of a jax.distributed job already started in this process (Ray
+    Train's JaxTrainer starts one on every worker before the user's function runs), else None. Imports
+    nothing: a JAX never imported has started no job."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized():
+        return None
+    return jax.process_count(), jax.process_index()
+
+
 def shut_down_jax_job(seconds: float) -> bool:
     """jax.distributed.shutdown(), a barrier every process of the job reaches at its exit, waited for at
     most `seconds`: True when every process reached it, False when one did not (it is stuck, or gone)."""

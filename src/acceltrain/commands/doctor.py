@@ -216,6 +216,26 @@ def check_compile_cache(cache_dir: str | None = None, env=None) -> tuple[str, st
     return OK, f"compile cache (used by connect() on JAX) in {folder} ({state})", ""
 
 
+def check_artifact(path: str | Path) -> tuple[str, str, str]:
+    """A JobSet, sbatch script or SkyPilot task (`launch --emit`'s, or the user's edit of one): sound or not,
+    each problem named. The JobSet is validated against the JobSet CRD's own schema (needs jsonschema)."""
+    from acceltrain.commands import emit
+    from acceltrain.errors import UsageError
+
+    if not Path(path).is_file():
+        raise UsageError(f"Received --artifact {path}, which is not a file. Pass the file `acceltrain launch --emit` "
+                         "wrote, or your edit of one.")
+    try:
+        engine, problems = emit.check_artifact(path)
+    except ImportError as missing:
+        return FAIL, f"{path}: cannot check it without {missing.name}", "pip install 'acceltrain[engines]'"
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return FAIL, f"{path} ({engine}): {problems[0]}{more}", "; ".join(problems[1:4]) or "edit the file as said"
+    checked = "the JobSet CRD's schema and " if engine == "jobset" else ""
+    return OK, f"{path} ({engine}) passes {checked}acceltrain's checks", ""
+
+
 def check_output_folder(out: str | Path) -> tuple[str, str, str]:
     out = Path(out)
     if out.exists() and not out.is_dir():

@@ -1,0 +1,102 @@
+"""The plain values an artifact is rendered from: where the job runs (Layout, from the plan's hardware table)
+and what it runs (Job). Each engine module renders a Job; none imports another."""
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from acceltrain.errors import UsageError, positive_int
+from acceltrain.planning import targets
+
+# xpk's restart convention (AI-Hypercomputer/xpk src/xpk/commands/workload.py::get_restart_exit_codes, commit
+# 367c838): 42, the code of a process that checkpointed on a notice and wants to be restarted, and 127-255.
+RESTART_EXIT_CODES = (42, *range(127, 256))
+IMAGE_PLACEHOLDER = "REPLACE-WITH-YOUR-IMAGE"  # an image with acceltrain and the script in its working folder
+DEFAULT_MAX_RESTARTS = 10
+
+# GKE's TPU node labels per generation: xpk's table (src/xpk/core/system_characteristics.py, commit 367c838),
+# which lists v4, v5e, v5p, v6e and tpu7x and neither v2 nor v3: those run on Cloud TPU VMs only.
+GKE_TPU_ACCELERATORS = {"v4": "tpu-v4-podslice", "v5e": "tpu-v5-lite-podslice", "v5p": "tpu-v5p-slice",
+                        "v6e": "tpu-v6e-slice"}
+# SkyPilot's accelerator names for the GPU boxes of the plan's table (its `sky show-gpus` names).
+SKYPILOT_GPUS = {"h100": "H100", "a100": "A100-80GB", "h200": "H200"}
+# GKE's GPU node label values (xpk's table above: nvidia-h100-80gb, nvidia-h200-141gb; the A100 80 GB's).
+GKE_GPUS = {"h100": "nvidia-h100-80gb", "a100": "nvidia-a100-80gb", "h200": "nvidia-h200-141gb"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the job runs: `hosts` hosts, `processes_per_host` processes on each, their accelerators."""
+
+    target: str
+    kind: str  # "tpu" | "gpu" | "cpu"
+    hosts: int
+    chips_per_host: int  # TPU chips or GPUs per host; 0 on CPU
+    processes_per_host: int = 1
+    version: str = ""  # the TPU generation (v5e) or GPU model (h100)
+    topology: str = ""  # the TPU slice's topology as GKE names it (4x4, 2x2x2)
+    slice_name: str = ""  # the Cloud TPU accelerator type (v5litepod-16)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One artifact's content: plain values an engine module renders."""
+
+    name: str
+    layout: Layout
+    run: tuple[str, ...]  # `acceltrain run ...` with its flags, the script and its arguments
+    checkpoint_dir: str
+    compile_cache_dir: str
+    image: str
+    max_restarts: int
+
+    @property
+    def command(self) -> str:
+        # A part naming a variable (${SLURM_SUBMIT_DIR}/...) is quoted so that the shell expands it.
+        return " ".join(f'"{part}"' if "$" in part else shlex.quote(part) for part in self.run)
+
+
+def layout(target: str, nodes: int | None = None, processes: int | None = None) -> Layout:
+    """The hosts and accelerators of --target (the plan's hardware table), `nodes` boxes of a GPU or CPU target."""
+    if str(target).strip().lower() == "cpu":
+        return Layout("cpu", "cpu", positive_int(1 if nodes is None else nodes, "--nodes"), 0,
+                      positive_int(1 if processes is None else processes, "--processes"))
+    found = targets.resolve(target)
+    if found.kind == "here":
+        raise UsageError("Received --target here with --emit: an artifact runs elsewhere. Pass the hardware it "
+                         "runs on, e.g. tpu-v5e-16, h100-8, or cpu.")
+    if processes not in (None, 1):
+        raise UsageError(f"Received --processes {processes} with --target {target}: acceltrain runs one process a "
+                         "host, which drives all its chips. Leave --processes out (it is for --target cpu).")
+    if found.kind == "gpu":
+        model = next(name for name, family in targets.GPU_FAMILIES.items() if family.device_kind == found.device_kind)
+        return Layout(found.name, "gpu", positive_int(1 if nodes is None else nodes, "--nodes"), found.devices,
+                      version=model)
+    if nodes not in (None, 1):
+        raise UsageError(f"Received --nodes {nodes} with --target {target}: a TPU slice's hosts follow from its "
+                         "size. Pass a bigger slice instead (e.g. tpu-v5e-32).")
+    version = next(v for v, family in targets.TPU_FAMILIES.items() if family.device_kind == found.device_kind)
+    family = targets.TPU_FAMILIES[version]
+    chips = found.devices // family.devices_per_chip
+    # One host holds 4 chips (v2, v3, v4, v5p), or up to 8 on v5e and v6e, whose slices of more than 8 chips
+    # have 4 a host (Cloud TPU's v5e and v6e pages; cluster.LARGEST_SINGLE_HOST_SLICE).
+    per_host = min(chips, 8 if version in ("v5e", "v6e") and chips <= 8 else 4)
+    topology = found.topology.partition(":")[2] if chips > 1 else ("1x1" if family.topology_dims == 2 else "1x1x1")
+    size = chips * 2 if family.cores_in_name else chips
+    slice_name = f"{'v5litepod' if version == 'v5e' else version}-{size}"
+    return Layout(found.name, "tpu", chips // per_host, per_host, version=version, topology=topology,
+                  slice_name=slice_name)
+
+
+def job_name(name: str | None, script: str) -> str:
+    """A DNS label for the job: --name, or the script's name made one."""
+    text = name if name is not None else re.sub(r"[^a-z0-9-]+", "-", Path(script).stem.lower()).strip("-") or "train"
+    # A JobSet's pods are named NAME-slice-0-I: 63 characters at most for each, as Kubernetes's DNS labels.
+    if not re.fullmatch(r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?", text):
+        raise UsageError(f"Received --name {text!r}. Valid: lowercase letters, digits and '-', starting with a letter "
+                         "and ending with a letter or digit, at most 40 characters (a Kubernetes name), e.g. "
+                         "mnist-run-1.")
+    return text
+
+

@@ -1,0 +1,20 @@
+#!/bin/bash
+# acceltrain launch --emit sbatch --target cpu: 1 node(s) x 2 process(es) a node.
+# SIGTERM (the time limit's notice, a preemption, scontrol requeue): each process checkpoints and stops;
+# exit 42 or 127-255 requeues the job, which resumes from the newest checkpoint. Submit: sbatch THIS.sh
+#SBATCH --job-name=train
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --signal=TERM@120
+#SBATCH --requeue
+#SBATCH --open-mode=append
+#SBATCH --output=train-%j.out
+
+export JAX_COMPILATION_CACHE_DIR="${SLURM_SUBMIT_DIR}/acceltrain/compile-cache"
+mkdir -p "/shared/ckpt" "$JAX_COMPILATION_CACHE_DIR"
+srun --kill-on-bad-exit=1 acceltrain run --checkpoint-every '1 epochs' --checkpoint-dir /shared/ckpt --resume train.py
+code=$?
+if [ "$code" -eq 42 ] || [ "$code" -ge 127 ]; then
+    scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$code"
