@@ -216,11 +216,16 @@ def summarize(raw: dict) -> dict:
         def smallest(runs):
             return min(max(r["loss_difference"], r["weight_difference"]) for r in runs) if runs else None
 
+        tolerance = TOLERANCES[precision]  # today's, judging the differences measured
+
+        def over(r):
+            return max(r["loss_difference"], r["weight_difference"]) > tolerance
+
         precisions[precision] = {
-            "tolerance": TOLERANCES[precision], "correct_runs": len(entry["correct"]), "wrong_runs": len(entry["wrong"]),
+            "tolerance": tolerance, "correct_runs": len(entry["correct"]), "wrong_runs": len(entry["wrong"]),
             "correct_largest": largest(entry["correct"]), "wrong_smallest": smallest(entry["wrong"]),
-            "correct_failed": [f"{r['model']} on {r['layout']}" for r in entry["correct"] if not r["passed"]],
-            "wrong_passed": [f"{r['model']} on {r['layout']}" for r in entry["wrong"] if r["passed"]]}
+            "correct_failed": [f"{r['model']} on {r['layout']}" for r in entry["correct"] if over(r)],
+            "wrong_passed": [f"{r['model']} on {r['layout']}" for r in entry["wrong"] if not over(r)]}
     return {"steps": raw["steps"], "devices": raw["devices"], "precisions": precisions, "no_gradient": NO_GRADIENT,
             "recognized_largest": max(recognized, default=None), "compared_smallest": min(compared, default=None)}
 
@@ -240,7 +245,8 @@ def render(summary: dict, record: dict) -> str:
     misjudged = [f"{precision}: {', '.join(found['correct_failed'] + found['wrong_passed'])}"
                  for precision, found in summary["precisions"].items()
                  if found["correct_failed"] or found["wrong_passed"]]
-    judged = ("Every correct run passed and every wrong one failed." if not misjudged else
+    judged = ("Against the tolerances in training/verify.py, every correct run is under its own and every wrong one "
+              "over it." if not misjudged else
               "Misjudged (a correct run over its tolerance, or a wrong one under it): " + "; ".join(misjudged) + ".")
     gradients = ""
     if summary["recognized_largest"] is not None or summary["compared_smallest"] is not None:
@@ -256,6 +262,15 @@ def render(summary: dict, record: dict) -> str:
         "BatchNorm, an Embedding model and LoRA, each under data, fsdp and model; wrong ones: a layer that forgets "
         f"its all-reduce, a loss divided by the replica count by hand. {judged}{gradients}\n\n" + "\n".join(rows)
     )
+
+
+def quotes(summary: dict, record: dict) -> dict:
+    """`per-precision`: each precision's tolerance beside the largest difference of a correct model and the smallest
+    of a wrong one."""
+    said = "; ".join(
+        f"{precision}: tolerance {found['tolerance']:.0e}, correct models at most {_figure(found['correct_largest'])}, "
+        f"wrong ones at least {_figure(found['wrong_smallest'])}" for precision, found in summary["precisions"].items())
+    return {"per-precision": f"{said} ({_results.cite(record)})"}
 
 
 def _figure(value) -> str:
