@@ -518,12 +518,28 @@ def watch_compiles(timeline):
 
     jax.monitoring.register_event_time_span_listener(span)
     jax.monitoring.register_event_listener(counted)
+    off_by = _cache_off_by()
+    if off_by is not None:
+        timeline.note("cache_off_by", off_by)
 
     def stop():
         jax.monitoring.unregister_event_time_span_listener(span)
         jax.monitoring.unregister_event_listener(counted)
 
     return stop
+
+
+def _cache_off_by() -> str | None:
+    """The setting that turned JAX's persistent compilation cache off, where one did (the ledger's advice names it
+    and nothing else): jax.config's switch, or ACCELTRAIN_COMPILATION_CACHE=0 (enable_compilation_cache then sets
+    no folder)."""
+    import os
+
+    if not jax.config.jax_enable_compilation_cache:
+        return "jax_enable_compilation_cache=False"
+    if jax.config.jax_compilation_cache_dir is None and os.environ.get("ACCELTRAIN_COMPILATION_CACHE") == "0":
+        return "ACCELTRAIN_COMPILATION_CACHE=0"
+    return None
 
 
 def step_flops(jitted_step, arguments) -> float | None:

@@ -42,7 +42,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
     first fit it is weighed and laid out, the levers applied unless `autopilot` is False, and with `verify` (N
     steps) checked against one device (FirstFits). At the end, one line says where the run's time went
-    (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the process's start; default: this
+    (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the interpreter's start; default: this
     call's); `ledger_file`: also written there as JSON (in a job of several processes, each its own: the process
     index before the suffix, ledger.1.json)."""
     from acceltrain.training import verify as verification
