@@ -39,6 +39,8 @@ def test_describe_is_json_and_str_is_one_line(runtime):
     assert described["num_replicas"] == 8 and described["versions"]["keras"]
     assert set(described["decisions"]) == {"backend", "platform", "distribution", "processes", "precision"}
     assert "\n" not in str(runtime) and "8 replicas" in str(runtime)
+    # issue 31: the banner says what models compute in and in how many processes
+    assert str(runtime).endswith("→ DataParallel over 8 replicas; dtype policy float32; 1 process")
 
 
 def test_connect_builds_the_runtime_whole(monkeypatch):

@@ -228,7 +228,9 @@ class Runtime:
             if self.distribution is not None
             else "no distribution"
         )
-        return f"{self.backend} on {self.platform}: {devices}{processes} → {spread}"
+        # What each model computes in, and in how many processes (one: said too, so a banner never leaves it out).
+        told = f"; dtype policy {self.precision}" + ("; 1 process" if self.num_processes == 1 else "")
+        return f"{self.backend} on {self.platform}: {devices}{processes} → {spread}{told}"
 
     def __repr__(self) -> str:
         return f"<Runtime {self}>"
