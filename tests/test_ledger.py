@@ -163,3 +163,10 @@ def test_the_interpreter_start_is_the_interpreters_not_the_shells_that_exec_ed_i
     done = subprocess.run(["sh", "-c", f"sleep 2 && exec {sys.executable} -c '{code}'"], capture_output=True,
                           text=True, timeout=120)
     assert before + 2 <= float(done.stdout.strip()) <= time.time(), done  # after the shell's sleep
+
+
+def test_the_lines_compilation_says_it_counts_every_compile_of_the_run():
+    """issue 31: "compiled in 3.8 s" (the first step) and "compilation 16.4 s" (every program) read as one figure."""
+    parts = {**dict.fromkeys(ledger.PARTS, 0.0), "device_steps": 6.0, "compilation": 4.0}
+    run = ledger.Ledger(10.0, parts, 0.0, 10.0, {"compiles": 23})
+    assert "compilation 4.0 s (40 %, every compile of the run: 23 programs)" in run.line()

@@ -342,9 +342,16 @@ class Ledger:
         wall = self.wall_seconds or math.inf
         shown = [(part, seconds) for part, seconds in sorted(self.parts.items(), key=lambda item: -item[1])
                  if seconds >= 0.005 * wall or part == self.largest()[0]]
-        said = ", ".join(f"{words(part)} {seconds:.1f} s ({percent(seconds / wall)})" for part, seconds in shown)
+        said = ", ".join(f"{words(part)} {seconds:.1f} s ({percent(seconds / wall)}{self._counted(part)})"
+                         for part, seconds in shown)
         advice = shrink(self.parts, self.facts, self.mfu)
         return f"where the {self.wall_seconds:.1f} s went: {said}" + (f"; {advice}" if advice else "")
+
+    def _counted(self, part: str) -> str:
+        """What a part counts where it is not what its name alone suggests: compilation is every program of the run
+        (the autopilot's, evaluate's, ...), not the first step's compile that the first-step status line times."""
+        compiles = self.facts.get("compiles")
+        return f", every compile of the run: {compiles} programs" if part == "compilation" and compiles else ""
 
 
 def words(part: str) -> str:
