@@ -639,6 +639,8 @@ class FitGuard:
     def _prepare_evaluate(self, arguments) -> None:
         prepared = inputs.prepare_evaluate(self.runtime, arguments.get("x"), arguments.get("y"),
                                            batch_size=arguments.get("batch_size"),
-                                           sample_weight=arguments.get("sample_weight"), checked=False)
+                                           sample_weight=arguments.get("sample_weight"), checked=False,
+                                           name="evaluate's x")
+        self._tell([(f"evaluate {key}", message) for key, message in prepared.notes])  # a repeated set: once a run
         arguments["x"], arguments["y"], arguments["sample_weight"] = prepared.local()
         arguments["batch_size"] = prepared.local_batch_size
