@@ -10,6 +10,10 @@ optimizer's step count is untouched (the verification steps do not count).
 Why it can differ at all: GSPMD computes the same function under any valid layout, so a difference beyond float
 rounding is a bug of what is not GSPMD's: a layer written for one layout (its own shard_map, a collective
 forgotten), data cut wrongly, a compiler's collective. Rounding does differ: a sharded matmul sums in another order.
+So the verdict leaves out what rounding alone can change: the tolerance is the model's precision's (TOLERANCES), and
+a weight with no gradient but round-off (NO_GRADIENT: a bias before BatchNormalization, which Adam would move by
+its learning rate either way) is named, not compared. A distributed loss 1/N of the one-device loss is named as a
+loss divided by the device count by hand (read as the step is traced; a count read earlier divides both runs alike).
 The one-device run holds the whole training state on one device: the model must fit there (on simulated devices,
 this machine's memory).
 """
