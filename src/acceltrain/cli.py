@@ -91,13 +91,18 @@ def main(argv=None) -> int:
 
 def _leave_at_once(code: int) -> None:
     """End the process now, without the interpreter's finalization: every module and object torn down one by one,
-    2 s here once JAX is loaded, after the run's ledger has ended (so its wall would miss them; issue 31). The exit
-    handlers run first, as at a normal exit, and the output is flushed. For verbs whose every file is written and
-    closed by acceltrain (`train`), never for a user's script (`run`), whose unclosed files finalization flushes."""
+    2 s here once JAX is loaded, after the run's ledger has ended (so its wall would miss them; issue 31). What a
+    normal exit does before that is done first: threads not marked daemon joined, the exit handlers run, the output
+    flushed. For verbs whose every file is written and closed by acceltrain (`train`), never for a user's script
+    (`run`), whose unclosed files finalization flushes."""
     import atexit
     import os
+    import threading
 
-    atexit._run_exitfuncs()  # logging's, JAX's, Orbax's: all that a normal exit runs
+    for thread in threading.enumerate():  # as a normal exit does first: threads not marked daemon finish their work
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # then logging's, JAX's, Orbax's handlers: all that a normal exit runs
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
