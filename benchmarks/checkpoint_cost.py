@@ -209,7 +209,22 @@ def quotes(summary: dict, record: dict) -> dict:
         words = [f"{FORMATS[way]}, {cost_words(found[way], job['ways'][way]['per_checkpoint'], ' a checkpoint')}"
                  for way in WAYS[1:]]
         parts.append(f"{name} ({job['params'] / 1e6:.1f}M parameters): {'; '.join(words)}")
-    return {"summary": f"What a checkpoint cost the training ({_results.cite(record)}): " + ". ".join(parts) + "."}
+    return {"summary": f"What a checkpoint cost the training ({_results.cite(record)}): " + ". ".join(parts) + ".",
+            "orbax-over-h5": orbax_over_h5(summary)}
+
+
+def orbax_over_h5(summary: dict) -> str:
+    """Each job's Orbax checkpoint cost over its .weights.h5 one, where both costs lie beyond the noise: the half of
+    the comparison that does not favour the background write is said beside the half that does."""
+    said = []
+    for name, job in summary["jobs"].items():
+        found = costs(job)
+        if all(found[way].verdict == _noise.HIGHER for way in ("h5", "orbax")):
+            ratio = job["ways"]["orbax"]["per_checkpoint"] / job["ways"]["h5"]["per_checkpoint"]
+            said.append(f"{ratio:.2f}× on {name}")
+        else:
+            said.append(f"not shown on {name} (a cost within the noise)")
+    return "an Orbax checkpoint cost " + ", ".join(said) + " what a .weights.h5 one did"
 
 
 if __name__ == "__main__":

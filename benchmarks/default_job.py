@@ -287,14 +287,16 @@ def render(summary: dict, record: dict) -> str:
 
 def quotes(summary: dict, record: dict) -> dict:
     """`train-vs-hand`, `train-vs-plain`, `ledger-overhead`, `every-epoch-vs-train`, `every-epoch-vs-hand`: each ratio
-    as the section judges it; `auto-chose`: what the last `acceltrain train` run said 'auto' chose, and why;
+    as the section judges it; `auto-chose`: what the last `acceltrain train` run said 'auto' chose, and why (`auto-chose-all`: every run's);
     `ledger-own-share`: the ledger's recording over step time, timed from inside."""
     return {"train-vs-hand": _says(summary["train_over_hand"]), "train-vs-plain": _says(summary["train_over_plain"]),
             "ledger-overhead": _says(summary["ledger_overhead"]),
             **({"every-epoch-vs-train": _says(summary["every_epoch_over_train"]),
                 "every-epoch-vs-hand": _says(summary["every_epoch_over_hand"])}
                if summary.get("every_epoch_over_train") else {}),
-            **({"auto-chose": summary["auto"][-1].removesuffix("; pass another to choose")} if summary.get("auto") else {}),
+            **({"auto-chose": summary["auto"][-1].removesuffix("; pass another to choose"),
+                "auto-chose-all": "; ".join(f"{line.removesuffix('; pass another to choose')}" for line in summary["auto"])}
+               if summary.get("auto") else {}),
             **({"ledger-own-share": _noise.percent(summary["own_cost"]["share"])}
                if summary.get("own_cost") and summary["own_cost"]["share"] is not None else {})}
 

@@ -44,6 +44,7 @@ SECTIONS = (
     Section("stress-simulated", "stress_simulated.py", ("--runs", "10", "--epochs", "3"), 12),
     Section("simulated-devices", "simulated_devices.py", ("--devices", "1", "2", "4", "8", "--rounds", "3"), 60),
     Section("corpus", "corpus.py", (), 30),
+    Section("verify-tolerance", "verify_tolerance.py", (), 4),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
 )
 BY_NAME = {section.name: section for section in SECTIONS}

@@ -53,13 +53,15 @@ def accuracy(stdout: str) -> float:
     return float(lines[-1].rsplit(":", 1)[1])
 
 
-def check_ledger(saved: dict, started: float) -> None:
+def check_ledger(saved: dict, started: float, ended: float | None = None) -> None:
     """A run's time ledger (metrics.json's, or `--ledger FILE`'s), against a clock outside the process: its parts sum
-    to its wall time, and that wall is the time from `started` (taken before the command started) to the ledger's end
-    within 5 %: start-up is counted from the process's start (a launched process's: its launcher's). What follows the
-    ledger's end (the report, Python's exit) is not in it."""
+    to its wall time, and that wall is the time from `started` (taken before the command started) to `ended` (taken
+    once the process had exited) within 5 %: start-up is counted from the interpreter's start (a launched process's:
+    its launcher's), and the ledger ends with the last output (`train` then leaves at once). Without `ended`, to the
+    ledger's own end: a `run`'s ledger leaves out the interpreter's finalization after it (which flushes what the
+    user's script left open)."""
     assert abs(sum(saved["parts"].values()) - saved["wall_seconds"]) <= 1e-6 * saved["wall_seconds"], saved
-    outside = saved["ended"] - started
+    outside = (saved["ended"] if ended is None else ended) - started
     assert abs(outside - saved["wall_seconds"]) <= 0.05 * outside, (outside, saved)
     assert saved["parts"]["start_up"] > 0 and saved["parts"]["device_steps"] > 0, saved["parts"]
 

@@ -111,7 +111,13 @@ WALL = 100.0
      "them); a second run reuses them"),
     ({"compilation": 60, "device_steps": 40}, {"cache_requests": 9, "cache_hits": 9, "compile_seconds_missed": 0},
      None),  # a warm cache: the time is tracing and lowering, which every run does
-    ({"compilation": 60, "device_steps": 40}, {"compiles": 9}, "cache is off"),
+    ({"compilation": 60, "device_steps": 40}, {"compiles": 9, "cache_off_by": "ACCELTRAIN_COMPILATION_CACHE=0"},
+     "cache is off (ACCELTRAIN_COMPILATION_CACHE=0), so every run compiles anew; unset ACCELTRAIN_COMPILATION_CACHE"),
+    ({"compilation": 60, "device_steps": 40}, {"compiles": 9, "cache_off_by": "jax_enable_compilation_cache=False"},
+     "cache is off (jax_enable_compilation_cache=False), so every run compiles anew; set jax_enable_compilation_cache "
+     "back to True"),
+    # issue 31: no request of the cache, but no setting of the user's turned it off: no advice to undo one
+    ({"compilation": 60, "device_steps": 40}, {"compiles": 9}, None),
     ({"input_wait": 40, "device_steps": 30, "rest": 30}, {}, "input wait 40 % of this run: the input pipeline"),
     ({"checkpoint": 60, "device_steps": 40}, {"checkpoints": 20},
      "checkpoint 60 % of this run (20 checkpoints, 3.00 s each): checkpoint less often"),
@@ -145,8 +151,22 @@ def test_metrics_json_carries_wall_seconds_and_parts_and_reads_back():
     assert again == run and again.line() == run.line()
 
 
-def test_the_process_start_is_before_now_and_after_the_machine_booted():
+def test_the_interpreter_start_is_the_interpreters_not_the_shells_that_exec_ed_it():
+    """Issue 31: a shell that exec's Python as its last command (`sleep 2 && acceltrain ...` in `sh -c`) keeps its
+    process, whose start is the shell's: the interpreter's start comes after the sleep, not before it."""
+    import subprocess
+    import sys
     import time
 
-    started = ledger.process_start()
-    assert 0 < time.time() - started < 24 * 3600 * 365
+    code = "import acceltrain.ledger as l; print(repr(l.interpreter_start()))"
+    before = time.time()
+    done = subprocess.run(["sh", "-c", f"sleep 2 && exec {sys.executable} -c '{code}'"], capture_output=True,
+                          text=True, timeout=120)
+    assert before + 2 <= float(done.stdout.strip()) <= time.time(), done  # after the shell's sleep
+
+
+def test_the_lines_compilation_says_it_counts_every_compile_of_the_run():
+    """issue 31: "compiled in 3.8 s" (the first step) and "compilation 16.4 s" (every program) read as one figure."""
+    parts = {**dict.fromkeys(ledger.PARTS, 0.0), "device_steps": 6.0, "compilation": 4.0}
+    run = ledger.Ledger(10.0, parts, 0.0, 10.0, {"compiles": 23})
+    assert "compilation 4.0 s (40 %, every compile of the run: 23 programs)" in run.line()

@@ -1,5 +1,6 @@
 """acceltrain: train any Keras 3 model on whatever hardware is there (TPU, GPUs, CPU) in one call."""
 
+from acceltrain import ledger  # noqa: F401  first: its clock is the interpreter's start (ledger.INTERPRETER_STARTED)
 from acceltrain.errors import AcceltrainError, TrainingDiverged, UsageError
 from acceltrain.planning import Plan, plan
 from acceltrain.runtime import Runtime, connect

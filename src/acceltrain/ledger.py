@@ -5,8 +5,9 @@
     print(window.ledger.line())
 
 The parts (PARTS):
-- start_up: from the process's start (Python, the imports, connecting, jax.distributed) until connect()
-  returned (commands only: a library's Runtime.fit starts its window at the call);
+- start_up: from the interpreter's start (interpreter_start: Python running acceltrain's first line; the imports,
+  connecting, jax.distributed) until connect() returned (commands only: a library's Runtime.fit starts its window
+  at the call);
 - compilation: each function traced, lowered and compiled (a persistent-cache hit included), from JAX's own
   monitoring events (backends/jax.py::watch_compiles), with the cache's hits and misses counted. TensorFlow
   reports none: there the first step of each new train function (its tracing, compiling, and the step) is
@@ -21,7 +22,9 @@ The parts (PARTS):
 - evaluation: evaluate and predict calls, and the validation inside fit;
 - checkpoint: the training loop blocked saving, restoring or finishing a checkpoint;
 - preemption: after a resume, the steps run again that the stopped run had done past its last checkpoint;
-- rest: what no part covers (building the model, writing outputs, callbacks' work at an epoch's end).
+- rest: what no part covers (building the model, writing outputs: the model, the report; callbacks' work at an
+  epoch's end). A command's ledger ends as its last output is written: `acceltrain train` then leaves at once
+  (cli.py::_leave_at_once), so the process ends within milliseconds of it.
 
 The method. Every part is measured as intervals of one clock (time.time(), as JAX's events are), recorded by
 whoever sees them: JAX's listeners, the ledger's Keras callback (training/callbacks.py::LedgerWatch), the
@@ -69,31 +72,28 @@ RULE_SHARE = 0.25
 # (the rest is tracing and lowering, which every run does, and reading the programs it held).
 COLD_SHARE = 0.5
 
-_IMPORTED = time.time()  # the earliest time known where the process's own start cannot be read
+# The interpreter's own start, as near as it can be read: acceltrain/__init__.py imports this module first, so this
+# is when Python ran acceltrain's first line (after its own initialization, tens of milliseconds, not counted). Not
+# the process's start: a shell that runs `pip install ... && acceltrain train` as its last command exec's Python in
+# its own process, whose start (Linux's /proc) is the shell's, before the install.
+INTERPRETER_STARTED = time.time()
 # Set by `acceltrain launch` for the processes it starts: when the job started (the launcher's own start).
 ENV_STARTED = "ACCELTRAIN_STARTED"
 
 
-def process_start() -> float:
-    """When this process started (time.time()): from Linux's /proc (its start and the machine's uptime, both in
-    clock ticks since boot, so to 10 ms), else when acceltrain's ledger was imported."""
-    try:
-        with open("/proc/self/stat") as stat:
-            ticks = int(stat.read().rpartition(")")[2].split()[19])  # field 22, starttime, after the name
-        with open("/proc/uptime") as uptime:
-            since_boot = float(uptime.read().split()[0])
-        return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError, AttributeError):
-        return _IMPORTED
+def interpreter_start() -> float:
+    """When this interpreter started running acceltrain (time.time()): a command's ledger counts its start-up from
+    here (INTERPRETER_STARTED)."""
+    return INTERPRETER_STARTED
 
 
 def run_start(env=None) -> float:
-    """When this run started: a launched process's job started with its launcher (ENV_STARTED), else the process."""
+    """When this run started: a launched process's job started with its launcher (ENV_STARTED), else the interpreter."""
     env = os.environ if env is None else env
     try:
         return float(env[ENV_STARTED])
     except (KeyError, ValueError):
-        return process_start()
+        return interpreter_start()
 
 
 # --- Recording ------------------------------------------------------------------------------------
@@ -199,12 +199,25 @@ class Timeline:
                 self._counts.clear()
                 self.notes.clear()
                 self._booked_until = started if started is not None else now
-                self._stop_watching = self._watch_compiles(self) if self._watch_compiles else None
-                self.compile_events = self._stop_watching is not None
+            first = not self._windows
             start = max(started if started is not None else now, self._booked_until)
             window = Window(start, Counter(self._counts))
             self._windows.append(window)
+            if first:  # watched once a window is open, so what the watcher notes is kept
+                self._stop_watching = self._watch_compiles(self) if self._watch_compiles else None
+                self.compile_events = self._stop_watching is not None
         return window
+
+    def so_far(self, window) -> "Ledger | None":
+        """`window`'s ledger up to now, the window left open (train's report, drawn before the run's last write)."""
+        if not self.enabled:
+            return None
+        now = self.clock()
+        self.book(now)
+        with self._lock:
+            facts = {name: n - window._counts_before.get(name, 0) for name, n in self._counts.items()}
+            facts.update(self.notes)
+            return Ledger(now - window.start, dict(window.parts), window.start, now, facts)
 
     def _close_window(self, window) -> None:
         if not self.enabled:
@@ -329,9 +342,16 @@ class Ledger:
         wall = self.wall_seconds or math.inf
         shown = [(part, seconds) for part, seconds in sorted(self.parts.items(), key=lambda item: -item[1])
                  if seconds >= 0.005 * wall or part == self.largest()[0]]
-        said = ", ".join(f"{words(part)} {seconds:.1f} s ({percent(seconds / wall)})" for part, seconds in shown)
+        said = ", ".join(f"{words(part)} {seconds:.1f} s ({percent(seconds / wall)}{self._counted(part)})"
+                         for part, seconds in shown)
         advice = shrink(self.parts, self.facts, self.mfu)
         return f"where the {self.wall_seconds:.1f} s went: {said}" + (f"; {advice}" if advice else "")
+
+    def _counted(self, part: str) -> str:
+        """What a part counts where it is not what its name alone suggests: compilation is every program of the run
+        (the autopilot's, evaluate's, ...), not the first step's compile that the first-step status line times."""
+        compiles = self.facts.get("compiles")
+        return f", every compile of the run: {compiles} programs" if part == "compilation" and compiles else ""
 
 
 def words(part: str) -> str:
@@ -340,6 +360,12 @@ def words(part: str) -> str:
 
 def percent(fraction: float) -> str:
     return f"{100 * fraction:.0f} %" if fraction >= 0.01 or fraction == 0 else f"{100 * fraction:.1f} %"
+
+
+# What turned JAX's persistent compilation cache off (the fact "cache_off_by", noted by the backend where a setting
+# did), and how to undo it: the advice names only a setting that was made.
+UNDO_CACHE_OFF = {"ACCELTRAIN_COMPILATION_CACHE=0": "unset ACCELTRAIN_COMPILATION_CACHE",
+                  "jax_enable_compilation_cache=False": "set jax_enable_compilation_cache back to True"}
 
 
 def shrink(parts: dict, facts: dict, mfu: float | None = None) -> str | None:
@@ -356,9 +382,10 @@ def shrink(parts: dict, facts: dict, mfu: float | None = None) -> str | None:
     if part == "compilation" and requests and missed >= COLD_SHARE * seconds:
         return f"{share}: the compilation cache was cold ({requests - facts.get('cache_hits', 0)} of {requests} " \
                f"programs not in it, {missed:.1f} s compiling them); a second run reuses them"
-    if part == "compilation" and facts.get("compiles") and not requests:
-        return f"{share}: JAX's persistent compilation cache is off, so every run compiles anew; unset " \
-               "ACCELTRAIN_COMPILATION_CACHE=0 (or set jax_compilation_cache_dir) to reuse the programs"
+    if part == "compilation" and facts.get("compiles") and not requests and facts.get("cache_off_by") in UNDO_CACHE_OFF:
+        setting = facts["cache_off_by"]
+        return f"{share}: JAX's persistent compilation cache is off ({setting}), so every run compiles anew; " \
+               f"{UNDO_CACHE_OFF[setting]} to reuse the programs"
     if part == "input_wait":
         return f"{share}: the input pipeline kept the device waiting; use tf.data with prefetch, or a " \
                "keras.utils.PyDataset with workers (workers=4, use_multiprocessing=True)"

@@ -115,7 +115,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
-        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){'; ' + changed if changed else ''}")
+        # The banner also says what models built in scope compute in, and in how many processes (one too).
+        told = f"; dtype policy {runtime.precision}; {runtime.num_processes} process{'es' * (runtime.num_processes > 1)}"
+        log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
+                 f"{'; ' + changed if changed else ''}")
     return runtime
 
 

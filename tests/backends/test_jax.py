@@ -230,3 +230,27 @@ def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_is_named_b
                                          r"script in one process \(acceltrain run\)"):
         with backend.op_by_op_made_safe(eager, runtime.distribution):  # a dataset's, or Runtime.fit's: refused
             pass
+
+
+def test_the_cache_is_said_off_only_by_the_setting_that_turned_it_off(monkeypatch):
+    """The ledger advises undoing a setting only where the backend noted one (issue 31: it advised unsetting an
+    ACCELTRAIN_COMPILATION_CACHE=0 nobody had set)."""
+    import jax
+
+    from acceltrain.backends import jax as jax_backend
+
+    monkeypatch.delenv("ACCELTRAIN_COMPILATION_CACHE", raising=False)
+    assert jax_backend._cache_off_by() is None  # on, or off by nothing the user set: nothing to undo
+    was = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        assert jax_backend._cache_off_by() == "jax_enable_compilation_cache=False"
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+    monkeypatch.setenv("ACCELTRAIN_COMPILATION_CACHE", "0")  # enable_compilation_cache then sets no folder
+    folder = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        assert jax_backend._cache_off_by() == "ACCELTRAIN_COMPILATION_CACHE=0"
+    finally:
+        jax.config.update("jax_compilation_cache_dir", folder)

@@ -479,3 +479,18 @@ def test_no_distribution_puts_back_the_one_in_force(runtime):
         with keras_internals.no_distribution():
             assert keras.distribution.distribution() is None
         assert keras.distribution.distribution() is runtime.distribution
+
+
+def test_computing_in_float32_reaches_nested_layers_and_puts_each_policy_back():
+    import keras
+    import numpy as np
+
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, dtype="mixed_bfloat16")])
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4, dtype="mixed_bfloat16"), inner])
+    x = np.ones((2, 4), np.float32)
+    assert keras.backend.standardize_dtype(model(x).dtype) == "bfloat16"
+    with keras_internals.computing_in_float32(model):
+        assert keras.backend.standardize_dtype(model(x).dtype) == "float32"
+        assert inner.layers[0].compute_dtype == "float32"
+    assert [layer.dtype_policy.name for layer in (model.layers[0], inner.layers[0])] == ["mixed_bfloat16"] * 2
+    assert keras.backend.standardize_dtype(model(x).dtype) == "bfloat16"

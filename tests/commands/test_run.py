@@ -326,11 +326,17 @@ def assert_same_predictions(got: dict, expected: dict) -> None:
 @pytest.mark.multi_device
 def test_predict_on_4_simulated_devices_returns_what_a_plain_run_returns():
     script = support.SCRIPTS / "predicts.py"
-    plain = support.python(script, timeout=120, KERAS_BACKEND="jax")
-    under_run = support.run_cli("run", "--simulate-devices", "4", script, timeout=200)
+    plain = support.python(script, "--evaluate", timeout=120, KERAS_BACKEND="jax")
+    under_run = support.run_cli("run", "--simulate-devices", "4", script, "--evaluate", timeout=200)
     assert plain.returncode == 0, plain.stderr
     assert under_run.returncode == 0, under_run.stderr
     assert_same_predictions(_predictions(under_run.stdout), _predictions(plain.stdout))
+    # issue 31: evaluate's 37 samples, repeated 4 times over 4 devices, said in one line, the loss the plain run's
+    repeated = [line for line in under_run.stderr.splitlines() if "each sample counted" in line]
+    assert repeated == ["acceltrain: evaluate's x: each sample counted 4 times so every batch divides over 4 replicas "
+                        "(metrics unchanged, none dropped)"], under_run.stderr
+    losses = [float(out.split("evaluate 37: loss ")[1].split()[0]) for out in (under_run.stdout, plain.stdout)]
+    assert abs(losses[0] - losses[1]) < 1e-5, losses
 @pytest.mark.multi_device
 def test_a_plain_script_runs_with_its_weights_sharded():
     run = support.run_cli("run", "--simulate-devices", "8", "--distribution", "fsdp",

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from acceltrain.training.checkpoint import Checkpoints
 from tests import support
 
 SCRIPT = support.SCRIPTS / "plain_checkpointed.py"
@@ -27,7 +28,8 @@ def _sigterm_once_training(folder, out, script_args=()):
         env=support.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
-        while not list((folder / "fit-1").glob("epoch-*")) and process.poll() is None and time.monotonic() < deadline:
+        # A whole checkpoint, as a resume lists them: not Orbax's unfinished folder (epoch-....orbax-checkpoint-tmp-*).
+        while not Checkpoints(folder / "fit-1").list() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert process.poll() is None, "the run ended before it could be signalled:\n" + process.stderr.read()
         process.send_signal(signal.SIGTERM)

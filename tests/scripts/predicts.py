@@ -1,6 +1,6 @@
 """A plain Keras script that predicts on sets whose sizes divide over no device count: 3 samples, 37 with
-batch_size=8, 37 with Keras's default. Fixed weights, no training: every run prints the same numbers.
-With --library, the same through acceltrain.connect() and Runtime.predict."""
+batch_size=8, 37 with Keras's default (with --evaluate, then evaluates the 37). Fixed weights, no training: every
+run prints the same numbers. With --library, the same through acceltrain.connect() and Runtime.predict."""
 
 import contextlib
 import sys
@@ -24,3 +24,7 @@ for name, outputs in (("3", model.predict(x[:3], verbose=0)),
                       ("37 by 8", model.predict(x, batch_size=8, verbose=0)),
                       ("37", model.predict(x, verbose=0))):
     print(f"predict {name}: shape {tuple(outputs.shape)} values {' '.join(f'{v:.6f}' for v in outputs.ravel())}")
+
+if "--evaluate" in sys.argv:  # the odd-sized set evaluated: under `acceltrain run`, repeated over the devices, said once
+    model.compile(loss="sparse_categorical_crossentropy")
+    print(f"evaluate 37: loss {model.evaluate(x, np.arange(37) % 3, verbose=0):.6f}")

@@ -205,7 +205,8 @@ def _kill_after_first_checkpoint(args, out: Path, sig, rng) -> tuple[int, str]:
     the run had already ended (a signal that never landed proves nothing). Returns the exit code and stderr."""
     process = _start(args)
     deadline = time.monotonic() + 240
-    while not list((out / "checkpoints").glob("epoch-*")) and process.poll() is None:
+    # A whole checkpoint, as a resume lists them: Orbax's unfinished folder (epoch-....orbax-checkpoint-tmp-*) is not one.
+    while not Checkpoints(out / "checkpoints").list() and process.poll() is None:
         assert time.monotonic() < deadline, "no checkpoint appeared"
         time.sleep(0.05)
     time.sleep(rng.uniform(0, 1.0))

@@ -14,7 +14,7 @@ def test_the_first_step_line_ends_when_fit_raises_in_that_step(capsys):
     assert status.seconds is not None and not status.phase._thread.is_alive()
     assert not any(thread.name.startswith("acceltrain: ") for thread in threading.enumerate())
     assert capsys.readouterr().err.splitlines()[-1].startswith(
-        "acceltrain: compiling the model and running the first step: failed in ")
+        "acceltrain: the first training step, its compile included: failed in ")
 
 
 def test_the_first_step_is_timed_once():

@@ -26,6 +26,7 @@ OWN = ("enable_compilation_cache", "distribution_of", "on_one_device", "op_by_op
        "first_device_bytes", "device_memory", "abstract_state",
        # the first fit weighed (training/autopilot.py) and verified (training/verify.py)
        "candidate_distribution", "weighed", "layouts_of", "relayout", "verify_steps",
+       "steps_on_one_device",
        # saving in a job of several processes (acceltrain run): only JAX runs one
        "split_over_processes")
 
@@ -334,21 +335,6 @@ def verify_steps(model, batches, distribution) -> tuple[list, list, list, list]:
     Keras's own train_step, jitted as Keras's JAX trainer jits it, on (trainable, non-trainable, optimizer, metrics)
     values: the model's variables, its optimizer's step count and its metrics stay as they were."""
     import keras
-    import numpy as np
-
-    from acceltrain.backends import keras_internals
-
-    optimizer = model.optimizer.variables if model.optimizer is not None else []  # a GAN keeps its own
-    state = tuple([v.value for v in variables] for variables in (
-        model.trainable_variables, model.non_trainable_variables, optimizer, model.metrics_variables))
-
-    def train(state, place):
-        step = jax.jit(model.train_step)
-        losses = []
-        for batch in batches:
-            logs, state = step(state, place(batch))
-            losses.append({name: float(value) for name, value in logs.items() if "loss" in name})
-        return losses, [np.asarray(value) for value in state[0]]
 
     def laid_out(batch):
         return keras.tree.map_structure(
@@ -356,11 +342,36 @@ def verify_steps(model, batches, distribution) -> tuple[list, list, list, list]:
                 array, distribution.get_data_layout(array.shape).backend_layout), batch)
 
     with scope(distribution):
-        losses, weights = train(state, laid_out)
+        losses, weights = _trained(model, _training_values(model), batches, laid_out)
+    alone, alone_weights = steps_on_one_device(model, batches)
+    return losses, alone, weights, alone_weights
+
+
+def steps_on_one_device(model, batches) -> tuple[list, list]:
+    """verify_steps's one-device half: (each step's losses, trainable weights after), nothing written back."""
+    from acceltrain.backends import keras_internals
+
     device = jax.local_devices()[0]
     with keras_internals.no_distribution():
-        alone, alone_weights = train(jax.device_put(state, device), lambda batch: jax.device_put(batch, device))
-    return losses, alone, weights, alone_weights
+        return _trained(model, jax.device_put(_training_values(model), device), batches,
+                        lambda batch: jax.device_put(batch, device))
+
+
+def _training_values(model) -> tuple:
+    optimizer = model.optimizer.variables if model.optimizer is not None else []  # a GAN keeps its own
+    return tuple([v.value for v in variables] for variables in (
+        model.trainable_variables, model.non_trainable_variables, optimizer, model.metrics_variables))
+
+
+def _trained(model, state, batches, place) -> tuple[list, list]:
+    import numpy as np
+
+    step = jax.jit(model.train_step)
+    losses = []
+    for batch in batches:
+        logs, state = step(state, place(batch))
+        losses.append({name: float(value) for name, value in logs.items() if "loss" in name})
+    return losses, [np.asarray(value) for value in state[0]]
 
 
 def _moved(array, sharding):
@@ -507,12 +518,28 @@ def watch_compiles(timeline):
 
     jax.monitoring.register_event_time_span_listener(span)
     jax.monitoring.register_event_listener(counted)
+    off_by = _cache_off_by()
+    if off_by is not None:
+        timeline.note("cache_off_by", off_by)
 
     def stop():
         jax.monitoring.unregister_event_time_span_listener(span)
         jax.monitoring.unregister_event_listener(counted)
 
     return stop
+
+
+def _cache_off_by() -> str | None:
+    """The setting that turned JAX's persistent compilation cache off, where one did (the ledger's advice names it
+    and nothing else): jax.config's switch, or ACCELTRAIN_COMPILATION_CACHE=0 (enable_compilation_cache then sets
+    no folder)."""
+    import os
+
+    if not jax.config.jax_enable_compilation_cache:
+        return "jax_enable_compilation_cache=False"
+    if jax.config.jax_compilation_cache_dir is None and os.environ.get("ACCELTRAIN_COMPILATION_CACHE") == "0":
+        return "ACCELTRAIN_COMPILATION_CACHE=0"
+    return None
 
 
 def step_flops(jitted_step, arguments) -> float | None:

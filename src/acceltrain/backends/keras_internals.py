@@ -428,6 +428,26 @@ def no_distribution():
         keras.distribution.set_distribution(before)
 
 
+@contextlib.contextmanager
+def computing_in_float32(model):
+    """Inside, every layer of `model` (nested ones too) computes in float32, its variables as they are; each layer's
+    own policy is back on exit (training/verify.py asks a bfloat16 model which weights have a gradient at all,
+    without bfloat16's round-off).
+
+    Relies on: Layer._flatten_layers(include_self=True, recursive=True) yields every layer once; Layer.__call__ reads
+    `dtype_policy` (settable, public) at each call to cast inputs and, under autocast, variables.
+    """
+    layers = list(model._flatten_layers(include_self=True, recursive=True))
+    own = [layer.dtype_policy for layer in layers]
+    for layer in layers:
+        layer.dtype_policy = "float32"
+    try:
+        yield
+    finally:
+        for layer, policy in zip(layers, own):
+            layer.dtype_policy = policy
+
+
 # --- Saving ------------------------------------------------------------------------------------
 
 @contextlib.contextmanager

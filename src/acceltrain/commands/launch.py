@@ -218,7 +218,7 @@ def _child_env(coordinator: str, processes: int, index: int) -> dict:
     env = dict(os.environ)
     env.update({cluster.ENV_COORDINATOR: coordinator, cluster.ENV_NUM_PROCESSES: str(processes),
                 cluster.ENV_PROCESS_ID: str(index), "PYTHONUNBUFFERED": "1", cluster.ENV_LAUNCHER_PID: str(os.getpid()),
-                ledger.ENV_STARTED: repr(ledger.process_start())})  # each process's ledger counts from the job's start
+                ledger.ENV_STARTED: repr(ledger.interpreter_start())})  # each process's ledger counts from the job's start
     # The children import this same acceltrain, wherever it was imported from (a checkout or site-packages).
     source_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (source_root, env.get("PYTHONPATH")) if p)

@@ -42,7 +42,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
     first fit it is weighed and laid out, the levers applied unless `autopilot` is False, and with `verify` (N
     steps) checked against one device (FirstFits). At the end, one line says where the run's time went
-    (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the process's start; default: this
+    (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the interpreter's start; default: this
     call's); `ledger_file`: also written there as JSON (in a job of several processes, each its own: the process
     index before the suffix, ledger.1.json)."""
     from acceltrain.training import verify as verification
@@ -639,6 +639,8 @@ class FitGuard:
     def _prepare_evaluate(self, arguments) -> None:
         prepared = inputs.prepare_evaluate(self.runtime, arguments.get("x"), arguments.get("y"),
                                            batch_size=arguments.get("batch_size"),
-                                           sample_weight=arguments.get("sample_weight"), checked=False)
+                                           sample_weight=arguments.get("sample_weight"), checked=False,
+                                           name="evaluate's x")
+        self._tell([(f"evaluate {key}", message) for key, message in prepared.notes])  # a repeated set: once a run
         arguments["x"], arguments["y"], arguments["sample_weight"] = prepared.local()
         arguments["batch_size"] = prepared.local_batch_size

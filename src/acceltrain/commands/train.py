@@ -27,7 +27,7 @@ from acceltrain.runtime import connect
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
     """Train, evaluate on the test split, write model.keras, model.weights.h5 and metrics.json, and say in one line
     where the run's time went (metrics.json's `ledger`). `started`: when the run began (time.time()), the ledger's
-    start-up counted from it: the CLI passes the process's start; default: this call's."""
+    start-up counted from it: the CLI passes the interpreter's start; default: this call's."""
     started = time.time() if started is None else started
     # 1. Check everything that needs no framework.
     job = _check(config)
@@ -57,32 +57,48 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
         with keras_internals.saving_without_tensorflow():
             _save_model(runtime, model, job.out_dir)
             optimizer = optimizer_summary(model)  # what trained, whatever --learning-rate said
-    # 5. The records of the run, with its ledger (what follows is outside it: these files and the report).
-    epoch_seconds = history.epoch_seconds
-    timed = getattr(history, "timed_epochs", None) or [
-        {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
-        for number, seconds in enumerate(epoch_seconds, 1)]
-    metrics = {
-        "test_accuracy": test.get("accuracy"),
-        "test_loss": test.get("loss"),
-        "test_metrics": test,
-        "history": {name: [float(v) for v in values] for name, values in history.history.items()},
-        "epoch_seconds": epoch_seconds,  # each epoch's, whichever process ran it (a resumed run: several)
-        "timed_epochs": timed,  # the epochs this process ran, with the steps it ran of each
-        "first_epoch_seconds": timed[0]["seconds"],  # this process's first: it compiles
-        "seconds_to_first_epoch_end": fit_started - started + timed[0]["seconds"],
-        **throughput(timed, job.batch_size),
-        "config": {**asdict(config), "epochs": job.epochs, "batch_size": job.batch_size, "out": str(job.out_dir)},
-        "optimizer": optimizer,
-        "runtime": runtime.describe(),
-        # Where the run's time went, from the process's start to here (None with ACCELTRAIN_LEDGER=0).
-        "ledger": window.ledger.as_json() if window.ledger else None,
-    }
-    _write_records(runtime, metrics, replace(config, epochs=job.epochs, batch_size=job.batch_size,
-                                             out=str(job.out_dir), backend=runtime.backend))
+        # 5. The records of the run: config.toml and the report (its ledger: the run until the report was drawn),
+        # then metrics.json, whose ledger runs to the end of these writes (the CLI then leaves at once).
+        epoch_seconds = history.epoch_seconds
+        timed = getattr(history, "timed_epochs", None) or [
+            {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
+            for number, seconds in enumerate(epoch_seconds, 1)]
+        metrics = {
+            "test_accuracy": test.get("accuracy"),
+            "test_loss": test.get("loss"),
+            "test_metrics": test,
+            "history": {name: [float(v) for v in values] for name, values in history.history.items()},
+            "epoch_seconds": epoch_seconds,  # each epoch's, whichever process ran it (a resumed run: several)
+            "timed_epochs": timed,  # the epochs this process ran, with the steps it ran of each
+            "first_epoch_seconds": timed[0]["seconds"],  # this process's first: it compiles
+            "seconds_to_first_epoch_end": fit_started - started + timed[0]["seconds"],
+            **throughput(timed, job.batch_size),
+            "config": {**asdict(config), "epochs": job.epochs, "batch_size": job.batch_size, "out": str(job.out_dir)},
+            "optimizer": optimizer,
+            "runtime": runtime.describe(),
+        }
+        resolved = replace(config, epochs=job.epochs, batch_size=job.batch_size, out=str(job.out_dir),
+                           backend=runtime.backend)
+        so_far = runtime.timeline.so_far(window)
+        _write_report(runtime, {**metrics, "ledger": so_far.as_json() if so_far else None}, resolved)
+    # Where the run's time went, from the interpreter's start to here (None with ACCELTRAIN_LEDGER=0).
+    metrics["ledger"] = window.ledger.as_json() if window.ledger else None
+    if runtime.process_index == 0:
+        outputs.write_json(job.out_dir / "metrics.json", metrics)
     if window.ledger:
         log.info(window.ledger.line())
     return metrics
+
+
+def _write_report(runtime, metrics: dict, resolved: TrainConfig) -> None:
+    """config.toml and the report, each written atomically by process 0 (metrics.json follows, written by the caller
+    once the ledger is closed)."""
+    if runtime.process_index > 0:
+        return
+    out_dir = Path(resolved.out)
+    config_files.write(out_dir / "config.toml", resolved)
+    log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))}, config.toml and metrics.json")
+    log.info(f"outputs in {out_dir}")
 
 
 @dataclass
@@ -188,17 +204,6 @@ def _save_model(runtime, model, out_dir: Path) -> None:
         model.save(path)
     with outputs.atomic_path(out_dir / "model.weights.h5") as path:
         model.save_weights(path)
-
-
-def _write_records(runtime, metrics: dict, resolved: TrainConfig) -> None:
-    """metrics.json, config.toml and the report, each written atomically by process 0."""
-    if runtime.process_index > 0:
-        return
-    out_dir = Path(resolved.out)
-    outputs.write_json(out_dir / "metrics.json", metrics)
-    config_files.write(out_dir / "config.toml", resolved)
-    log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))} and config.toml")
-    log.info(f"outputs in {out_dir}")
 
 
 def _check_out_dir_is_free(out_dir: Path, config: TrainConfig) -> None:

@@ -486,8 +486,14 @@ def _stderr_kept():
 @contextlib.contextmanager
 def _no_persistent_cache():
     """Compile-only executables cannot be loaded back from JAX's disk cache (reading one warns "PjRtCompiler
-    must be constructed with a Client"), so a plan neither writes nor reads it."""
+    must be constructed with a Client"), so a plan neither writes nor reads it.
+
+    JAX decides whether it uses the cache once, at its first compile: when that is a plan's (Runtime.build weighing
+    layouts under --device-memory), the cache stayed off for the whole run, so every rerun compiled anew (33 s a
+    run instead of 5.6, issue 31) and the ledger advised unsetting ACCELTRAIN_COMPILATION_CACHE=0, which nobody had
+    set. After the plan, JAX is told to decide again (reset_cache: its next compile opens the cache afresh)."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache
 
     was = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
@@ -495,3 +501,5 @@ def _no_persistent_cache():
         yield
     finally:
         jax.config.update("jax_enable_compilation_cache", was)
+        if was:
+            compilation_cache.reset_cache()

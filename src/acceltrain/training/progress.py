@@ -22,7 +22,9 @@ class FirstStepStatus(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.phase is None:
-            self.phase = log.phase("compiling the model and running the first step").start()
+            # Named for what it times: the first step, its compile included (the ledger's compilation is every
+            # compile of the run, this one among them).
+            self.phase = log.phase("the first training step, its compile included").start()
 
     def on_train_batch_end(self, batch, logs=None):
         self._end("done")
