@@ -4,10 +4,11 @@ Exit codes: 0 done; 1 failed; 2 bad usage or bad input. Errors print one message
 """
 
 import argparse
+import contextlib
 import json
 import sys
 
-from acceltrain import __version__, backends, ledger, log, user_model
+from acceltrain import __version__, backends, ledger, log, preemption, user_model
 from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
 from acceltrain.errors import AcceltrainError
 from acceltrain.hardware import PLATFORMS
@@ -297,12 +298,14 @@ def _run(args) -> int:
     _check_device_memory(args)
     from acceltrain.commands.run import run_script
 
-    return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
-                      distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
-                      num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
-                      verify=args.verify, started=ledger.run_start(), ledger_file=args.ledger,
-                      **_checkpoint_flags(args))
+    notices = preemption.notices_outside_training() if args.checkpoint_dir else contextlib.nullcontext()
+    with notices:  # with checkpoints, a notice before the first step: exit 42 at once
+        return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
+                          distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
+                          num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
+                          device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
+                          verify=args.verify, started=ledger.run_start(), ledger_file=args.ledger,
+                          **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
@@ -388,7 +391,8 @@ def _train(args) -> int:
     flags = {name: getattr(args, name) for name in config_files.fields() if getattr(args, name, None) is not None}
     config = config_files.resolve(args.config, flags)
     log.debug(f"settings: {config}")
-    metrics = train_and_evaluate(config, started=ledger.process_start())
+    with preemption.notices_outside_training():  # a notice before the first step: exit 42 at once
+        metrics = train_and_evaluate(config, started=ledger.process_start())
     accuracy = metrics["test_accuracy"]
     print(f"test accuracy: {accuracy:.4f}" if accuracy is not None else f"test metrics: {metrics['test_metrics']}")
     return 0

@@ -109,13 +109,21 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
     runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
                       precision_asked=precision != "auto",
-                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
+                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index, heartbeats=_heartbeats(found)),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.distributed else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){'; ' + changed if changed else ''}")
     return runtime
+
+
+def _heartbeats(found):
+    """Each process's beats shared through the job's coordinator (a job of several processes on JAX), for the
+    stall watchdog to name the process that stopped (watchdog.py)."""
+    from acceltrain import backends
+
+    return backends.JobHeartbeats(found.num_processes) if found.num_processes > 1 else None
 
 
 def _check_simulate_devices(simulate_devices) -> None:
@@ -506,7 +514,8 @@ class Runtime:
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
         if stall_timeout is None:
             return self.watchdog
-        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
+        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index,
+                                 heartbeats=self.watchdog.heartbeats)
 
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever

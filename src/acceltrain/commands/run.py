@@ -184,16 +184,14 @@ def _resume_command(flags, script: Path, argv) -> str:
 
 
 def _never_outlive_the_job() -> None:
-    """Launched: end with the launcher; and show this process's stacks when asked (SIGUSR1), which the
+    """Launched: end with the launcher; and show this process's stacks when asked (watchdog.STALL_SIGNAL), which the
     launcher does when another process stalled, so the job shows where each process stood."""
-    import signal
-
     from acceltrain import watchdog
     from acceltrain.commands.launch import watch_launcher
 
     watch_launcher()
-    if hasattr(signal, "SIGUSR1"):
-        watchdog.show_stacks_on(signal.SIGUSR1)
+    if watchdog.STALL_SIGNAL is not None:
+        watchdog.show_stacks_on(watchdog.STALL_SIGNAL)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,9 @@
 Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
 `checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
 would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
-s × batch_size of the same order. SIGTERM (the preemption notice on TPU VMs) and SIGINT finish the
-current step, write a checkpoint and raise Interrupted. Imports keras: import only after connect().
+s × batch_size of the same order. A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
+SIGINT finish the current step, write a checkpoint and raise Interrupted (exit 42 for a notice: preemption.py);
+in a job of several processes every process stops at one agreed step (sharded_checkpoint.preempted_at). Imports keras: import only after connect().
 """
 
 import contextlib
@@ -17,7 +18,7 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, decisions, ledger, log
+from acceltrain import data, decisions, ledger, log, preemption
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
@@ -25,14 +26,16 @@ from acceltrain.errors import AcceltrainError, UsageError
 
 
 class Interrupted(AcceltrainError):
-    """Training stopped on SIGTERM or SIGINT after writing a checkpoint."""
+    """Training stopped on a notice (SIGTERM, SIGUSR1) or SIGINT after writing a checkpoint. exit_code: 42 for a
+    notice ("preempted, checkpoint saved, restart me": preemption.EXIT_RESTART), 130 for Ctrl-C."""
 
     def __init__(self, signum: int, checkpoint, resume: str = "resume=True (CLI: the same command with --resume)"):
         self.signum = signum
         self.checkpoint = checkpoint
-        self.exit_code = 128 + signum  # what a shell reports for a process ended by that signal
+        self.exit_code = preemption.exit_code(signum)
+        restart = f" Exit {self.exit_code}: {preemption.RESTART_MEANING}." if preemption.is_notice(signum) else ""
         super().__init__(f"Stopped by {signal.Signals(signum).name}; a checkpoint is saved in {checkpoint}. "
-                         f"Resume with {resume}.")
+                         f"Resume with {resume}.{restart}")
 
 
 def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
@@ -105,7 +108,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             redo.passed((epoch + 1) * steps_per_epoch)
             reached.note((epoch + 1) * steps_per_epoch, now=True)
             if cadence.due(epoch + 1, state.epoch_seconds[-1]) or received or epoch + 1 == epochs:
-                saver.last_saved = saver.save(model, state)
+                saver.last_saved = saver.save(model, state, notice=bool(received))
                 cadence.saved(epoch + 1)
             if received:
                 raise Interrupted(received[0], saver.last_saved)
@@ -284,16 +287,19 @@ class _StepSaver(keras.callbacks.Callback):
         due = self._step_count is not None and global_step - self._last_global_step >= self._step_count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
-            self.last_saved = self.save(self.model, self.state)  # self.model syncs JAX state
+            self.last_saved = self.save(self.model, self.state, notice=bool(self.received))  # self.model syncs JAX state
             self._last_global_step = global_step
             if self.received:
                 self.stopped_mid_epoch = True
                 self.model.stop_training = True
 
-    def save(self, model, state):
-        """A checkpoint, its time booked in the ledger."""
-        with self.timeline.timed("checkpoint"):
+    def save(self, model, state, notice: bool = False):
+        """A checkpoint, its time booked in the ledger: as checkpoint, or, the save a notice asked for (then waited
+        for whole: the process exits next), as preemption."""
+        with self.timeline.timed("preemption" if notice else "checkpoint"):
             saved = self.checkpoints.save(model, state)
+            if notice:
+                self.checkpoints.close()
         self.timeline.count("checkpoints")
         return saved
 
@@ -450,11 +456,12 @@ def _closed(checkpoints, timeline):
 
 @contextlib.contextmanager
 def _deferred_signals(sigterm: bool = True):
-    """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
-    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored.
+    """The notices (SIGTERM, SIGUSR1: preemption.NOTICES) and SIGINT are noted, not fatal, so the step in flight
+    finishes and a checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt); a second notice
+    changes nothing. The previous handlers are restored.
 
     With `sigterm` False (a multi-process JAX job), SIGTERM is left to jax.distributed, which makes
-    every process stop at the same step, and SIGINT is passed on to it as SIGTERM: a process that
+    every process stop at the same step, and SIGINT and SIGUSR1 are passed on to it as SIGTERM: a process that
     stopped on its own would wait for the others in its checkpoint's save for ever."""
     received: list[int] = []
     forwarded: list[int] = []
@@ -466,7 +473,8 @@ def _deferred_signals(sigterm: bool = True):
         if (received or forwarded) and signum == signal.SIGINT:
             raise KeyboardInterrupt
         if not sigterm:
-            log.info("SIGINT received: stopping every process of the job at the same step (as on SIGTERM)")
+            log.info(f"{signal.Signals(signum).name} received: stopping every process of the job at the same step "
+                     "(as on SIGTERM)")
             forwarded.append(signum)
             os.kill(os.getpid(), signal.SIGTERM)
             return
@@ -474,7 +482,7 @@ def _deferred_signals(sigterm: bool = True):
             log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
         received.append(signum)
 
-    taken = (signal.SIGTERM, signal.SIGINT) if sigterm else (signal.SIGINT,)
+    taken = (*preemption.NOTICES, signal.SIGINT) if sigterm else (signal.SIGUSR1, signal.SIGINT)
     previous = {sig: signal.signal(sig, note) for sig in taken}
     try:
         yield received
