@@ -128,6 +128,18 @@ def test_resuming_with_another_model_exits_2_naming_what_differs_and_keeps_the_c
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
 
 
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_train_resume_on_a_missing_or_empty_out_starts_the_run(tmp_path, small_mnist, capsys, made):
+    """An engine reruns the same command (issue 35): --resume where nothing was written yet starts the run."""
+    out = tmp_path / "run"
+    if made:
+        out.mkdir()
+    code, stdout, stderr = _train(capsys, "--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", out,
+                                  "--resume")
+    assert code == 0, stderr
+    assert "starting from the beginning" in stderr and "test accuracy:" in stdout
+
+
 def test_devices_json_describes_the_runtime(capsys):
     assert main(["devices", "--json", "--simulate-devices", "8"]) == 0
     described = json.loads(capsys.readouterr().out)

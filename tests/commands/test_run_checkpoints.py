@@ -68,6 +68,16 @@ def _assert_stopped_and_resumed_like_uninterrupted(tmp_path, script_args=(), epo
 
 
 @pytest.mark.multi_device
+def test_resume_on_a_missing_checkpoint_dir_starts_the_script(tmp_path):
+    """An engine reruns the same command (issue 35): --resume before any checkpoint was written starts the run.
+    (An empty folder takes the same path: check_flags finds nothing held, Runtime.fit nothing to restore.)"""
+    started = _run(tmp_path / "ckpt", tmp_path / "out.npz", script_args=["--epochs", "1"], resume=True)
+    assert started.returncode == 0, started.stderr
+    assert "no checkpoint in" in started.stderr and "starting from the beginning" in started.stderr
+    assert (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.multi_device
 def test_a_plain_script_stopped_by_sigterm_resumes_to_the_uninterrupted_weights(tmp_path):
     _assert_stopped_and_resumed_like_uninterrupted(tmp_path, epochs=2)
 
