@@ -1,6 +1,7 @@
 """The `acceltrain` command. A thin layer: each verb parses its flags and calls one function.
 
-Exit codes: 0 done; 1 failed; 2 bad usage or bad input. Errors print one message, no traceback.
+Exit codes: 0 done; 1 failed; 2 bad usage or bad input; 42 preempted, checkpoint saved, restart me (preemption.py).
+Errors print one message, no traceback.
 """
 
 import argparse
@@ -25,7 +26,7 @@ EXAMPLES = {
         "  acceltrain train --model big.py:build --simulate-devices 8 --device-memory 128MiB   # auto shards to fit\n"
         "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz\n"
-        "  acceltrain train --out runs/a --resume             # continue a run that was stopped\n"
+        "  acceltrain train --out runs/a --resume             # continue a stopped run (or start one); SIGTERM: exit 42\n"
         "  acceltrain train --config run.toml --epochs 5      # a config file; flags override it\n"
         "  acceltrain train --config runs/seed1/config.toml   # rerun a run with its resolved settings\n"
         "  acceltrain train --epochs 2 --tensorboard          # then: tensorboard --logdir runs"
@@ -45,13 +46,16 @@ EXAMPLES = {
         "  acceltrain run train.py --epochs 3                 # your script, unchanged, on the best hardware here\n"
         "  acceltrain run --simulate-devices 8 train.py       # on 8 CPU devices, data parallel\n"
         "  srun acceltrain run train.py                       # one process per SLURM task, found by itself\n"
-        "  acceltrain run --checkpoint-dir ckpt train.py      # SIGTERM/Ctrl-C: checkpoint, stop; then add --resume\n"
+        "  acceltrain run --checkpoint-dir ckpt --resume train.py   # SIGTERM/SIGUSR1: checkpoint, exit 42; rerun as is\n"
         "  acceltrain run --simulate-devices 8 --device-memory 128MiB --verify 3 train.py   # shard to fit, verified\n"
         "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
     ),
     "launch": (
-        "example:\n"
-        "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here"
+        "examples:\n"
+        "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here\n"
+        "  acceltrain launch --processes 2 --checkpoint-dir ckpt --resume train.py   # rerun as is after a preemption\n"
+        "exit 42: preempted, checkpoint saved, restart me (a notice: SIGTERM, SIGUSR1; or a process that stopped\n"
+        "making progress, named); any other failure exits 1, bad input 2."
     ),
     "plan": (
         "examples:\n"
@@ -164,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
                             "--model gets Adam at this rate, else 1e-3; a compiled --model keeps its own, with a warning)")
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out; with none there yet, start "
+                       "(an engine reruns the same command)")
     train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
     train.add_argument("--checkpoint-every", default="auto", metavar="auto|N [epochs|steps]",
                        help=f"how often to checkpoint into --out/checkpoints (default: {AUTO_CHECKPOINTS})")
@@ -263,9 +268,11 @@ def _add_script_args(parser: argparse.ArgumentParser) -> None:
 def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="train the script's fit calls resumably, checkpointing into DIR (the Nth fit into "
-                             "DIR/fit-N); SIGTERM or Ctrl-C writes a checkpoint and stops")
+                             "DIR/fit-N); a notice (SIGTERM, SIGUSR1) writes a checkpoint and exits 42 (preempted, "
+                             "checkpoint saved, restart me), Ctrl-C writes one and exits 130")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the newest good checkpoints in --checkpoint-dir")
+                        help="continue from the newest good checkpoints in --checkpoint-dir; with none there yet, "
+                             "start (an engine reruns the same command)")
     parser.add_argument("--checkpoint-every", metavar="auto|N [epochs|steps]",
                         help=f"how often to checkpoint (default: {AUTO_CHECKPOINTS})")
     parser.add_argument("--keep-checkpoints", type=int, metavar="K",
