@@ -254,3 +254,16 @@ def test_a_stopped_process_is_named_and_the_job_exits_42_leaving_nothing(stall_t
                      r"from it for \d+ s \(frozen, or its host is gone\)", output, re.M), output[-4000:]
     assert _gone(pid)
     assert seconds < 2 * stall_timeout + 60, seconds  # the bound, the stacks, the stop; 200 s at 60 s
+
+
+@pytest.mark.multi_device
+def test_a_straggler_is_said_in_one_line_with_its_figures():
+    """Process 1 keeps its CPU busy 60 ms after each step: process 0 says so, with each figure, within the run."""
+    job = _Job(support.command("launch", "--processes", 2, "--simulate-devices", 2, STEADY, "--burn-ms", 60),
+               PYTHONUNBUFFERED="1")
+    try:
+        found = job.wait_for(r"^\[0\] acceltrain: warning: straggler: process 1 took ([\d.]+) ms of its own a step, "
+                             r"([\d.]+)× the others' ([\d.]+) ms \(over 1.5×\)", timeout=300)
+    finally:
+        job.kill()
+    assert float(found.group(1)) >= 60 and float(found.group(2)) > 1.5

@@ -223,3 +223,33 @@ def test_a_process_outside_any_watched_call_and_an_unreachable_store_are_said():
     dog.arm("fit")
     clock.now = 11
     assert dog.check() and "heartbeats could not be read" in stream.getvalue()
+
+
+def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_over_a_window():
+    from acceltrain import preemption
+
+    beats, wall, cpu = Heartbeats(), Clock(), Clock()
+    clock, stream = Clock(), io.StringIO()
+    dog = watchdog.Watchdog(10, 0, clock=clock, cpu_clock=cpu, exit=lambda code: None, stream=stream,
+                            heartbeats=beats, wall_clock=wall, poll_seconds=1.0)
+    dog._thread = object()
+    dog.arm("fit")
+    window = preemption.STRAGGLER_WINDOW_STEPS
+
+    def steps(count, mine, theirs):  # each process's CPU seconds a step over `count` steps
+        for _ in range(count):
+            cpu.now += mine
+            dog.beat("fit")
+        other = beats.published.get(1, {"steps": 0, "cpu_seconds": 0.0})
+        beats.published[1] = {"steps": other["steps"] + count, "cpu_seconds": other["cpu_seconds"] + count * theirs,
+                              "last_step_at": 0.0, "beat_at": 0.0, "watching": True}
+
+    assert dog.check_stragglers() == []  # the window's start
+    steps(window, 0.010, 0.011)
+    assert dog.check_stragglers() == [] and "straggler" not in stream.getvalue()  # alike
+    steps(window, 0.010, 0.030)
+    assert dog.check_stragglers() == [1]
+    said = stream.getvalue()
+    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×)" in said
+    steps(window, 0.010, 0.030)
+    assert dog.check_stragglers() == [] and stream.getvalue() == said  # said once a run

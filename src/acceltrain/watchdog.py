@@ -101,6 +101,7 @@ class Watchdog:
         self.heartbeats, self._wall = heartbeats, wall_clock
         self._total_steps, self._last_step_at = 0, wall_clock()
         self._straggling_said = False
+        self._window: dict | None = None  # process 0: every process's beat at the start of the straggler window
         self._clock, self._cpu_clock, self._exit, self._stream = clock, cpu_clock, exit, stream
         self._poll = poll_seconds if poll_seconds is not None else min(max(self.timeout / 20, 0.05), 1.0)
         self._lock = threading.Lock()
@@ -225,6 +226,7 @@ class Watchdog:
                                                   file=stderr)
             if self.check():
                 return
+            self.check_stragglers()
             time.sleep(self._poll)
 
     def _fire(self, waited: float, why: str) -> None:
@@ -256,6 +258,35 @@ class Watchdog:
             time.sleep(LAUNCHER_STACKS_SECONDS)
         self._exit(EXIT_STALLED)
 
+
+    def check_stragglers(self) -> list[int]:
+        """Process 0, in a job of several processes: once every preemption.STRAGGLER_WINDOW_STEPS steps, each
+        process's own time per step over the window (its CPU time: its host's work and, on CPU devices, the step's
+        compute; a wait in a collective uses none), and the processes over preemption.STRAGGLER_FACTOR × the
+        others' said in one line, once a run. Returns the stragglers found by this call."""
+        if self.heartbeats is None or self.process_index != 0 or self._straggling_said:
+            return []
+        start = self._window
+        if start is not None and self._total_steps - start[0]["steps"] < preemption.STRAGGLER_WINDOW_STEPS:
+            return []
+        read = self.heartbeats.read()
+        if read is None or any(beat is None or "cpu_seconds" not in beat for beat in read.values()):
+            return []
+        read[0] = self.beat_now()
+        self._window = read
+        if start is None:
+            return []
+        own = {index: (beat["cpu_seconds"] - start[index]["cpu_seconds"]) / (beat["steps"] - start[index]["steps"])
+               for index, beat in read.items() if index in start and beat["steps"] > start[index]["steps"]}
+        if len(own) < len(read):
+            return []
+        slow, why = preemption.choose_stragglers(own)
+        if slow:
+            self._straggling_said = True
+            print(f"acceltrain: warning: straggler: {why}, over the last {preemption.STRAGGLER_WINDOW_STEPS}+ steps; "
+                  "every other process waits for it at each step (its input, its host's load, its device)",
+                  file=self._stream or sys.stderr, flush=True)
+        return slow
 
     def _who_stopped(self) -> str | None:
         """In a job of several processes: which one stopped making progress, from every process's last beat."""
