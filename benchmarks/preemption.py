@@ -9,7 +9,8 @@ epoch) and is preempted as step S begins (S steps done), in both ways, each its 
 run, then the same command rerun to the end. Steps redone = S minus the step the rerun resumed from ("resuming from
 epoch-E-step-T": E × 38 + T), or 0 where it resumed past S (a notice lets the step in flight finish and saves after
 it), measured from the runs' own output; the checkpoint's share is the ledger's checkpoint
-and preemption time over the wall of both processes together (--ledger). Records the section "preemption".
+and preemption time over the wall (--ledger: both processes with a notice; the rerun's alone without one, a
+SIGKILLed process writes none). Records the section "preemption".
 --quick: one run.
 """
 
@@ -105,7 +106,8 @@ def render(summary: dict, record: dict) -> str:
         f"`{record['command']}`; JAX, one process. A small MLP, {summary['steps']} steps in all, checkpointed "
         "'auto', preempted as a drawn step begins, then the same command rerun to the end; steps redone are the "
         "drawn step minus the step the rerun resumed from (each run's own output), the share is the ledger's "
-        "checkpoint and preemption time over the wall of both processes. Counts, not timings: no noise applies "
+        "checkpoint and preemption time over the wall, of both processes with a notice, of the rerun alone without "
+        "one (a SIGKILLed process writes no ledger). Counts, not timings: no noise applies "
         f"to them. Runs started at {_results.load_range(summary['loads'], record['machine'].get('cores'))}.\n\n"
         + "\n".join(table)
         + f"\n\nWith a notice, at most {notice['most_redone']} step(s) redone per preemption (goal: at most 1); "

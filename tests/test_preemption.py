@@ -267,3 +267,36 @@ def test_a_straggler_is_said_in_one_line_with_its_figures():
     finally:
         job.kill()
     assert float(found.group(1)) >= 60 and float(found.group(2)) > 1.5
+
+
+# --- Engine notices that are not signals: seams, tested with fakes (no TPU VM, no Ray cluster here) ----------------
+
+@pytest.mark.parametrize("tpu_vm, ray, expected", [
+    (False, False, []), (True, False, ["tpu-maintenance"]), (False, True, ["ray"]), (True, True, ["tpu-maintenance", "ray"]),
+])
+def test_choose_notice_sources(tpu_vm, ray, expected):
+    names, why = preemption.choose_notice_sources(tpu_vm, ray)
+    assert names == expected and why
+
+
+@pytest.mark.parametrize("said, pending", [("NONE", False), ("", False), ("TERMINATE_ON_HOST_MAINTENANCE\n", True),
+                                           ("MIGRATE_ON_HOST_MAINTENANCE", True)])
+def test_a_tpu_maintenance_event_is_a_notice(said, pending):
+    asked = []
+    assert preemption.tpu_maintenance_pending(lambda url: asked.append(url) or said) is pending
+    assert asked == [preemption.MAINTENANCE_URL]
+
+
+def test_an_engine_notice_is_sent_as_sigterm_once_at_the_checked_steps_and_a_failing_source_is_dropped():
+    sent, said, answers = [], [], iter([False, True])
+
+    def broken():
+        raise RuntimeError("no Ray session")
+
+    notices = preemption.EngineNotices({"broken": broken, "ray": lambda: preemption.ray_preemption_pending(
+        lambda: object() if next(answers) else None)}, send=lambda pid, sig: sent.append((pid, sig)), say=said.append)
+    for step in range(1, 4 * preemption.NOTICE_CHECK_STEPS):
+        notices.at_step(step)
+    assert sent == [(os.getpid(), signal.SIGTERM)]  # at the second checked step, once
+    assert "broken notice could not be read (no Ray session); asking it no more" in said[0]
+    assert said[1] == f"acceltrain: ray notice at step {2 * preemption.NOTICE_CHECK_STEPS}: stopping as on SIGTERM"

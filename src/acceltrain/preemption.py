@@ -17,6 +17,7 @@ Neutral: no framework.
 """
 
 import contextlib
+import os
 import signal
 from dataclasses import dataclass
 
@@ -71,6 +72,74 @@ def notices_outside_training():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# --- Engine notices that are not signals ------------------------------------------------------------------------
+# Each becomes SIGTERM to this process, so it takes the one path a notice takes (in a job of several processes,
+# jax.distributed's sync point agrees the step). UNTESTED against the real engines (none runs here): each source is
+# a seam, tested with a fake.
+
+NOTICE_CHECK_STEPS = 10  # the sources are asked at every 10th step, the same steps in every process (Ray's query
+# is a barrier across workers: each must call it as often as the others)
+MAINTENANCE_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"
+
+
+def choose_notice_sources(cloud_tpu_vm: bool, ray_train_worker: bool) -> tuple[list[str], str]:
+    """Which engine notices to ask for, beside the signals, and why. In order: a Cloud TPU VM's maintenance event
+    (its metadata server says TERMINATE_ON_HOST_MAINTENANCE before the host goes); a Ray Train worker's
+    ray.train.get_preemption_info() (Ray's notice of a node being reclaimed)."""
+    sources = (["tpu-maintenance"] if cloud_tpu_vm else []) + (["ray"] if ray_train_worker else [])
+    if not sources:
+        return [], "no engine notice here beyond the signals (SIGTERM, SIGUSR1)"
+    return sources, "asked at every " + str(NOTICE_CHECK_STEPS) + "th step: " + ", ".join(sources)
+
+
+def tpu_maintenance_pending(read) -> bool:
+    """The metadata server's maintenance-event (`read(url)` -> its text): anything but NONE is a notice."""
+    return read(MAINTENANCE_URL).strip() not in ("", "NONE")
+
+
+def read_gce_metadata(url: str, timeout: float = 1.0) -> str:
+    """A Google Compute Engine metadata value (a TPU VM's), or "" when the server does not answer in time."""
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.read().decode()
+    except (OSError, ValueError):
+        return ""
+
+
+def ray_preemption_pending(get_preemption_info) -> bool:
+    """Ray Train's `ray.train.get_preemption_info()`: a PreemptionInfo (not None) is a notice."""
+    return get_preemption_info() is not None
+
+
+class EngineNotices:
+    """The engine notices that are not signals, asked at the training loop's steps (resumable._StepSaver) every
+    NOTICE_CHECK_STEPS steps; the first that says so sends SIGTERM to this process, once. `sources`: {name: a
+    function returning True when a notice is given}; a source that raises is said once and asked no more."""
+
+    def __init__(self, sources: dict, send=os.kill, say=print):
+        self.sources, self.send, self.say = dict(sources), send, say
+        self.sent = False
+
+    def at_step(self, global_step: int) -> None:
+        if self.sent or not self.sources or global_step % NOTICE_CHECK_STEPS:
+            return
+        for name, pending in list(self.sources.items()):
+            try:
+                given = pending()
+            except Exception as error:  # noqa: BLE001  (an engine's query failed: the signals still work)
+                self.say(f"acceltrain: warning: the {name} notice could not be read ({error}); asking it no more")
+                del self.sources[name]
+                continue
+            if given:
+                self.say(f"acceltrain: {name} notice at step {global_step}: stopping as on SIGTERM")
+                self.sent = True
+                self.send(os.getpid(), signal.SIGTERM)
+                return
 
 
 # --- Which process stopped making progress (watchdog.py, when it fires in a job of several processes) ---------

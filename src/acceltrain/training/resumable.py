@@ -73,7 +73,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
-                           says=prepared.process_index == 0)
+                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0))
         cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
@@ -120,6 +120,24 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     history.timed_epochs = timed
     history.set_model(model)
     return history
+
+
+def _engine_notices(says: bool):
+    """The engine notices that are not signals, where this host has them (preemption.choose_notice_sources): a Cloud
+    TPU VM's maintenance event, a Ray Train worker's get_preemption_info(). Untested against those engines."""
+    import sys
+
+    from acceltrain import cluster
+
+    ray_train = sys.modules.get("ray.train")  # a Ray Train worker: the script runs inside Ray's train function
+    ray_query = getattr(ray_train, "get_preemption_info", None)
+    names, why = preemption.choose_notice_sources(cluster.on_cloud_tpu_vm(), ray_query is not None)
+    if names and says:
+        log.info(f"preemption notices: {why}")
+    sources = {"tpu-maintenance": lambda: preemption.tpu_maintenance_pending(preemption.read_gce_metadata),
+               "ray": lambda: preemption.ray_preemption_pending(ray_query)}
+    return preemption.EngineNotices({name: sources[name] for name in names},
+                                    say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _diverged(callbacks) -> bool:
@@ -252,8 +270,10 @@ class _StepSaver(keras.callbacks.Callback):
     first epoch and, where an epoch takes over decisions.MOST_SECONDS_BETWEEN_CHECKPOINTS, checkpoints within each
     (_StepTimer)."""
 
-    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True):
+    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
+                 notices=None):
         super().__init__()
+        self.notices = notices or preemption.EngineNotices({})
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
         self.timeline, self.reached, self.redo = timeline, reached, redo
@@ -282,6 +302,7 @@ class _StepSaver(keras.callbacks.Callback):
         global_step = self._epoch * self.steps_per_epoch + step
         self.redo.passed(global_step)
         self.reached.note(global_step)
+        self.notices.at_step(global_step)  # an engine's notice that is not a signal: sent as SIGTERM
         if not self.received and self.checkpoints.preempted_at(global_step):
             self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
         due = self._step_count is not None and global_step - self._last_global_step >= self._step_count
