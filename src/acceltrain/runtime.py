@@ -16,7 +16,7 @@ import platform as _platform
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, hardware, inputs, ledger, log, placement, watchdog
-from acceltrain.errors import UsageError, positive_int
+from acceltrain.errors import AcceltrainError, UsageError, positive_int
 from acceltrain.version import __version__
 
 
@@ -365,10 +365,15 @@ class Runtime:
         batches; the differences are printed, and over the tolerance training does not start
         (training/verify.py raises VerificationFailed).
         """
-        with self.timeline.window() as window:
-            history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir,
-                                resume, checkpoint_every, keep_checkpoints, stall_timeout, autopilot, verify,
-                                fit_kwargs)
+        window = None
+        try:
+            with self.timeline.window() as window:
+                history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose,
+                                    checkpoint_dir, resume, checkpoint_every, keep_checkpoints, stall_timeout, autopilot,
+                                    verify, fit_kwargs)
+        except AcceltrainError as stopped:  # resumable.Interrupted: where the time went, the notice's save booked
+            stopped.ledger = window.ledger if window is not None else None
+            raise
         history.ledger = window.ledger
         return history
 
