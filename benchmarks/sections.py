@@ -37,6 +37,7 @@ SECTIONS = (
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),
     Section("checkpoint-cost", "checkpoint_cost.py", (), 8),
     Section("compile-cache", "compile_cache.py", (), 4),
+    Section("preemption", "preemption.py", (), 6),
     Section("sharding-memory", "sharding_memory.py", (), 4),
     Section("auto-placement", "auto_placement.py", (), 6),
     Section("plan-cost", "plan_cost.py", (), 6),

@@ -128,6 +128,42 @@ def test_resuming_with_another_model_exits_2_naming_what_differs_and_keeps_the_c
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
 
 
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_train_resume_on_a_missing_or_empty_out_starts_the_run(tmp_path, small_mnist, capsys, made):
+    """An engine reruns the same command (issue 35): --resume where nothing was written yet starts the run."""
+    out = tmp_path / "run"
+    if made:
+        out.mkdir()
+    code, stdout, stderr = _train(capsys, "--data", small_mnist, "--epochs", 1, "--batch-size", 600, "--out", out,
+                                  "--resume")
+    assert code == 0, stderr
+    assert "starting from the beginning" in stderr and "test accuracy:" in stdout
+
+
+def test_train_stopped_by_a_notice_exits_42_and_still_says_where_its_time_went(tmp_path, small_mnist, capsys):
+    """SIGTERM once the run's first checkpoint is under way (it is training): exit 42, and the ledger's line."""
+    import os
+    import signal
+    import threading
+
+    out = tmp_path / "run"
+
+    def notice_once_training():
+        deadline = time.monotonic() + 240
+        while not list((out / "checkpoints").glob("epoch-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=notice_once_training, daemon=True).start()
+    code, _, stderr = _train(capsys, "--data", small_mnist, "--epochs", 20, "--batch-size", 240, "--checkpoint-every",
+                             "2 steps", "--out", out)
+    assert code == 42, stderr
+    assert "Exit 42: preempted, checkpoint saved, restart me." in stderr
+    # The save is booked as preemption, or as checkpoint where the notice landed during a save the cadence made (that
+    # save is the agreed one): which, the thread's timing decides; tests/training/test_ledger_watch.py pins the first.
+    assert re.search(r"acceltrain: where the [\d.]+ s went: .*(preemption|checkpoint) [\d.]+ s", stderr), stderr[-2000:]
+
+
 def test_devices_json_describes_the_runtime(capsys):
     assert main(["devices", "--json", "--simulate-devices", "8"]) == 0
     described = json.loads(capsys.readouterr().out)

@@ -171,3 +171,85 @@ def test_the_cli_refuses_a_negative_stall_timeout_with_exit_2(cli, tmp_path):
     assert refused.returncode == 2
     assert "acceltrain: error: Received --stall-timeout=-5.0. Expected seconds" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+# --- In a job of several processes: the beats each publishes, and the one that stopped named (issue 35) ------------
+
+class Heartbeats:
+    """backends.JobHeartbeats's seam: what each process published, in memory."""
+
+    def __init__(self, answer=True):
+        self.published, self.answer = {}, answer
+
+    def publish(self, index, beat):
+        self.published[index] = beat
+
+    def read(self):
+        return dict(self.published) if self.answer else None
+
+
+def _job_watchdog(heartbeats, wall):
+    clock, stream, exits = Clock(), io.StringIO(), []
+    dog = watchdog.Watchdog(10, 0, clock=clock, cpu_clock=Clock(), exit=exits.append, stream=stream,
+                            heartbeats=heartbeats, wall_clock=wall, poll_seconds=1.0)
+    dog._thread = object()
+    return dog, clock, stream, exits
+
+
+def test_each_step_is_published_and_a_stall_names_the_process_whose_beats_stopped():
+    beats, wall = Heartbeats(), Clock()
+    dog, clock, stream, exits = _job_watchdog(beats, wall)
+    dog.arm("fit")
+    for step in range(1, 6):
+        dog.beat(f"fit, epoch 1, after step {step}")
+    assert beats.published[0]["steps"] == 5 and beats.published[0]["watching"]
+    beats.published[1] = {"steps": 3, "last_step_at": -1.0, "beat_at": -1.0, "host": "other", "phase": "fit, epoch 1, "
+                          "after step 3", "watching": True}  # process 1, frozen since
+    clock.now, wall.now = 11, 40
+    assert dog.check() and exits == [watchdog.EXIT_STALLED] == [42]
+    assert "error: process 1 (host other) stopped making progress at step 3 (fit, epoch 1, after step 3): nothing from " \
+           "it for 41 s (frozen, or its host is gone)." in stream.getvalue()
+
+
+def test_a_process_outside_any_watched_call_and_an_unreachable_store_are_said():
+    beats, wall = Heartbeats(), Clock()
+    dog, clock, stream, _ = _job_watchdog(beats, wall)
+    dog.arm("evaluate")
+    beats.published[1] = {"steps": 9, "last_step_at": 0.0, "beat_at": 0.0, "watching": False}  # left fit, in its code
+    clock.now = 11
+    assert dog.check()
+    assert "process 1 never started a fit, evaluate or predict that the others are in" in stream.getvalue()
+    dog, clock, stream, _ = _job_watchdog(Heartbeats(answer=False), wall)
+    dog.arm("fit")
+    clock.now = 11
+    assert dog.check() and "heartbeats could not be read" in stream.getvalue()
+
+
+def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_over_a_window():
+    from acceltrain import preemption
+
+    beats, wall, cpu = Heartbeats(), Clock(), Clock()
+    clock, stream = Clock(), io.StringIO()
+    dog = watchdog.Watchdog(10, 0, clock=clock, cpu_clock=cpu, exit=lambda code: None, stream=stream,
+                            heartbeats=beats, wall_clock=wall, poll_seconds=1.0)
+    dog._thread = object()
+    dog.arm("fit")
+    window = preemption.STRAGGLER_WINDOW_STEPS
+
+    def steps(count, mine, theirs):  # each process's CPU seconds a step over `count` steps
+        for _ in range(count):
+            cpu.now += mine
+            dog.beat("fit")
+        other = beats.published.get(1, {"steps": 0, "cpu_seconds": 0.0})
+        beats.published[1] = {"steps": other["steps"] + count, "cpu_seconds": other["cpu_seconds"] + count * theirs,
+                              "last_step_at": 0.0, "beat_at": 0.0, "watching": True}
+
+    assert dog.check_stragglers() == []  # the window's start
+    steps(window, 0.010, 0.011)
+    assert dog.check_stragglers() == [] and "straggler" not in stream.getvalue()  # alike
+    steps(window, 0.010, 0.030)
+    assert dog.check_stragglers() == [1]
+    said = stream.getvalue()
+    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×)" in said
+    steps(window, 0.010, 0.030)
+    assert dog.check_stragglers() == [] and stream.getvalue() == said  # said once a run

@@ -1,13 +1,15 @@
 """The `acceltrain` command. A thin layer: each verb parses its flags and calls one function.
 
-Exit codes: 0 done; 1 failed; 2 bad usage or bad input. Errors print one message, no traceback.
+Exit codes: 0 done; 1 failed; 2 bad usage or bad input; 42 preempted, checkpoint saved, restart me (preemption.py).
+Errors print one message, no traceback.
 """
 
 import argparse
+import contextlib
 import json
 import sys
 
-from acceltrain import __version__, backends, ledger, log, user_model
+from acceltrain import __version__, backends, ledger, log, preemption, user_model
 from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.hardware import PLATFORMS
@@ -24,7 +26,7 @@ EXAMPLES = {
         "  acceltrain train --model big.py:build --simulate-devices 8 --device-memory 128MiB   # auto shards to fit\n"
         "  acceltrain train --backend tensorflow --platform tpu   # TensorFlow's TPUStrategy, as the seed\n"
         "  acceltrain train --model my_models.py:build --data my_data.npz\n"
-        "  acceltrain train --out runs/a --resume             # continue a run that was stopped\n"
+        "  acceltrain train --out runs/a --resume             # continue a stopped run (or start one); SIGTERM: exit 42\n"
         "  acceltrain train --config run.toml --epochs 5      # a config file; flags override it\n"
         "  acceltrain train --config runs/seed1/config.toml   # rerun a run with its resolved settings\n"
         "  acceltrain train --epochs 2 --tensorboard          # then: tensorboard --logdir runs"
@@ -44,7 +46,7 @@ EXAMPLES = {
         "  acceltrain run train.py --epochs 3                 # your script, unchanged, on the best hardware here\n"
         "  acceltrain run --simulate-devices 8 train.py       # on 8 CPU devices, data parallel\n"
         "  srun acceltrain run train.py                       # one process per SLURM task, found by itself\n"
-        "  acceltrain run --checkpoint-dir ckpt train.py      # SIGTERM/Ctrl-C: checkpoint, stop; then add --resume\n"
+        "  acceltrain run --checkpoint-dir ckpt --resume train.py   # SIGTERM/SIGUSR1: checkpoint, exit 42; rerun as is\n"
         "  acceltrain run --simulate-devices 8 --device-memory 128MiB --verify 3 train.py   # shard to fit, verified\n"
         "  acceltrain run --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 train.py"
     ),
@@ -53,7 +55,10 @@ EXAMPLES = {
         "  acceltrain launch --processes 2 --simulate-devices 2 train.py   # 2 processes × 2 devices here\n"
         "  acceltrain launch --emit jobset --target tpu-v5e-16 train.py --epochs 3 > job.yaml   # a GKE JobSet\n"
         "  acceltrain launch --emit sbatch --target h100-8 --nodes 2 train.py > job.sh          # Slurm\n"
-        "  acceltrain launch --emit skypilot --target tpu-v6e-32 train.py > task.yaml           # SkyPilot"
+        "  acceltrain launch --emit skypilot --target tpu-v6e-32 train.py > task.yaml           # SkyPilot\n"
+        "  acceltrain launch --processes 2 --checkpoint-dir ckpt --resume train.py   # rerun as is after a preemption\n"
+        "exit 42: preempted, checkpoint saved, restart me (a notice: SIGTERM, SIGUSR1; or a process that stopped\n"
+        "making progress, named); any other failure exits 1, bad input 2."
     ),
     "plan": (
         "examples:\n"
@@ -187,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
                             "--model gets Adam at this rate, else 1e-3; a compiled --model keeps its own, with a warning)")
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
-    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out")
+    train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out; with none there yet, start "
+                       "(an engine reruns the same command)")
     train.add_argument("--overwrite", action="store_true", help="replace what a previous run left in --out")
     train.add_argument("--checkpoint-every", default="auto", metavar="auto|N [epochs|steps]",
                        help=f"how often to checkpoint into --out/checkpoints (default: {AUTO_CHECKPOINTS})")
@@ -308,9 +314,11 @@ def _add_script_args(parser: argparse.ArgumentParser) -> None:
 def _add_checkpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="train the script's fit calls resumably, checkpointing into DIR (the Nth fit into "
-                             "DIR/fit-N); SIGTERM or Ctrl-C writes a checkpoint and stops")
+                             "DIR/fit-N); a notice (SIGTERM, SIGUSR1) writes a checkpoint and exits 42 (preempted, "
+                             "checkpoint saved, restart me), Ctrl-C writes one and exits 130")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the newest good checkpoints in --checkpoint-dir")
+                        help="continue from the newest good checkpoints in --checkpoint-dir; with none there yet, "
+                             "start (an engine reruns the same command)")
     parser.add_argument("--checkpoint-every", metavar="auto|N [epochs|steps]",
                         help=f"how often to checkpoint (default: {AUTO_CHECKPOINTS})")
     parser.add_argument("--keep-checkpoints", type=int, metavar="K",
@@ -343,12 +351,14 @@ def _run(args) -> int:
     _check_device_memory(args)
     from acceltrain.commands.run import run_script
 
-    return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
-                      distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
-                      num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                      device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
-                      verify=args.verify, started=ledger.run_start(), ledger_file=args.ledger,
-                      **_checkpoint_flags(args))
+    notices = preemption.notices_outside_training() if args.checkpoint_dir else contextlib.nullcontext()
+    with notices:  # with checkpoints, a notice before the first step: exit 42 at once
+        return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
+                          distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
+                          num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
+                          device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
+                          verify=args.verify, started=ledger.run_start(), ledger_file=args.ledger,
+                          **_checkpoint_flags(args))
 
 
 def _launch(args) -> int:
@@ -474,7 +484,8 @@ def _train(args) -> int:
     flags = {name: getattr(args, name) for name in config_files.fields() if getattr(args, name, None) is not None}
     config = config_files.resolve(args.config, flags)
     log.debug(f"settings: {config}")
-    metrics = train_and_evaluate(config, started=ledger.interpreter_start())
+    with preemption.notices_outside_training():  # a notice before the first step: exit 42 at once
+        metrics = train_and_evaluate(config, started=ledger.interpreter_start())
     accuracy = metrics["test_accuracy"]
     print(f"test accuracy: {accuracy:.4f}" if accuracy is not None else f"test metrics: {metrics['test_metrics']}")
     args.leave_at_once = True  # the ledger ended with the last output: nothing of the run is left to book

@@ -16,7 +16,7 @@ import platform as _platform
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, hardware, inputs, ledger, log, placement, watchdog
-from acceltrain.errors import UsageError, positive_int
+from acceltrain.errors import AcceltrainError, UsageError, positive_int
 from acceltrain.version import __version__
 
 
@@ -110,7 +110,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "processes": (found.num_processes, processes_reason), "precision": (compute, precision_reason)}
     runtime = Runtime(framework, found, distribution, sharding_request=sharding_request, precision=compute,
                       precision_asked=precision != "auto",
-                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index),
+                      watchdog=watchdog.Watchdog(stall_timeout, found.process_index, heartbeats=_heartbeats(found)),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
@@ -120,6 +120,14 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
                  f"{'; ' + changed if changed else ''}")
     return runtime
+
+
+def _heartbeats(found):
+    """Each process's beats shared through the job's coordinator (a job of several processes on JAX), for the
+    stall watchdog to name the process that stopped (watchdog.py)."""
+    from acceltrain import backends
+
+    return backends.JobHeartbeats(found.num_processes) if found.num_processes > 1 else None
 
 
 def _check_simulate_devices(simulate_devices) -> None:
@@ -361,10 +369,15 @@ class Runtime:
         batches; the differences are printed, and over the tolerance training does not start
         (training/verify.py raises VerificationFailed).
         """
-        with self.timeline.window() as window:
-            history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir,
-                                resume, checkpoint_every, keep_checkpoints, stall_timeout, autopilot, verify,
-                                fit_kwargs)
+        window = None
+        try:
+            with self.timeline.window() as window:
+                history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose,
+                                    checkpoint_dir, resume, checkpoint_every, keep_checkpoints, stall_timeout, autopilot,
+                                    verify, fit_kwargs)
+        except AcceltrainError as stopped:  # resumable.Interrupted: where the time went, the notice's save booked
+            stopped.ledger = window.ledger if window is not None else None
+            raise
         history.ledger = window.ledger
         return history
 
@@ -510,7 +523,8 @@ class Runtime:
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
         if stall_timeout is None:
             return self.watchdog
-        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index)
+        return watchdog.Watchdog(watchdog.check_timeout(stall_timeout), self.process_index,
+                                 heartbeats=self.watchdog.heartbeats)
 
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever

@@ -5,8 +5,16 @@ next collective, for ever, with nothing printed (a process that never reached fi
 batches than the others, a dead host whose heartbeat has not run out). While a fit, evaluate or predict
 is under way, each finished step and each change of phase is a beat; when none comes for
 `timeout` seconds, the watchdog prints this process's Python stacks (every line prefixed by its process
-index), says which phase stalled and what usually causes it, and ends the process with EXIT_STALLED.
-`acceltrain launch` then asks the other processes for their stacks and ends the job.
+index), says which phase stalled and what usually causes it, and ends the process with EXIT_STALLED (42, the
+restartable exit: preemption.py). `acceltrain launch` then asks the other processes for their stacks and ends
+the job with it.
+
+In a job of several processes each watchdog publishes its process's beat (its steps, when it last finished one,
+its host) every poll through the coordinator's key-value store (backends.JobHeartbeats); the one that fires
+reads them all and names the process that stopped making progress, and at which step
+(preemption.choose_stopped): a process frozen (SIGSTOP, a dead host) stops publishing; one stuck in its own
+code publishes a step count behind the others'. Process 0's watchdog also says, once, a process whose own time
+per step is over preemption.STRAGGLER_FACTOR × the others' (preemption.choose_stragglers).
 
 Neutral: no framework. Armed only inside fit/evaluate/predict, so a script's own slow work (loading data
 before fit, writing files after) never trips it.
@@ -20,11 +28,15 @@ import tempfile
 import threading
 import time
 
+from acceltrain import preemption
+
 # Generous on purpose: the first step of a fit includes XLA's compile of the whole training step, and on a
 # TPU for a large model that alone can take many minutes; a later step never takes that long. A hung job
 # then costs this long, not the rest of the night. 0 turns the watchdog off.
 DEFAULT_STALL_TIMEOUT = 1800.0
-EXIT_STALLED = 3  # distinct from 1 (failed) and 2 (bad usage): `acceltrain launch` asks the others for stacks
+# The restartable exit (xpk restarts a job that exits 42): a hang loses nothing the newest checkpoint does not
+# hold, and a restart is the way out. The launcher tells a stall from a notice by the stall report (STALL_SIGNAL).
+EXIT_STALLED = preemption.EXIT_RESTART
 
 CAUSES = ("a process that never reached this collective (it failed, or took another path through the "
           "script), uneven data (one process has more batches than the others, so it waits alone), or a dead "
@@ -81,9 +93,15 @@ class Watchdog:
     """
 
     def __init__(self, timeout: float, process_index: int = 0, *, clock=time.monotonic, cpu_clock=time.process_time,
-                 exit=os._exit, stream=None, poll_seconds: float | None = None):
+                 exit=os._exit, stream=None, poll_seconds: float | None = None, heartbeats=None, wall_clock=time.time):
         self.timeout = float(timeout)
         self.process_index = process_index
+        # heartbeats: backends.JobHeartbeats in a job of several processes (publish(index, dict), read() ->
+        # {index: dict | None} | None); None alone. wall_clock: the time a beat carries (hosts compare it).
+        self.heartbeats, self._wall = heartbeats, wall_clock
+        self._total_steps, self._last_step_at = 0, wall_clock()
+        self._straggling_said = False
+        self._window: dict | None = None  # process 0: every process's beat at the start of the straggler window
         self._clock, self._cpu_clock, self._exit, self._stream = clock, cpu_clock, exit, stream
         self._poll = poll_seconds if poll_seconds is not None else min(max(self.timeout / 20, 0.05), 1.0)
         self._lock = threading.Lock()
@@ -144,12 +162,27 @@ class Watchdog:
                 self._slowest = max(self._slowest or 0.0, now - self._last)
             self._last, self._unmeasured = now, False
             self._steps += 1
+            self._total_steps += 1
+            self._last_step_at = self._wall()
             if phase is not None:
                 self._phase = phase
+        self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
 
     def disarm(self) -> None:
         with self._lock:
             self._phase = None
+        self._publish(watching=False)
+
+    def beat_now(self, watching: bool = True) -> dict:
+        """This process's beat, as the others read it (preemption.Beat's fields, and whether it is in a watched call)."""
+        with self._lock:
+            return {"steps": self._total_steps, "last_step_at": self._last_step_at, "beat_at": self._wall(),
+                    "host": _HOST, "phase": self._phase or "its own code, outside fit, evaluate and predict",
+                    "watching": watching and self._phase is not None, "cpu_seconds": self._cpu_clock()}
+
+    def _publish(self, watching: bool = True) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.publish(self.process_index, self.beat_now(watching))
 
     def stalled_for(self) -> float | None:
         """Seconds since the last beat while armed; None when disarmed."""
@@ -187,11 +220,13 @@ class Watchdog:
                     faulthandler.cancel_dump_traceback_later()
                     return
                 waited = self._clock() - self._last
+            self._publish()
             if (stderr := _stderr_fd()) is not None:
                 faulthandler.dump_traceback_later(max(self.timeout - waited, 0) + BACKSTOP_SECONDS, exit=True,
                                                   file=stderr)
             if self.check():
                 return
+            self.check_stragglers()
             time.sleep(self._poll)
 
     def _fire(self, waited: float, why: str) -> None:
@@ -201,14 +236,17 @@ class Watchdog:
         with self._lock:
             phase, steps = self._phase, self._steps
         progress = f"after {steps} step(s)" if steps else "before its first step"
-        lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress}; {why}.",
-                 f"acceltrain: where it stood, thread by thread ({prefix.strip()} below):"]
+        lines = [f"acceltrain: error: stalled: nothing moved for {int(waited)} s in {phase}, {progress}; {why}."]
+        if (stopped := self._who_stopped()) is not None:
+            lines.append(f"acceltrain: error: {stopped}.")
+        lines.append(f"acceltrain: where it stood, thread by thread ({prefix.strip()} below):")
         launcher = _launcher_pid()
         if launcher is None:
             lines += [prefix + line for line in python_stacks().splitlines()]
         else:  # the launcher asks every process for its stacks, this one too, before any of them ends
             lines[-1] = "acceltrain: the launcher now asks every process for its stacks (lines [i] below)."
-        lines += [f"acceltrain: usual causes: {CAUSES}. Ending this process (exit {EXIT_STALLED}). A longer "
+        lines += [f"acceltrain: usual causes: {CAUSES}. Ending this process (exit {EXIT_STALLED}: restart the job; "
+                  "its newest checkpoint stands). A longer "
                   "first compile, or a longer wait between steps, needs a larger --stall-timeout (the upper "
                   "bound; 0 turns the watchdog off)."]
         print("\n".join(lines), file=stream, flush=True)
@@ -216,10 +254,60 @@ class Watchdog:
         if launcher is not None:
             import signal
 
-            os.kill(launcher, signal.SIGUSR1)
+            os.kill(launcher, STALL_SIGNAL)
             time.sleep(LAUNCHER_STACKS_SECONDS)
         self._exit(EXIT_STALLED)
 
+
+    def check_stragglers(self) -> list[int]:
+        """Process 0, in a job of several processes: once every preemption.STRAGGLER_WINDOW_STEPS steps, each
+        process's own time per step over the window (its CPU time: its host's work and, on CPU devices, the step's
+        compute; a wait in a collective uses none), and the processes over preemption.STRAGGLER_FACTOR × the
+        others' said in one line, once a run. Returns the stragglers found by this call."""
+        if self.heartbeats is None or self.process_index != 0 or self._straggling_said:
+            return []
+        start = self._window
+        if start is not None and self._total_steps - start[0]["steps"] < preemption.STRAGGLER_WINDOW_STEPS:
+            return []
+        read = self.heartbeats.read()
+        if read is None or any(beat is None or "cpu_seconds" not in beat for beat in read.values()):
+            return []
+        read[0] = self.beat_now()
+        self._window = read
+        if start is None:
+            return []
+        own = {index: (beat["cpu_seconds"] - start[index]["cpu_seconds"]) / (beat["steps"] - start[index]["steps"])
+               for index, beat in read.items() if index in start and beat["steps"] > start[index]["steps"]}
+        if len(own) < len(read):
+            return []
+        slow, why = preemption.choose_stragglers(own)
+        if slow:
+            self._straggling_said = True
+            print(f"acceltrain: warning: straggler: {why}, over the last {preemption.STRAGGLER_WINDOW_STEPS}+ steps; "
+                  "every other process waits for it at each step (its input, its host's load, its device)",
+                  file=self._stream or sys.stderr, flush=True)
+        return slow
+
+    def _who_stopped(self) -> str | None:
+        """In a job of several processes: which one stopped making progress, from every process's last beat."""
+        if self.heartbeats is None:
+            return None
+        read = self.heartbeats.read()
+        if read is None:
+            return "the other processes' heartbeats could not be read (the coordinator, process 0, does not answer: " \
+                   "it may be the one that stopped)"
+        mine = self.beat_now()
+        beats = {index: None if beat is None or not beat.get("watching") else
+                 preemption.Beat(beat["steps"], beat["last_step_at"], beat["beat_at"], beat.get("host", ""),
+                                 beat.get("phase", ""))
+                 for index, beat in {**read, self.process_index: mine}.items()}
+        index, why = preemption.choose_stopped(beats, self._wall(), preemption.silent_after(self._poll))
+        return why if index is not None else f"no single process to name: {why}"
+
+
+# The signal a stalled launched process sends its launcher, and the launcher sends every process for its stacks.
+# Not SIGUSR1: Slurm's `--signal` sends that as a preemption notice (preemption.NOTICES).
+STALL_SIGNAL = getattr(__import__("signal"), "SIGUSR2", None)
 
 # Launched: how long a stalled process waits, alive, while the launcher collects every process's stacks
 # (a process that ended first could take the others down with it: process 0 hosts jax.distributed).
@@ -235,12 +323,15 @@ def _stderr_fd() -> int | None:
 
 
 def _launcher_pid() -> int | None:
-    """The pid of the `acceltrain launch` that started this process, if one did and SIGUSR1 exists."""
+    """The pid of the `acceltrain launch` that started this process, if one did and SIGUSR2 exists."""
     import signal
 
     from acceltrain import cluster
 
-    return cluster.launcher_pid() if hasattr(signal, "SIGUSR1") else None
+    return cluster.launcher_pid() if hasattr(signal, "SIGUSR2") else None
+
+
+_HOST = __import__("socket").gethostname()
 
 
 def python_stacks() -> str:

@@ -96,8 +96,9 @@ def test_when_a_process_dies_the_launcher_stops_the_other_within_its_grace_perio
 
 @pytest.mark.multi_device
 def test_without_a_launcher_jax_ends_the_survivor_within_about_30_seconds():
-    """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed's heartbeat must. README:
-    "within about 30 s" (backends/jax.py's HEARTBEAT_TIMEOUT_SECONDS). Measured: 10.1 s (load average 9)."""
+    """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed must. A process that exits
+    closes its connection: the survivor ends within seconds, well inside backends/jax.py's HEARTBEAT_TIMEOUT_SECONDS
+    (the bound for a frozen process). Measured: 10.1 s (load average 9); asserted under 35 s."""
     from acceltrain.backends.jax import HEARTBEAT_TIMEOUT_SECONDS
 
     with socket.socket() as probe:
@@ -119,7 +120,8 @@ def test_without_a_launcher_jax_ends_the_survivor_within_about_30_seconds():
             process.kill()
             process.wait()
     assert code != 0
-    assert ended_after < HEARTBEAT_TIMEOUT_SECONDS + 5, f"{ended_after:.1f} s from process 1's death to process 0's end"
+    assert ended_after < min(HEARTBEAT_TIMEOUT_SECONDS, 30) + 5, \
+        f"{ended_after:.1f} s from process 1's death to process 0's end"
 
 
 @pytest.mark.parametrize(
@@ -189,7 +191,8 @@ def test_a_signalled_launcher_leaves_no_process_behind(sig):
     a launcher killed outright is noticed by each child's parent watch."""
     launcher = subprocess.Popen(
         support.command("launch", "--processes", "2", "--simulate-devices", "1", support.SCRIPTS / "deaf_to_sigterm.py"),
-        env=support.env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        env=support.env(ACCELTRAIN_NOTICE_GRACE_SECONDS="5"), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        start_new_session=True)
     try:
         pids = _pids_when_ready(launcher.stdout, count=2, timeout=240)
         assert all(_alive(pid) for pid in pids)  # the signal lands on a running job
@@ -238,7 +241,7 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_
                           STUCK_SCRIPT, shape, timeout=300)
     waited = _seconds_since_it_waited(job, time.time())
 
-    assert job.returncode == 3, job.stderr[-3000:]  # watchdog.EXIT_STALLED
+    assert job.returncode == 42, job.stderr[-3000:]  # watchdog.EXIT_STALLED, the restartable exit
     assert "unreachable" not in job.stdout
     call = "evaluate" if shape == "evaluate" else "fit"
     assert f"[0] acceltrain: error: stalled: nothing moved for {timeout} s in {call} (compiling and running the first " \
@@ -264,7 +267,7 @@ def test_a_process_stuck_between_steps_at_0_cpu_is_named_within_a_minute_not_the
                           STUCK_SCRIPT, "mid_fit", timeout=400)
     waited = _seconds_since_it_waited(job, time.time())
 
-    assert job.returncode == 3, job.stderr[-3000:]
+    assert job.returncode == 42, job.stderr[-3000:]
     assert re.search(r"\] acceltrain: error: stalled: nothing moved for 6\d s in fit, epoch 2, after step 3, after \d+ "
                      r"step\(s\); steps took at most [\d.e-]+ s so far: the bound is max\(60 s, 20 × [\d.e-]+ s\), and "
                      r"this process was idle \(under 10% of a core\) for the last 6\d s", job.stderr), job.stderr[-3000:]

@@ -165,3 +165,31 @@ def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_pu
     assert Runtime._peak_flops(h200s, bf16) == 2 * 989e12
     assert Runtime._peak_flops(SimpleNamespace(**{**vars(h200s), "hardware": SimpleNamespace(simulated=True)}),
                                bf16) is None  # simulated devices share one CPU
+
+
+def test_a_notices_save_is_booked_as_preemption_and_the_stop_exits_42(one_device, tmp_path):
+    """Issue 35: SIGTERM as step 3 begins: the step in flight finishes, one checkpoint is written there (its time booked
+    as preemption), and Runtime.fit raises Interrupted with exit_code 42 and the fit's ledger."""
+    import os
+    import signal
+
+    import keras
+
+    from acceltrain.training.resumable import Interrupted
+
+    class NoticeAt3(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    with one_device.scope():
+        model = _mlp()
+    x, y = _toy_data(256)  # 8 steps of 32
+    with pytest.raises(Interrupted) as stopped:
+        one_device.fit(model, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=tmp_path / "ckpt",
+                       checkpoint_every="100 steps", callbacks=[NoticeAt3()])
+    assert stopped.value.exit_code == 42 and "Exit 42: preempted, checkpoint saved, restart me." in str(stopped.value)
+    assert stopped.value.checkpoint.name == "epoch-0000-step-00004"  # the step in flight finished, then one save
+    run = stopped.value.ledger
+    _parts_sum_to_the_wall(run)
+    assert run.parts["preemption"] > 0 and run.facts["checkpoints"] == 1, run.parts

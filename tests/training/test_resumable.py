@@ -239,3 +239,23 @@ def test_a_run_early_stopping_ended_is_checkpointed_with_its_best_weights_and_a_
     assert len(again.history["loss"]) == 2 and _kept(folder)[-1] == "epoch-0002-step-00000"
     for got, expected in zip(resumed.get_weights(), ended, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+# --- An engine reruns the same command: resume=True on an empty or missing folder starts the run (issue 35) --------
+
+@pytest.mark.parametrize("made", [False, True], ids=["missing", "empty"])
+def test_resume_on_an_empty_or_missing_folder_starts_and_then_continues(runtime, tmp_path, capsys, made):
+    folder = tmp_path / "ckpt"
+    if made:
+        folder.mkdir()
+    x, y = _toy_data(96)
+    with runtime.scope():
+        model = _mlp()
+    history = runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=folder, resume=True)
+    assert len(history.history["loss"]) == 1
+    assert f"no checkpoint in {folder}: starting from the beginning" in capsys.readouterr().err
+    with runtime.scope():
+        again = _mlp()
+    history = runtime.fit(again, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, resume=True)
+    assert "resuming from epoch-0001-step-00000: 1 epochs and 0 steps done" in capsys.readouterr().err
+    assert len(history.history["loss"]) == 2

@@ -108,6 +108,79 @@ def shut_down_jax_job(seconds: float) -> bool:
     return done.wait(seconds)
 
 
+class JobHeartbeats:
+    """Each process's last beat in a jax.distributed job, through the coordinator's key-value store (the store
+    every process of the job already reaches; no shared disk needed): the stall watchdog publishes its process's
+    beat and, when it fires, reads every process's (watchdog.py, preemption.choose_stopped).
+
+    Never blocks its caller: publish() hands the value to a daemon thread (a store whose host is frozen would
+    hold a call there until its RPC gives up), and read() gives up after `seconds`. Uses jax's client object
+    (`jax._src.distributed.global_state.client`, as Orbax's multihost utilities do: JAX has no public handle).
+    """
+
+    PREFIX = "acceltrain/heartbeat/"
+
+    def __init__(self, processes: int):
+        self.processes = processes
+        self._latest: str | None = None
+        self._wake = None
+        self._thread = None
+
+    @staticmethod
+    def _client():
+        import sys
+
+        jax = sys.modules.get("jax")
+        if jax is None or not jax.distributed.is_initialized():
+            return None
+        from jax._src import distributed
+
+        return distributed.global_state.client
+
+    def publish(self, index: int, beat: dict) -> None:
+        import json
+        import threading
+
+        self._latest = (index, json.dumps(beat))
+        if self._thread is None:
+            self._wake = threading.Event()
+            self._thread = threading.Thread(target=self._publishing, name="acceltrain-heartbeat", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _publishing(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            index, value = self._latest
+            client = self._client()
+            try:
+                if client is not None:
+                    client.key_value_set(f"{self.PREFIX}{index}", value, allow_overwrite=True)
+            except Exception:  # noqa: BLE001  (the store is gone: the job is ending; nothing to publish to)
+                return
+
+    def read(self, seconds: float = 5.0) -> dict[int, dict | None] | None:
+        """{process: its last beat, or None if it published none}; None when the store did not answer."""
+        import json
+        import threading
+
+        found: list = []
+
+        def get():
+            client = self._client()
+            if client is not None:
+                found.append(client.key_value_dir_get(self.PREFIX))
+
+        thread = threading.Thread(target=get, name="acceltrain-heartbeat-read", daemon=True)
+        thread.start()
+        thread.join(seconds)
+        if not found:
+            return None
+        beats = {int(key.rsplit("/", 1)[1]): json.loads(value) for key, value in found[0]}
+        return {index: beats.get(index) for index in range(self.processes)}
+
+
 def jax_importable() -> bool:
     return importlib.util.find_spec("jax") is not None
 

@@ -12,6 +12,8 @@ import time
 
 import jax
 
+from acceltrain.watchdog import FLOOR_SECONDS
+
 NAME = "jax"
 
 # A batch must divide over the devices of the mesh: JAX cannot shard the last, partial batch of a
@@ -931,9 +933,13 @@ def abstract_state(build_model):
 
 # --- Many processes, and unmodified scripts (`acceltrain run`, `acceltrain launch`) --------------
 
-# Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others
-# (JAX's default is 100): a crashed host ends the job within a minute instead of hanging it.
-HEARTBEAT_TIMEOUT_SECONDS = 30
+# Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others, aborting
+# them (JAX's default is 100). A process that exits is noticed at once (its connection closes: 10 s measured); this
+# bound catches a frozen one (SIGSTOP, a host that stops answering). It is over twice the stall watchdog's floor, so
+# inside a fit the watchdog speaks first: it names the process that stopped and ends the job with the restartable
+# exit 42 (watchdog.py), where JAX's abort would end it with SIGABRT, which no engine restarts on. At 30 s (before
+# issue 35) JAX aborted process 0 of a job whose process 1 was SIGSTOPped before a 60 s watchdog bound came.
+HEARTBEAT_TIMEOUT_SECONDS = int(2 * FLOOR_SECONDS + 10)
 
 
 def start_processes(processes) -> None:

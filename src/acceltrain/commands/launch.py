@@ -18,12 +18,18 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, ledger, log, sharding, watchdog
+from acceltrain import backends, cluster, decisions, ledger, log, preemption, sharding, watchdog
 from acceltrain.errors import UsageError, positive_int
 
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
 STACKS_SECONDS = 2.0  # for the other processes to write their stacks, once one stalled
+# After a notice (SIGTERM, SIGUSR1) to the launcher, or a process's own exit 42: how long the processes get to
+# agree on a step, save its checkpoint and exit before they are killed. GKE's default grace before its SIGKILL is
+# 30 s (terminationGracePeriodSeconds); ACCELTRAIN_NOTICE_GRACE_SECONDS sets another (an engine's longer grace,
+# a large model's save).
+NOTICE_GRACE_SECONDS = 30.0
+ENV_NOTICE_GRACE = "ACCELTRAIN_NOTICE_GRACE_SECONDS"
 
 
 def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
@@ -32,8 +38,9 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
            device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
            checkpoint_every: str | None = None, keep_checkpoints: int | None = None, autopilot: bool = True,
            verify: int | None = None, ledger_file=None) -> int:
-    """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage,
-    watchdog.EXIT_STALLED: a process stalled, 128 + N: stopped by signal N). The connect flags (platform,
+    """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage;
+    42, preemption.EXIT_RESTART: preempted with every process's checkpoint saved, or a process stalled: restart
+    the job; 128 + N: stopped by signal N without a saved checkpoint): preemption.choose_job_exit. The connect flags (platform,
     tpu, precision ...), the checkpoint flags and `ledger_file` are passed on to each process (`acceltrain run`:
     each prints its own ledger line, and writes its own FILE.i.json)."""
     from acceltrain.commands import outputs, run_checkpoints
@@ -79,6 +86,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     command += [script, *argv]
     log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
     children = []
+    grace = _notice_grace()
     with _forwarded_signals(children) as received, _stall_reports() as stalled:
         for index in range(processes):
             children.append(subprocess.Popen(
@@ -93,7 +101,7 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
 
         # 3. Watch: the first failure, or a signal to the launcher, stops them all.
         try:
-            code = _watch(children, received, stalled)
+            code = _watch(children, received, stalled, grace)
         finally:
             _stop(children)  # nothing outlives the launcher, whatever ended it
             for pump in pumps:
@@ -101,18 +109,24 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
     return code
 
 
-def _watch(children, received, stalled=()) -> int:
+def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS) -> int:
     ended = _exits_in_order(children)
+    was_stalled = False
     while True:
         if stalled:  # a process's watchdog fired: every process's stacks, before any of them ends
             stalled.clear()
+            was_stalled = True
             _ask_for_stacks(children)
-        if received:
+        if received:  # the one place a notice to the launcher is acted on: passed on, waited for, decided
             signum = received[0]
             log.warn(f"{signal.Signals(signum).name} received: passed on to the {len(children)} processes, which get "
-                     f"{STOP_GRACE_SECONDS:.0f} s to stop before they are killed")
-            _stop(children, first=signum)
-            return 128 + signum  # as a shell reports a process ended by that signal
+                     f"{grace:g} s to agree on a step, save its checkpoint and exit before they are killed")
+            # SIGTERM whatever the notice: jax.distributed's preemption sync listens for SIGTERM, and each process
+            # passes a SIGINT on as SIGTERM to itself anyway (resumable._deferred_signals).
+            _stop(children, first=signal.SIGTERM if preemption.is_notice(signum) else signum, grace=grace)
+            code, why = preemption.choose_job_exit(_final_exits(ended, children), len(children), notice=signum)
+            log.info(f"launch: exit {code}: {why}")
+            return code
         exits = list(ended)
         failed = [(index, code) for index, code in exits if code != 0]
         if failed:
@@ -120,17 +134,48 @@ def _watch(children, received, stalled=()) -> int:
             running = sorted(set(range(len(children))) - {i for i, _ in exits})
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
-                how = "stalled"
-            if running:
+                how = "stalled" if was_stalled else f"was preempted (exit {code}: its checkpoint saved)"
+            if running and code == preemption.EXIT_RESTART and not was_stalled:
+                # A notice each process got itself (an engine signals them all): the others are saving the same
+                # agreed step; they get the grace to finish it.
+                log.warn(f"process {index} {how}; waiting up to {grace:g} s for the other {len(running)} to save "
+                         "the same step and exit")
+                _stop(children, first=None, grace=grace)
+            elif running:
                 log.warn(f"process {index} {how}; stopping the other {len(running)} running process(es) "
                          f"{running} so the job does not hang waiting for it")
+                _stop(children)
             else:
                 log.warn(f"process {index} {how}; no other process was still running")
-            _stop(children)
-            return code if code in (2, watchdog.EXIT_STALLED) else 1
+                _stop(children)
+            code, why = preemption.choose_job_exit(_final_exits(ended, children), len(children), stalled=was_stalled)
+            return code
         if len(exits) == len(children):
             return 0
         time.sleep(POLL_SECONDS)
+
+
+def _final_exits(ended, children) -> list:
+    """(index, code) of every child once all have been waited for: in the order they ended as far as the waiting
+    threads noted it, then the rest (their threads not yet run) by index."""
+    exits = list(ended)
+    seen = {index for index, _ in exits}
+    return exits + [(index, child.returncode) for index, child in enumerate(children) if index not in seen]
+
+
+def _notice_grace() -> float:
+    """NOTICE_GRACE_SECONDS, or ACCELTRAIN_NOTICE_GRACE_SECONDS (checked: seconds, a number over 0)."""
+    given = os.environ.get(ENV_NOTICE_GRACE)
+    if given is None:
+        return NOTICE_GRACE_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise UsageError(f"Received {ENV_NOTICE_GRACE}={given!r}. Expected seconds, a number over 0 (default "
+                         f"{NOTICE_GRACE_SECONDS:g}), e.g. {ENV_NOTICE_GRACE}=120 for a save that takes a minute.")
+    return seconds
 
 
 def _exits_in_order(children) -> list:
@@ -145,20 +190,20 @@ def _exits_in_order(children) -> list:
 
 
 def _ask_for_stacks(children) -> None:
-    """SIGUSR1: each process writes its threads' stacks to stderr (run.py registers faulthandler on it)."""
+    """watchdog.STALL_SIGNAL: each process writes its threads' stacks to stderr (run.py registers faulthandler on it)."""
     for child in children:
-        if hasattr(signal, "SIGUSR1") and child.poll() is None:
-            child.send_signal(signal.SIGUSR1)
+        if watchdog.STALL_SIGNAL is not None and child.poll() is None:
+            child.send_signal(watchdog.STALL_SIGNAL)
     time.sleep(STACKS_SECONDS)
 
 
-def _stop(children, first: int = signal.SIGTERM) -> None:
-    """`first` (SIGTERM), then SIGKILL after a grace period, to the process group of every child: a child's
-    own children (a data loader's workers) go with it."""
+def _stop(children, first: int | None = signal.SIGTERM, grace: float = STOP_GRACE_SECONDS) -> None:
+    """`first` (SIGTERM; None: no signal, a wait only), then SIGKILL after `grace` seconds, to the process group of
+    every child: a child's own children (a data loader's workers) go with it."""
     for child in children:
-        if child.poll() is None:
+        if first is not None and child.poll() is None:
             _signal_group(child, first)
-    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     for child in children:
         try:
             child.wait(timeout=max(deadline - time.monotonic(), 0.01))
@@ -178,35 +223,39 @@ def _signal_group(child, signum: int) -> None:
 
 @contextlib.contextmanager
 def _stall_reports():
-    """SIGUSR1 from a launched process: its stall watchdog fired (watchdog.py)."""
+    """watchdog.STALL_SIGNAL from a launched process: its stall watchdog fired (watchdog.py)."""
     reports: list = []
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGUSR1"):
+    if threading.current_thread() is not threading.main_thread() or watchdog.STALL_SIGNAL is None:
         yield reports
         return
-    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: reports.append(signum))
+    previous = signal.signal(watchdog.STALL_SIGNAL, lambda signum, frame: reports.append(signum))
     try:
         yield reports
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        signal.signal(watchdog.STALL_SIGNAL, previous)
 
 
 @contextlib.contextmanager
 def _forwarded_signals(children):
-    """SIGTERM and SIGINT to the launcher are noted, and _watch passes them on to the children (which are
-    in their own process groups, so a Ctrl-C in the terminal reaches the launcher only). A second one
-    stops the children at once. The previous handlers are restored."""
+    """SIGTERM, SIGUSR1 (the notices: preemption.NOTICES) and SIGINT to the launcher are noted, and _watch passes
+    them on to the children (which are in their own process groups, so a Ctrl-C in the terminal reaches the
+    launcher only). A second Ctrl-C stops the children at once; a second notice changes nothing (an engine may
+    repeat its notice while the checkpoint is written: the save goes on). The previous handlers are restored."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
         return
 
     def note(signum, frame):
-        if received:  # the second: no more grace
+        if received and signum == signal.SIGINT:  # a second Ctrl-C: no more grace
             for child in children:
                 _signal_group(child, signal.SIGKILL)
+        elif received:
+            log.info(f"{signal.Signals(signum).name} received again: the checkpoint of the agreed step is being "
+                     "written; carrying on")
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, note) for sig in (*preemption.NOTICES, signal.SIGINT)}
     try:
         yield received
     finally:

@@ -71,7 +71,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend))
     checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
         runtime, checkpointing, _resume_command(checkpointing, script, argv))
-    with contextlib.ExitStack() as stack:
+    window = None
+    with _ledger_told_when_preempted(lambda: window, ledger_file, runtime), contextlib.ExitStack() as stack:
         stack.callback(runtime.close)  # last out: Keras's fit is its own again
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
@@ -90,6 +91,20 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
     return code
+
+
+@contextlib.contextmanager
+def _ledger_told_when_preempted(window, ledger_file, runtime):
+    """A run stopped by a notice (exit 42) still says where its time went, the notice's save booked as preemption:
+    the ledger is what an engine's restarts are weighed by."""
+    from acceltrain import preemption
+
+    try:
+        yield
+    except AcceltrainError as error:
+        if getattr(error, "exit_code", None) == preemption.EXIT_RESTART and window() is not None:
+            _tell_ledger(window().ledger, ledger_file, runtime)
+        raise
 
 
 def _run_main(script: Path, calls) -> int:
@@ -184,16 +199,14 @@ def _resume_command(flags, script: Path, argv) -> str:
 
 
 def _never_outlive_the_job() -> None:
-    """Launched: end with the launcher; and show this process's stacks when asked (SIGUSR1), which the
+    """Launched: end with the launcher; and show this process's stacks when asked (watchdog.STALL_SIGNAL), which the
     launcher does when another process stalled, so the job shows where each process stood."""
-    import signal
-
     from acceltrain import watchdog
     from acceltrain.commands.launch import watch_launcher
 
     watch_launcher()
-    if hasattr(signal, "SIGUSR1"):
-        watchdog.show_stacks_on(signal.SIGUSR1)
+    if watchdog.STALL_SIGNAL is not None:
+        watchdog.show_stacks_on(watchdog.STALL_SIGNAL)
 
 
 @contextlib.contextmanager

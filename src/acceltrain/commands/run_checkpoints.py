@@ -97,8 +97,8 @@ class CheckpointedFits:
             return self.runtime.fit(call.model, checkpoint_dir=folder, resume=self.flags.resume,
                                     checkpoint_every=self.flags.every, keep_checkpoints=self.flags.keep, **kwargs)
         except Interrupted as stopped:
-            raise Interrupted(stopped.signum, stopped.checkpoint,
-                              f"the same command plus --resume ({self.resume_command})") from None
+            again = "the same command, as it is" if self.flags.resume else "the same command plus --resume"
+            raise Interrupted(stopped.signum, stopped.checkpoint, f"{again} ({self.resume_command})") from None
 
 
 def runtime_fit_arguments(arguments: dict) -> dict:

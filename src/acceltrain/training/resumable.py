@@ -3,8 +3,9 @@
 Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
 `checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
 would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
-s × batch_size of the same order. SIGTERM (the preemption notice on TPU VMs) and SIGINT finish the
-current step, write a checkpoint and raise Interrupted. Imports keras: import only after connect().
+s × batch_size of the same order. A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
+SIGINT finish the current step, write a checkpoint and raise Interrupted (exit 42 for a notice: preemption.py);
+in a job of several processes every process stops at one agreed step (sharded_checkpoint.preempted_at). Imports keras: import only after connect().
 """
 
 import contextlib
@@ -17,7 +18,7 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, decisions, ledger, log
+from acceltrain import data, decisions, ledger, log, preemption
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
@@ -25,14 +26,16 @@ from acceltrain.errors import AcceltrainError, UsageError
 
 
 class Interrupted(AcceltrainError):
-    """Training stopped on SIGTERM or SIGINT after writing a checkpoint."""
+    """Training stopped on a notice (SIGTERM, SIGUSR1) or SIGINT after writing a checkpoint. exit_code: 42 for a
+    notice ("preempted, checkpoint saved, restart me": preemption.EXIT_RESTART), 130 for Ctrl-C."""
 
     def __init__(self, signum: int, checkpoint, resume: str = "resume=True (CLI: the same command with --resume)"):
         self.signum = signum
         self.checkpoint = checkpoint
-        self.exit_code = 128 + signum  # what a shell reports for a process ended by that signal
+        self.exit_code = preemption.exit_code(signum)
+        restart = f" Exit {self.exit_code}: {preemption.RESTART_MEANING}." if preemption.is_notice(signum) else ""
         super().__init__(f"Stopped by {signal.Signals(signum).name}; a checkpoint is saved in {checkpoint}. "
-                         f"Resume with {resume}.")
+                         f"Resume with {resume}.{restart}")
 
 
 def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
@@ -70,7 +73,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
-                           says=prepared.process_index == 0)
+                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0))
         cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
@@ -105,7 +108,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             redo.passed((epoch + 1) * steps_per_epoch)
             reached.note((epoch + 1) * steps_per_epoch, now=True)
             if cadence.due(epoch + 1, state.epoch_seconds[-1]) or received or epoch + 1 == epochs:
-                saver.last_saved = saver.save(model, state)
+                saver.last_saved = saver.save(model, state, notice=bool(received))
                 cadence.saved(epoch + 1)
             if received:
                 raise Interrupted(received[0], saver.last_saved)
@@ -117,6 +120,24 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     history.timed_epochs = timed
     history.set_model(model)
     return history
+
+
+def _engine_notices(says: bool):
+    """The engine notices that are not signals, where this host has them (preemption.choose_notice_sources): a Cloud
+    TPU VM's maintenance event, a Ray Train worker's get_preemption_info(). Untested against those engines."""
+    import sys
+
+    from acceltrain import cluster
+
+    ray_train = sys.modules.get("ray.train")  # a Ray Train worker: the script runs inside Ray's train function
+    ray_query = getattr(ray_train, "get_preemption_info", None)
+    names, why = preemption.choose_notice_sources(cluster.on_cloud_tpu_vm(), ray_query is not None)
+    if names and says:
+        log.info(f"preemption notices: {why}")
+    sources = {"tpu-maintenance": lambda: preemption.tpu_maintenance_pending(preemption.read_gce_metadata),
+               "ray": lambda: preemption.ray_preemption_pending(ray_query)}
+    return preemption.EngineNotices({name: sources[name] for name in names},
+                                    say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _diverged(callbacks) -> bool:
@@ -249,8 +270,10 @@ class _StepSaver(keras.callbacks.Callback):
     first epoch and, where an epoch takes over decisions.MOST_SECONDS_BETWEEN_CHECKPOINTS, checkpoints within each
     (_StepTimer)."""
 
-    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True):
+    def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
+                 notices=None):
         super().__init__()
+        self.notices = notices or preemption.EngineNotices({})
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
         self.timeline, self.reached, self.redo = timeline, reached, redo
@@ -279,21 +302,25 @@ class _StepSaver(keras.callbacks.Callback):
         global_step = self._epoch * self.steps_per_epoch + step
         self.redo.passed(global_step)
         self.reached.note(global_step)
+        self.notices.at_step(global_step)  # an engine's notice that is not a signal: sent as SIGTERM
         if not self.received and self.checkpoints.preempted_at(global_step):
             self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
         due = self._step_count is not None and global_step - self._last_global_step >= self._step_count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
-            self.last_saved = self.save(self.model, self.state)  # self.model syncs JAX state
+            self.last_saved = self.save(self.model, self.state, notice=bool(self.received))  # self.model syncs JAX state
             self._last_global_step = global_step
             if self.received:
                 self.stopped_mid_epoch = True
                 self.model.stop_training = True
 
-    def save(self, model, state):
-        """A checkpoint, its time booked in the ledger."""
-        with self.timeline.timed("checkpoint"):
+    def save(self, model, state, notice: bool = False):
+        """A checkpoint, its time booked in the ledger: as checkpoint, or, the save a notice asked for (then waited
+        for whole: the process exits next), as preemption."""
+        with self.timeline.timed("preemption" if notice else "checkpoint"):
             saved = self.checkpoints.save(model, state)
+            if notice:
+                self.checkpoints.close()
         self.timeline.count("checkpoints")
         return saved
 
@@ -450,11 +477,12 @@ def _closed(checkpoints, timeline):
 
 @contextlib.contextmanager
 def _deferred_signals(sigterm: bool = True):
-    """SIGTERM and SIGINT are noted, not fatal, so the step in flight finishes and a checkpoint is
-    written. A second SIGINT stops at once (KeyboardInterrupt). The previous handlers are restored.
+    """The notices (SIGTERM, SIGUSR1: preemption.NOTICES) and SIGINT are noted, not fatal, so the step in flight
+    finishes and a checkpoint is written. A second SIGINT stops at once (KeyboardInterrupt); a second notice
+    changes nothing. The previous handlers are restored.
 
     With `sigterm` False (a multi-process JAX job), SIGTERM is left to jax.distributed, which makes
-    every process stop at the same step, and SIGINT is passed on to it as SIGTERM: a process that
+    every process stop at the same step, and SIGINT and SIGUSR1 are passed on to it as SIGTERM: a process that
     stopped on its own would wait for the others in its checkpoint's save for ever."""
     received: list[int] = []
     forwarded: list[int] = []
@@ -466,7 +494,8 @@ def _deferred_signals(sigterm: bool = True):
         if (received or forwarded) and signum == signal.SIGINT:
             raise KeyboardInterrupt
         if not sigterm:
-            log.info("SIGINT received: stopping every process of the job at the same step (as on SIGTERM)")
+            log.info(f"{signal.Signals(signum).name} received: stopping every process of the job at the same step "
+                     "(as on SIGTERM)")
             forwarded.append(signum)
             os.kill(os.getpid(), signal.SIGTERM)
             return
@@ -474,7 +503,7 @@ def _deferred_signals(sigterm: bool = True):
             log.info(f"{signal.Signals(signum).name} received: finishing this step and writing a checkpoint")
         received.append(signum)
 
-    taken = (signal.SIGTERM, signal.SIGINT) if sigterm else (signal.SIGINT,)
+    taken = (*preemption.NOTICES, signal.SIGINT) if sigterm else (signal.SIGUSR1, signal.SIGINT)
     previous = {sig: signal.signal(sig, note) for sig in taken}
     try:
         yield received
