@@ -73,6 +73,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     log.set_quiet(getattr(args, "quiet", False))
     log.set_verbose(getattr(args, "verbose", False))
+    if argv is None:  # the `acceltrain` command itself (not a caller's main([...])): its stderr, quiet at start-up
+        log.filter_start_up_noise()
     try:
         code = _run_verb(args)
     except Exception:
