@@ -441,9 +441,10 @@ def test_a_line_every_process_says_alike_is_written_once_and_the_rest_per_proces
     lines.add(0, "only process 0 says this\n")
     assert target.getvalue() == ""  # held for process 1
     lines.add(1, "acceltrain: jax on cpu: 4 × cpu\n")
-    assert target.getvalue() == "[all] acceltrain: jax on cpu: 4 × cpu\n"
-    lines.add(1, "process 1's own line\n")
-    clock.now = SameLines.HOLD_SECONDS  # neither heard from the other: each goes alone, the oldest first
+    assert target.getvalue() == "[all] acceltrain: jax on cpu: 4 × cpu\n"  # process 1 silent since: 0's line waits
+    lines.add(1, "process 1's own line\n")  # process 1 said something else: process 0's line goes; 1's waits for 0
+    assert target.getvalue().splitlines()[1:] == ["[0] only process 0 says this"]
+    clock.now = SameLines.HOLD_SECONDS  # process 0 silent for as long as a line waits: process 1's goes alone
     lines.add(0, "epoch 1 done\n")
     lines.add(1, "epoch 1 done\n")
     assert target.getvalue().splitlines()[1:] == ["[0] only process 0 says this", "[1] process 1's own line",

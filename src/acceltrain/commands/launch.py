@@ -268,12 +268,13 @@ _ERROR_LINE = re.compile(r"^(acceltrain: error: .*|F\d{4} .*|[A-Za-z_][\w.]*(Err
 class SameLines:
     """The lines of N processes to one stream (the launcher's stdout or stderr): a line every process says alike
     is written once, "[all] LINE", the others "[i] LINE", each process's in its own order. A process's next line
-    waits for the others to say the same up to HOLD_SECONDS (processes of one job say it within milliseconds of each
-    other, in step), then goes out alone; a line that redraws itself ('\r', Keras's bar) goes out at once. With one
-    process, every line at once. `causes[i]`: the last error process i wrote (an exception's line, acceltrain's
+    goes out alone at once where every other process has said something since that is not it (their queues are not
+    empty and do not hold it), else it waits for the silent ones up to HOLD_SECONDS (processes of one job say the
+    same lines in step, but their start-up on a loaded machine can be seconds apart: 1 s was not enough here); a line
+    that redraws itself ('\r', Keras's bar) goes out at once. With one process, every line at once. `causes[i]`: the last error process i wrote (an exception's line, acceltrain's
     error, XLA's fatal check), what the launcher names when i failed first."""
 
-    HOLD_SECONDS = 1.0
+    HOLD_SECONDS = 10.0
 
     def __init__(self, target, processes: int, writing: threading.Lock, clock=time.monotonic):
         self.target, self.writing, self.clock = target, writing, clock
@@ -305,7 +306,7 @@ class SameLines:
             self._release()
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.HOLD_SECONDS / 5):
+        while not self._stop.wait(0.2):
             with self._lock:
                 self._release()
 
@@ -326,8 +327,10 @@ class SameLines:
 
     def _goes_alone(self, index: int) -> bool:
         line, came = self.queues[index][0]
-        some_peer_done = any(done and not self.queues[peer] for peer, done in enumerate(self.ended) if peer != index)
-        return (len(self.queues) == 1 or line.endswith("\r") or self.ended[index] or some_peer_done
+        peers = [peer for peer in range(len(self.queues)) if peer != index]
+        some_peer_done = any(self.ended[peer] and not self.queues[peer] for peer in peers)
+        said_otherwise = all(self.queues[peer] and all(said != line for said, _ in self.queues[peer]) for peer in peers)
+        return (not peers or line.endswith("\r") or self.ended[index] or some_peer_done or said_otherwise
                 or self.clock() - came >= self.HOLD_SECONDS)
 
     def _write(self, who, line: str) -> None:
