@@ -70,7 +70,8 @@ def main():
             mnist_mlp.PEAK_LEARNING_RATE = peak or default_peak
             for seed in seeds:
                 started = time.perf_counter()
-                config = TrainConfig(seed=seed, learning_rate=constant, epochs=epochs,
+                # validation_split=0: the job as these records were measured, all 60,000 samples trained on
+                config = TrainConfig(seed=seed, learning_rate=constant, epochs=epochs, validation_split=0,
                                      out=str(Path(scratch) / f"{len(settings)}-{seed}"))
                 score, stopped = accuracy(config)
                 found["accuracy"].append(score)

@@ -46,7 +46,9 @@ def argument_name(action: argparse.Action) -> str:
 
 
 def argument_help(action: argparse.Action) -> str:
-    text = (action.help or "").replace("|", "\\|").replace("<", "&lt;")  # a table cell, not HTML
+    # argparse's help is a %-format (its `%%` prints `%`): expanded as `acceltrain -h` shows it, then a table cell.
+    text = (action.help or "") % {"default": action.default, "prog": "acceltrain", "dest": action.dest}
+    text = text.replace("|", "\\|").replace("<", "&lt;")
     if action.required and action.option_strings:
         text += " (required)"
     shown_default = action.default not in (None, False, argparse.SUPPRESS) and "default" not in text

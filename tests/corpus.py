@@ -191,7 +191,7 @@ def _text(output) -> str:
 def parse_metrics(stdout: str, process: int = 0) -> dict | None:
     """The last `metrics: {json}` line (under launch, that of `process`: "[0] metrics: ...")."""
     for line in reversed(stdout.splitlines()):
-        line = line.removeprefix(f"[{process}] ")
+        line = line.removeprefix(f"[{process}] ").removeprefix("[all] ")  # "[all]": every process said it alike
         if line.startswith("metrics: "):
             return json.loads(line.removeprefix("metrics: "))
     return None

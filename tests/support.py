@@ -74,3 +74,15 @@ def write_small_mnist(path: Path, train: int = 2400, test: int = 600) -> Path:
     np.savez(path, x_train=full.x_train[:train], y_train=full.y_train[:train],
              x_test=full.x_test[:test], y_test=full.y_test[:test])
     return path
+
+
+def per_process(text: str, processes: int = 2) -> str:
+    """A launch's output with each "[all] LINE" (a line every process said alike, printed once) written out as each
+    process's, "[0] LINE", "[1] LINE" ..., so that a test reads every process's lines as it said them."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("[all] "):
+            lines += [f"[{index}] {line.removeprefix('[all] ')}" for index in range(processes)]
+        else:
+            lines.append(line)
+    return "".join(lines)

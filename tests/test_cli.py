@@ -56,6 +56,11 @@ def test_train_writes_outputs_that_reload(tmp_path, small_mnist, capsys):
     assert f"test accuracy: {metrics['test_accuracy']:.4f}" in stdout
     assert metrics["runtime"]["num_replicas"] == 8
     assert len(metrics["history"]["loss"]) == len(metrics["epoch_seconds"]) == 2
+    # The default job holds out the last tenth of the training samples to validate on, and says so first.
+    assert len(metrics["history"]["val_loss"]) == len(metrics["history"]["val_accuracy"]) == 2
+    said = ("the job: mnist-mlp, 2 epochs of 9 steps at global batch 240; validation: the last 240 of the 2,400 "
+            "training samples held out to validate on after each epoch (--validation-split 0.1; 0 trains on all)")
+    assert stderr.splitlines()[0] == f"acceltrain: {said}" and metrics["job"] == said.removeprefix("the job: ")
     for field in ("test_loss", "first_epoch_seconds", "samples_per_second"):
         assert metrics[field] > 0
     assert "DataParallel over 8 replicas" in stderr and "global batch 240 = 30 × 8" in stderr
@@ -191,6 +196,9 @@ def test_a_real_process_trains_on_one_device_and_exits_0_saying_where_its_time_w
 # --- Bad input: a clear message naming the value and the fix, exit 2, no traceback, nothing written ---
 
 BAD_INPUTS = {
+    "validation split of all": (lambda t, npz: ["--validation-split", "1"],
+                                r"Received --validation-split 1.0. Expected a fraction of the training samples from 0 "
+                                r"up to \(not including\) 1, e.g. 0.1; 0 holds none out."),
     "missing data file": (lambda t, npz: ["--data", t / "nope.npz"], r"'.*nope.npz', which is not a file"),
     "unreadable data file": (lambda t, npz: ["--data", _garbage(t)], r"Could not read data file .*np.savez"),
     "npz without the keys": (lambda t, npz: ["--data", npz(y_test=None, x_test=None)],

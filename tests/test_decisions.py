@@ -227,6 +227,19 @@ def test_choose_checkpoint_epochs(epoch, write, expected, says):
 
 
 @pytest.mark.parametrize(
+    "epoch, write, left, expected, says",
+    [(0.01, 0.05, 19, 250, "→ every 250 epochs (2.0%): past this run's last epoch (19 after the first), so at its end "
+                           "only"),
+     (0.8, 0.062, 4, 4, "→ every 4 epochs (1.9%): past this run's last epoch (4 after the first), so at its end only"),
+     (0.8, 0.062, 5, 4, "→ every 4 epochs (1.9%)"),  # epoch 5 is checkpointed before the run's last
+     (10.0, 0.05, 1, 1, "→ every epoch")],  # every epoch is every epoch, however short the run
+)
+def test_choose_checkpoint_epochs_says_what_happens_against_the_run_s_length(epoch, write, left, expected, says):
+    epochs, why = decisions.choose_checkpoint_epochs(epoch, write, epochs_left=left)
+    assert epochs == expected and why.endswith(says), why
+
+
+@pytest.mark.parametrize(
     "step, steps, expected, says",
     [(0.016, 50, None, "a step took 0.016 s, so an epoch of 50 steps takes 1 s (≤ 300 s) → at epochs' ends"),
      (1.0, 300, None, "(≤ 300 s) → at epochs' ends"),  # exactly the most: its end is soon enough

@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     log.set_quiet(getattr(args, "quiet", False))
     log.set_verbose(getattr(args, "verbose", False))
+    if argv is None:  # the `acceltrain` command itself (not a caller's main([...])): its stderr, quiet at start-up
+        log.filter_start_up_noise()
     try:
         code = _run_verb(args)
     except Exception:
@@ -190,6 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--learning-rate", type=float,
                        help="a constant rate (default: the recipe's schedule, cosine from 2e-3 to 0; an uncompiled "
                             "--model gets Adam at this rate, else 1e-3; a compiled --model keeps its own, with a warning)")
+    train.add_argument("--validation-split", type=float, metavar="F",
+                       help="the last fraction F of the training samples, held out to validate on after each epoch "
+                            "(default: 0.1; 0 trains on all of them)")
     train.add_argument("--out", metavar="DIR", help="where outputs go (default: runs/<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds weights and data order (default: 0)")
     train.add_argument("--resume", action="store_true", help="continue from the newest good checkpoint in --out; with none there yet, start "

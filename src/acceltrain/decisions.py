@@ -249,10 +249,20 @@ MOST_SECONDS_BETWEEN_CHECKPOINTS = 300.0
 
 
 def choose_checkpoint_epochs(epoch_seconds: float, checkpoint_seconds: float, share: float = CHECKPOINT_SHARE,
-                             most_seconds: float = MOST_SECONDS_BETWEEN_CHECKPOINTS) -> tuple[int, str]:
+                             most_seconds: float = MOST_SECONDS_BETWEEN_CHECKPOINTS,
+                             epochs_left: int | None = None) -> tuple[int, str]:
     """Every how many epochs an 'auto' run checkpoints, from an epoch's measured time and the first checkpoint's
     (its whole write, an upper bound of what it costs training): every epoch while a checkpoint costs at most
-    `share` of one; else the fewest epochs over which it does, but never more than `most_seconds` of them."""
+    `share` of one; else the fewest epochs over which it does, but never more than `most_seconds` of them.
+    `epochs_left`: the run's epochs after its first checkpoint; a count that reaches past them is said as what
+    happens, a checkpoint at the run's end only (the loop always writes the last epoch's)."""
+    epochs, why = _checkpoint_epochs(epoch_seconds, checkpoint_seconds, share, most_seconds)
+    if epochs_left is not None and epochs > 1 and epochs >= epochs_left:
+        why += f": past this run's last epoch ({epochs_left} after the first), so at its end only"
+    return epochs, why
+
+
+def _checkpoint_epochs(epoch_seconds, checkpoint_seconds, share, most_seconds) -> tuple[int, str]:
     cost = checkpoint_seconds / epoch_seconds
     took = f"{checkpoint_seconds * 1e3:.0f} ms" if checkpoint_seconds < 1 else f"{checkpoint_seconds:.1f} s"
     measured = f"a checkpoint took {took} to write, {cost:.1%} of a {epoch_seconds:.2f} s epoch"

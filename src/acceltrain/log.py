@@ -3,7 +3,10 @@
 stdout stays for results (JSON, test accuracy), so `acceltrain devices --json | jq` works.
 """
 
+import atexit
 import os
+import re
+import signal
 import sys
 import threading
 import time
@@ -71,10 +74,90 @@ def paint(text: str, colour: str, stream=None) -> str:
 
 
 def _isatty(stream) -> bool:
+    if stream is sys.stderr and _stderr_terminal is not None:
+        return _stderr_terminal  # stderr runs through the noise filter's pipe; what it ends on is a terminal
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+# --- Start-up noise: what TensorFlow, XLA and libtpu print as they load, dropped at default verbosity ----------
+# TensorFlow 2.21 and libtpu log from C++ through absl before anything can configure it (TF_CPP_MIN_LOG_LEVEL does
+# not silence these lines: tried here), so the lines are dropped from the process's stderr itself (fd 2) by
+# filter_start_up_noise. Every pattern is a line seen on a JAX-backend command; -v shows them all.
+START_UP_NOISE = tuple(re.compile(pattern) for pattern in (
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
+    r"^WARNING: Logging before InitGoogle\(\) is written to STDERR$",
+    r"^[IW]\d{4} [\d:.]+ +\d+ [\w.-]+:\d+\] ",  # absl's INFO and WARNING lines (oneDNN, cuda drivers)
+    r"^E\d{4} [\d:.]+ +\d+ [\w.-]+:\d+\] .*(cuInit|TPU_WORKER_HOSTNAMES|TPU_ACCELERATOR_TYPE)",
+    r"^Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type",
+    r"^=== Source Location Trace: ===$",  # libtpu's exception texts: this line, then its C++ frames
+    r"^[\w/.-]+\.cc:\d+$",
+))
+_stderr_terminal = None  # whether the stderr the filter writes to is a terminal (while the filter runs)
+
+
+def is_start_up_noise(line: str) -> bool:
+    return any(pattern.search(line.rstrip("\r\n")) for pattern in START_UP_NOISE)
+
+
+def filter_start_up_noise() -> None:
+    """From here on, this process's stderr (fd 2: Python's lines and C++ code's alike) passes through a small forked
+    process that drops the START_UP_NOISE lines and passes every other byte on, in order. A forked process, not a
+    thread: it outlives a crash of this one and still passes on its last words (it ends at end of file, once every
+    writer is gone), and signals to the job (SIGINT, SIGTERM) leave it to finish. At exit this process's stderr is
+    given back and the filter waited for. Call it before any framework starts a thread (the CLI's first step)."""
+    global _stderr_terminal
+    if _verbose or os.name != "posix" or not hasattr(os, "fork"):
+        return
+    sys.stderr.flush()
+    terminal = _isatty(sys.stderr)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the filter
+        os.close(write)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(signum, signal.SIG_IGN)
+        try:
+            _pass_on(read, 2)
+        finally:
+            os._exit(0)
+    os.close(read)
+    original = os.dup(2)
+    os.dup2(write, 2)
+    os.close(write)
+    _stderr_terminal = terminal
+
+    def give_back():
+        global _stderr_terminal
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(original, 2)  # the pipe's last writer here gone: the filter reads to its end, and exits
+        _stderr_terminal = None
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+            time.sleep(0.01)
+
+    atexit.register(give_back)
+
+
+def _pass_on(read: int, out: int) -> None:
+    """Whole lines, each unless it is noise; a line still being written that redraws itself ('\r': a live phase)
+    at once."""
+    pending = b""
+    while chunk := os.read(read, 65536):
+        *lines, pending = (pending + chunk).split(b"\n")
+        kept = [line + b"\n" for line in lines if not is_start_up_noise(line.decode(errors="replace"))]
+        if b"\r" in pending:
+            kept.append(pending)
+            pending = b""
+        if kept:
+            os.write(out, b"".join(kept))
+    if pending and not is_start_up_noise(pending.decode(errors="replace")):
+        os.write(out, pending)
 
 
 # --- Slow phases: say what is happening and for how long -----------------------------------------

@@ -31,25 +31,25 @@ def test_two_processes_of_two_devices_train_mnist_to_the_one_process_accuracy(tm
                           support.EXAMPLES / "plain_mnist.py", *SMALL_MNIST, "--save", tmp_path / "model.keras",
                           timeout=400, cwd=tmp_path)
 
-    assert job.returncode == 0, job.stderr
+    assert job.returncode == 0, support.per_process(job.stderr)
     for index in (0, 1):
         assert f"[{index}] acceltrain: jax on cpu: 4 × cpu (simulated), 2 processes → DataParallel over 4 replicas" \
-            in job.stderr
+            in support.per_process(job.stderr)
         assert f"[{index}] acceltrain: fit: global batch 256 = 64 × 4 replica(s); the model's variables span 4 " \
-               "devices" in job.stderr
+               "devices" in support.per_process(job.stderr)
     accuracies = {line.split()[0]: float(line.rsplit(":", 1)[1])
-                  for line in job.stdout.splitlines() if "test accuracy:" in line}
+                  for line in support.per_process(job.stdout).splitlines() if "test accuracy:" in line}
     assert accuracies["[0]"] == accuracies["[1]"]  # one job: both report the global metric
     # Each process shuffles its own half, so the order differs from one process's: close, not equal.
     assert abs(accuracies["[0]"] - support.accuracy(one.stdout)) < 0.02
     # Each process wrote its own copy to a temporary name and renamed it onto the path: one whole file left.
     assert (tmp_path / "model.keras").stat().st_size > 100_000
-    assert "[1] acceltrain: process 1: model.save(" in job.stderr and "renamed onto the path once whole" in job.stderr
+    assert "[1] acceltrain: process 1: model.save(" in support.per_process(job.stderr) and "renamed onto the path once whole" in support.per_process(job.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
     # Each process's ledger counts from the launcher's start: its parts sum to the wall, within 5 % of a clock outside.
     for index in (0, 1):
         support.check_ledger(json.loads((ledgers / f"ledger.{index}.json").read_text()), started)
-        assert f"[{index}] acceltrain: where the " in job.stderr
+        assert f"[{index}] acceltrain: where the " in support.per_process(job.stderr)
 
 
 def _timed_lines(command, env, timeout: float) -> tuple[int, list]:
@@ -69,7 +69,7 @@ def _timed_lines(command, env, timeout: float) -> tuple[int, list]:
 
 
 def _when(lines, text: str) -> float:
-    found = [moment for moment, line in lines if text in line]
+    found = [moment for moment, line in lines if text in support.per_process(line)]  # "[all] X" is "[1] X" too
     assert found, f"no line with {text!r} in:\n{''.join(line for _, line in lines)[-4000:]}"
     return found[0]
 
@@ -87,7 +87,7 @@ def test_when_a_process_dies_the_launcher_stops_the_other_within_its_grace_perio
 
     code, lines = _timed_lines(support.command("launch", "--processes", "2", "--simulate-devices", "2",
                                                support.SCRIPTS / "dies_midway.py"), support.env(), timeout=300)
-    text = "".join(line for _, line in lines)
+    text = support.per_process("".join(line for _, line in lines))
     assert code == 1, text[-4000:]
     assert "acceltrain: warning: process 1 was killed by signal 9; stopping the other 1 running process(es) [0]" in text
     ended_after = lines[-1][0] - _when(lines, "[1] trained one epoch")
@@ -172,7 +172,7 @@ def test_runtime_fit_in_a_two_process_job_matches_one_process():
     two = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script, timeout=400)
     assert one.returncode == 0, one.stderr
     assert two.returncode == 0, two.stderr
-    lines = [line for line in two.stdout.splitlines() if "processes 2 replicas 4" in line]
+    lines = [line for line in support.per_process(two.stdout).splitlines() if "processes 2 replicas 4" in line]
     assert len(lines) == 2 and lines[0].split("] ", 1)[1] == lines[1].split("] ", 1)[1]  # the same global view
     expected = one.stdout.strip().splitlines()[-1].split()
     got = lines[0].split("] ", 1)[1].split()
@@ -222,8 +222,8 @@ def _lines_marked(marker: str) -> list[int]:
 
 def _seconds_since_it_waited(job, ended: float) -> float:
     """From process 0's "waiting in CALL at T" (printed just before the call it waits in) to the job's end."""
-    started = [float(line.rsplit(" at ", 1)[1]) for line in job.stdout.splitlines() if line.startswith("[0] waiting in")]
-    assert started, job.stdout
+    started = [float(line.rsplit(" at ", 1)[1]) for line in support.per_process(job.stdout).splitlines() if line.startswith("[0] waiting in")]
+    assert started, support.per_process(job.stdout)
     return ended - started[-1]
 
 
@@ -241,18 +241,18 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_
                           STUCK_SCRIPT, shape, timeout=300)
     waited = _seconds_since_it_waited(job, time.time())
 
-    assert job.returncode == 42, job.stderr[-3000:]  # watchdog.EXIT_STALLED, the restartable exit
-    assert "unreachable" not in job.stdout
+    assert job.returncode == 42, support.per_process(job.stderr)[-3000:]  # watchdog.EXIT_STALLED, the restartable exit
+    assert "unreachable" not in support.per_process(job.stdout)
     call = "evaluate" if shape == "evaluate" else "fit"
     assert f"[0] acceltrain: error: stalled: nothing moved for {timeout} s in {call} (compiling and running the first " \
-           f"step), before its first step; the bound is --stall-timeout {timeout} s" in job.stderr, job.stderr[-3000:]
-    assert "a process that never reached this collective" in job.stderr
+           f"step), before its first step; the bound is --stall-timeout {timeout} s" in support.per_process(job.stderr), support.per_process(job.stderr)[-3000:]
+    assert "a process that never reached this collective" in support.per_process(job.stderr)
     # Process 1's stack, asked for by the launcher before anything ended, shows the line it was stuck on;
     # process 0's shows the call it waited in.
     assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
-                     job.stderr), job.stderr[-3000:]
+                     support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
     assert re.search(rf'\[0\] .*one_process_stuck\.py", line ({"|".join(map(str, _lines_marked("# process 0 waits here")))}) '
-                     "in <module>", job.stderr)
+                     "in <module>", support.per_process(job.stderr))
     # The timeout, then the launcher's wait for every process's stacks (watchdog.LAUNCHER_STACKS_SECONDS) and
     # the stop: measured 15 s after process 0 began to wait at --stall-timeout 10 (load average 5.8).
     assert waited < timeout + 15, f"{waited:.0f} s from process 0's wait to the job's end"
@@ -267,12 +267,12 @@ def test_a_process_stuck_between_steps_at_0_cpu_is_named_within_a_minute_not_the
                           STUCK_SCRIPT, "mid_fit", timeout=400)
     waited = _seconds_since_it_waited(job, time.time())
 
-    assert job.returncode == 42, job.stderr[-3000:]
+    assert job.returncode == 42, support.per_process(job.stderr)[-3000:]
     assert re.search(r"\] acceltrain: error: stalled: nothing moved for 6\d s in fit, epoch 2, after step 3, after \d+ "
                      r"step\(s\); steps took at most [\d.e-]+ s so far: the bound is max\(60 s, 20 × [\d.e-]+ s\), and "
-                     r"this process was idle \(under 10% of a core\) for the last 6\d s", job.stderr), job.stderr[-3000:]
+                     r"this process was idle \(under 10% of a core\) for the last 6\d s", support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
     assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
-                     job.stderr)
+                     support.per_process(job.stderr))
     # One epoch and 3 steps (about 2 s), 60 s, then the stacks and the stop: measured 70 s (load average 5.8).
     assert waited < 60 + 25, f"{waited:.0f} s from the fit's start to the job's end"
 
@@ -287,10 +287,10 @@ def test_a_process_holding_the_gil_while_stuck_is_ended_by_the_faulthandler_back
     job = support.run_cli("run", "--stall-timeout", 5, STUCK_SCRIPT, "gil_held", timeout=300)
     seconds = time.monotonic() - started
 
-    assert job.returncode == 1, job.stderr[-3000:]  # faulthandler's exit
-    assert re.search(r"Timeout \(0:00:3\d[.\d]*\)!", job.stderr), job.stderr[-3000:]
-    assert f'one_process_stuck.py", line {_lines_marked("# the stuck line")[0]} in stuck_here' in job.stderr
-    assert "unreachable" not in job.stdout
+    assert job.returncode == 1, support.per_process(job.stderr)[-3000:]  # faulthandler's exit
+    assert re.search(r"Timeout \(0:00:3\d[.\d]*\)!", support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
+    assert f'one_process_stuck.py", line {_lines_marked("# the stuck line")[0]} in stuck_here' in support.per_process(job.stderr)
+    assert "unreachable" not in support.per_process(job.stdout)
     assert seconds < 5 + watchdog.BACKSTOP_SECONDS + 40  # start-up and one epoch included
 
 
@@ -306,7 +306,7 @@ def test_a_process_whose_script_fails_ends_the_job_showing_its_error_and_leaving
 
     code, lines = _timed_lines(support.command("launch", "--processes", "2", "--simulate-devices", "2",
                                                support.SCRIPTS / "fails_after_fit.py"), support.env(), timeout=300)
-    text = "".join(line for _, line in lines)
+    text = support.per_process("".join(line for _, line in lines))
     pids = [int(line.split()[-1]) for _, line in lines if "] ready " in line]
 
     assert code == 1, text[-3000:]
@@ -325,12 +325,12 @@ def test_saving_weights_split_over_processes_is_refused_before_anything_is_writt
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--distribution", "fsdp",
                           support.SCRIPTS / "saves_sharded.py", tmp_path, timeout=300)
 
-    assert job.returncode == 2, job.stderr[-3000:]
+    assert job.returncode == 2, support.per_process(job.stderr)[-3000:]
     for index in (0, 1):
-        assert f"[{index}] kernel split over processes: True" in job.stdout  # the case this test is about
+        assert f"[{index}] kernel split over processes: True" in support.per_process(job.stdout)  # the case this test is about
         assert re.search(rf"\[{index}\] acceltrain: error: Received model.save\('.*m.keras'\) in a job of 2 processes, "
-                         r"with \d+ of the \d+ weights split over the processes' devices", job.stderr), job.stderr[-3000:]
-    assert "Traceback" not in job.stderr
+                         r"with \d+ of the \d+ weights split over the processes' devices", support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
+    assert "Traceback" not in support.per_process(job.stderr)
     assert list(tmp_path.iterdir()) == []  # before: half a .keras file, then JAX's "non-addressable" error
 
 
@@ -343,9 +343,9 @@ SHAPES_MORE = ["fit_batch_size_verbose_1", "fit_validation_data_verbose_0", "sav
 def test_keras_entry_points_in_a_two_process_job_finish_with_the_same_global_numbers(tmp_path, shapes):
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", "--stall-timeout", "120",
                           support.SCRIPTS / "entry_points.py", tmp_path, *shapes, timeout=600)
-    assert job.returncode == 0, job.stderr[-5000:]
+    assert job.returncode == 0, support.per_process(job.stderr)[-5000:]
     for shape in shapes:
-        printed = {line.split("] ", 1)[0]: line.split("] ", 1)[1] for line in job.stdout.splitlines()
+        printed = {line.split("] ", 1)[0]: line.split("] ", 1)[1] for line in support.per_process(job.stdout).splitlines()
                    if f"] {shape}: ok" in line}
         assert set(printed) == {"[0", "[1"}, f"{shape}: printed by {sorted(printed)}"  # by both processes
         assert len(set(printed.values())) == 1, f"{shape}: {printed}"  # the same
@@ -366,10 +366,10 @@ def test_predict_in_two_processes_returns_in_each_what_a_plain_run_returns(mode)
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script,
                           *(["--library"] if mode == "library" else []), timeout=300)
     assert plain.returncode == 0, plain.stderr
-    assert job.returncode == 0, job.stderr
+    assert job.returncode == 0, support.per_process(job.stderr)
     expected = _predictions(plain.stdout)
     for index in (0, 1):
-        lines = "\n".join(line.split("] ", 1)[1] for line in job.stdout.splitlines() if line.startswith(f"[{index}]"))
+        lines = "\n".join(line.split("] ", 1)[1] for line in support.per_process(job.stdout).splitlines() if line.startswith(f"[{index}]"))
         assert_same_predictions(_predictions(lines), expected)
 
 
@@ -404,11 +404,12 @@ def test_a_progress_bar_is_forwarded_as_it_redraws_not_once_an_epoch():
     import io
     import os
 
-    from acceltrain.commands.launch import _prefix_lines
+    from acceltrain.commands.launch import SameLines, _prefix_lines
 
     read_end, write_end = os.pipe()
     target = io.StringIO()
-    pump = threading.Thread(target=_prefix_lines, args=(os.fdopen(read_end, "rb"), target, 1, threading.Lock()))
+    lines = SameLines(target, 2, threading.Lock())
+    pump = threading.Thread(target=_prefix_lines, args=(os.fdopen(read_end, "rb"), lines, 1))
     pump.start()
     os.write(write_end, b"\b\b\b\r 1/16 loss: 2.3\b\b\b\r 2/16 loss: 2.2\b\b\b\r 3/16 ")  # a bar mid-epoch, as Keras writes it
     deadline = time.monotonic() + 30
@@ -418,9 +419,82 @@ def test_a_progress_bar_is_forwarded_as_it_redraws_not_once_an_epoch():
     os.write(write_end, b"loss: 2.1\n[Gloo] Rank 1 is connected\n")
     os.close(write_end)
     pump.join(timeout=30)
+    lines.flush()
 
     assert mid_epoch == "[1]  1/16 loss: 2.3\r[1]  2/16 loss: 2.2\r"  # before the epoch's '\n'; no backspaces
     assert target.getvalue() == mid_epoch + "[1]  3/16 loss: 2.1\n[1] [Gloo] Rank 1 is connected\n"
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_line_every_process_says_alike_is_written_once_and_the_rest_per_process_in_order():
+    import io
+
+    from acceltrain.commands.launch import SameLines
+
+    clock, target = _Clock(), io.StringIO()
+    lines = SameLines(target, 2, threading.Lock(), clock=clock)
+    lines.add(0, "acceltrain: jax on cpu: 4 × cpu\n")
+    lines.add(0, "only process 0 says this\n")
+    assert target.getvalue() == ""  # held for process 1
+    lines.add(1, "acceltrain: jax on cpu: 4 × cpu\n")
+    assert target.getvalue() == "[all] acceltrain: jax on cpu: 4 × cpu\n"  # process 1 silent since: 0's line waits
+    lines.add(1, "process 1's own line\n")  # process 1 said something else: process 0's line goes; 1's waits for 0
+    assert target.getvalue().splitlines()[1:] == ["[0] only process 0 says this"]
+    clock.now = SameLines.HOLD_SECONDS  # process 0 silent for as long as a line waits: process 1's goes alone
+    lines.add(0, "epoch 1 done\n")
+    lines.add(1, "epoch 1 done\n")
+    assert target.getvalue().splitlines()[1:] == ["[0] only process 0 says this", "[1] process 1's own line",
+                                                  "[all] epoch 1 done"]
+    lines.add(1, " 3/16 loss: 2.1\r")  # a bar redrawing itself waits for nobody
+    assert target.getvalue().endswith("[1]  3/16 loss: 2.1\r")
+    lines.end(1)  # process 1 is done: process 0's lines cannot be said by all, and go at once
+    lines.add(0, "acceltrain: outputs in runs/a\n")
+    assert target.getvalue().endswith("[0] acceltrain: outputs in runs/a\n")
+
+
+def test_each_process_s_last_error_is_kept_to_name_the_first_failure_s_cause():
+    import io
+
+    from acceltrain.commands.launch import SameLines
+
+    lines = SameLines(io.StringIO(), 2, threading.Lock(), clock=_Clock())
+    for index, said in ((0, "ValueError: process 0's own failure\n"), (0, "acceltrain: where the 5 s went: ...\n"),
+                        (1, "jaxlib.xla_extension.XlaRuntimeError: UNKNOWN: Gloo AllGather failed\n"),
+                        (1, "F0000 00:00:1.2 3 client.cc:12] Terminating process because the coordinator is gone\n"),
+                        (1, "    @     0x7fa8b7540634  absl::log_internal::LogMessage::SendToLog()\n")):
+        lines.add(index, said)
+    assert lines.causes == ["ValueError: process 0's own failure",
+                            "F0000 00:00:1.2 3 client.cc:12] Terminating process because the coordinator is gone"]
+
+
+@pytest.mark.multi_device
+def test_a_failed_job_ends_with_the_first_failure_s_cause_and_same_lines_once(tmp_path):
+    """Process 0's script raises after its first fit; process 1, in its next collective, loses its peer and aborts
+    (XLA's fatal error and its stack). The launcher's last line names process 0's error; the lines both processes
+    said alike (the banner, the fit's) are printed once, "[all]"."""
+    script = tmp_path / "fails_in_process_0.py"
+    script.write_text(
+        "import os, keras, numpy as np\n"
+        "model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation='softmax')])\n"
+        "model.compile('adam', 'sparse_categorical_crossentropy')\n"
+        "x, y = np.random.rand(256, 8).astype('float32'), np.random.randint(0, 4, 256)\n"
+        "model.fit(x, y, batch_size=64, epochs=1, verbose=0)\n"
+        "if os.environ['ACCELTRAIN_PROCESS_ID'] == '0':\n"
+        "    raise ValueError(\"process 0's own failure\")\n"
+        "model.fit(x, y, batch_size=64, epochs=1, verbose=0)\n")
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", script, timeout=400)
+    assert job.returncode == 1, job.stderr[-3000:]
+    assert job.stderr.splitlines()[-1] == ("acceltrain: warning: process 0 failed first: ValueError: process 0's own "
+                                           "failure; the errors of the others came after it")
+    assert "[all] acceltrain: jax on cpu: 4 × cpu (simulated), 2 processes → DataParallel over 4 replicas" in job.stderr
+    assert "[all] acceltrain: fit: global batch 64 = 16 × 4 replica(s)" in job.stderr
 
 
 def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
@@ -492,10 +566,10 @@ def test_a_model_with_in_model_random_crop_trains_in_two_processes_compiled():
     """Op by op (Keras's choice for RandomCrop), one of two such jobs sat idle in eager dispatch until killed."""
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
                           support.SCRIPTS / "in_model_augmentation.py", timeout=400)
-    assert job.returncode == 0, job.stderr
+    assert job.returncode == 0, support.per_process(job.stderr)
     for index in (0, 1):
-        assert f"[{index}] acceltrain: compiling the model's step (jit_compile=True)" in job.stderr
-    accuracies = {line.split()[0]: line.rsplit(":", 1)[1] for line in job.stdout.splitlines() if "test accuracy:" in line}
+        assert f"[{index}] acceltrain: compiling the model's step (jit_compile=True)" in support.per_process(job.stderr)
+    accuracies = {line.split()[0]: line.rsplit(":", 1)[1] for line in support.per_process(job.stdout).splitlines() if "test accuracy:" in line}
     assert accuracies["[0]"] == accuracies["[1]"]
 
 
@@ -512,11 +586,11 @@ def test_a_step_only_one_device_can_run_trains_in_two_processes_as_it_does_plain
     plain = support.python(support.SCRIPTS / "in_model_augmentation.py", *options, timeout=400, KERAS_BACKEND="jax")
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
                           support.SCRIPTS / "in_model_augmentation.py", *options, timeout=400)
-    assert job.returncode == 0, job.stderr
+    assert job.returncode == 0, support.per_process(job.stderr)
     for index in (0, 1):
         assert (f"[{index}] acceltrain: {cause}, so Keras runs the step op by op; op by op on 4 CPU devices, XLA's "
-                "collectives can deadlock: such calls run undistributed, on one device") in job.stderr
-    accuracies = {line.split()[0]: float(line.rsplit(":", 1)[1]) for line in job.stdout.splitlines()
+                "collectives can deadlock: such calls run undistributed, on one device") in support.per_process(job.stderr)
+    accuracies = {line.split()[0]: float(line.rsplit(":", 1)[1]) for line in support.per_process(job.stdout).splitlines()
                   if "test accuracy:" in line}
     assert accuracies["[0]"] == accuracies["[1]"] == support.accuracy(plain.stdout)  # the plain run's math
 

@@ -346,3 +346,31 @@ def test_a_tpu_plan_leaves_no_libtpu_variable_for_a_later_connect(monkeypatch, r
     result = plan("tpu-v5e-8", distribution="data")
     assert result.compiled_for == "TPU v5 lite" and seen == ["localhost"]
     assert "TPU_WORKER_HOSTNAMES" not in os.environ
+
+
+@pytest.mark.parametrize("step_seconds, shown", [
+    (5.12e-3, "200,000"),  # the big MLP on tpu-v5e-8 takes 5.39 ms: a rate worth reading
+    (1e-3, "1,024,000"),  # from the threshold on
+    (2.04e-6, "(not shown)"),  # the MNIST MLP on tpu-v5e-8: 2 µs at peak would say 500 million samples/s
+    (None, "n/a"),  # no published peak (a CPU)
+])
+def test_the_table_shows_only_rates_a_step_at_peak_can_vouch_for(step_seconds, shown):
+    from acceltrain.planning import Candidate, Plan, format_table
+
+    plan = Plan(target="tpu-v5e-8", devices=8, device_memory_bytes=16 * GIB, compiled_for="TPU v5 lite",
+                candidates=[Candidate("data", "batch 8", GIB, True, 1e9, step_seconds)], recommended="data",
+                reason="it fits", batch_size=1024, params=1000)
+    table = format_table(plan)
+    row = table.splitlines()[2]
+    assert row.split()[-1] == shown.split()[-1], row
+    said = "samples/s (not shown): a step under 1 ms at peak is set by what it costs besides its FLOPs"
+    assert (said in table) == (shown == "(not shown)")
+
+
+def test_a_sequence_length_the_model_has_no_use_for_is_refused_naming_it():
+    from acceltrain.planning import plan
+
+    with pytest.raises(UsageError, match=r"Received --sequence-length 512 \(sequence_length=512\), but the model's "
+                                         r"inputs \(.*\(None, 784\)\) have no unknown size but the batch's for it to "
+                                         r"set, so it would not be used\. Leave it out\."):
+        plan("here", device_memory="1GiB", sequence_length=512)

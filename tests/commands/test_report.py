@@ -31,19 +31,27 @@ def lines_by_label(ax):
     return {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()}
 
 
-def test_the_figure_plots_training_and_validation_per_epoch():
-    loss_ax, metric_ax, seconds_ax = report.figure(METRICS).axes
-    assert lines_by_label(loss_ax) == {"training loss": ([1, 2, 3], [1.5, 0.7, 0.4]),
-                                       "validation loss": ([1, 2, 3], [1.2, 0.6, 0.45])}
-    assert lines_by_label(metric_ax) == {"training accuracy": ([1, 2, 3], [0.5, 0.8, 0.9]),
-                                         "validation accuracy": ([1, 2, 3], [0.6, 0.82, 0.88])}
+def test_the_figure_plots_training_and_validation_per_epoch_and_the_test_figure():
+    fig = report.figure(METRICS)
+    loss_ax, metric_ax, seconds_ax = fig.axes
+    loss, accuracy = lines_by_label(loss_ax), lines_by_label(metric_ax)
+    assert loss.pop("test loss 0.3000")[1] == [0.3, 0.3]  # a horizontal line across the panel
+    assert accuracy.pop("test accuracy 0.9100")[1] == [0.91, 0.91]
+    assert loss == {"training loss": ([1, 2, 3], [1.5, 0.7, 0.4]), "validation loss": ([1, 2, 3], [1.2, 0.6, 0.45])}
+    assert accuracy == {"training accuracy": ([1, 2, 3], [0.5, 0.8, 0.9]),
+                        "validation accuracy": ([1, 2, 3], [0.6, 0.82, 0.88])}
+    assert [ax.get_xlabel() for ax in fig.axes] == ["epoch"] * 3 and seconds_ax.get_ylabel() == "s"
     assert [bar.get_height() for bar in seconds_ax.patches] == [3.0, 0.2, 0.25]
+    assert ("test accuracy 0.9100 (last epoch: training 0.9000, validation 0.8800); test loss 0.3000 (last epoch: "
+            "training 0.4000, validation 0.4500)") in fig._suptitle.get_text()
 
 
 def test_without_validation_only_training_series_and_the_title_names_hardware_and_settings():
-    metrics = {**METRICS, "history": {"loss": [1.0, 0.5], "mae": [0.9, 0.4]}, "epoch_seconds": [1.0, 0.1]}
+    metrics = {**METRICS, "history": {"loss": [1.0, 0.5], "mae": [0.9, 0.4]}, "epoch_seconds": [1.0, 0.1],
+               "test_metrics": {"loss": 0.6, "mae": 0.5}}
     fig = report.figure(metrics)
-    assert [list(lines_by_label(ax)) for ax in fig.axes[:2]] == [["training loss"], ["training mae"]]
+    assert [list(lines_by_label(ax)) for ax in fig.axes[:2]] == [["training loss", "test loss 0.6000"],
+                                                                  ["training mae", "test mae 0.5000"]]
     title = fig._suptitle.get_text()
     assert "jax on cpu: 8 × cpu (simulated), distribution DataParallel" in title
     assert "mnist-mlp, 3 epochs, batch 240" in title and "seed 0" in title
@@ -96,18 +104,21 @@ def test_a_resumed_runs_timings_say_which_epochs_this_process_timed():
             in text)
 
 
-def test_redraw_writes_both_files_from_metrics_json(tmp_path):
+def test_redraw_writes_the_three_files_from_metrics_json(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps(METRICS))
     written = report.redraw(tmp_path)
-    assert written == [tmp_path / "report.png", tmp_path / "report.md"]
+    assert written == [tmp_path / "report.png", tmp_path / "report.md", tmp_path / "report.html"]
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "report.md").read_text() == report.markdown(METRICS)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.json", "report.md", "report.png"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["metrics.json", "report.html", "report.md",
+                                                                 "report.png"]
 
 
-def test_without_matplotlib_the_markdown_is_still_written_and_the_fix_named(tmp_path, monkeypatch, capsys):
+def test_without_matplotlib_the_markdown_and_the_page_are_still_written_and_the_fix_named(tmp_path, monkeypatch,
+                                                                                          capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    assert report.write(tmp_path, METRICS) == [tmp_path / "report.md"]
+    assert report.write(tmp_path, METRICS) == [tmp_path / "report.md", tmp_path / "report.html"]
+    assert "pip install matplotlib" in (tmp_path / "report.html").read_text()
     assert "pip install matplotlib" in capsys.readouterr().err
     assert not (tmp_path / "report.png").exists()
 
@@ -126,6 +137,6 @@ def test_cli_report_redraws_and_exits_2_on_a_folder_without_a_run(tmp_path):
     (tmp_path / "run" / "metrics.json").write_text(json.dumps(METRICS))
     done = run_cli("report", tmp_path / "run", timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [str(tmp_path / "run" / "report.png"), str(tmp_path / "run" / "report.md")]
+    assert done.stdout.split() == [str(tmp_path / "run" / name) for name in ("report.png", "report.md", "report.html")]
     empty = run_cli("report", tmp_path, timeout=120)
     assert empty.returncode == 2 and "has no metrics.json" in empty.stderr

@@ -49,3 +49,9 @@ def test_check_mode_names_a_stale_page(tmp_path, monkeypatch, capsys):
     assert "differs" in capsys.readouterr().err
     assert (tmp_path / "cli.md").read_text() == "# Command line\n"  # --check writes nothing
     assert cli_reference.main([]) == 0 and cli_reference.main(["--check"]) == 0
+
+
+def test_the_page_shows_help_as_argparse_prints_it_not_its_format_escapes():
+    """argparse's help is a %-format: `2%%` prints `2%` in `acceltrain train -h`, and so on the page."""
+    page = cli_reference.PAGE.read_text()
+    assert "%%" not in page and "over 2% of the time" in page

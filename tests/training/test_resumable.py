@@ -131,8 +131,9 @@ def test_auto_checkpoints_the_first_epoch_then_every_few_as_decided_from_what_it
 
     asked = []
 
-    def every_three(epoch_seconds, checkpoint_seconds):
+    def every_three(epoch_seconds, checkpoint_seconds, epochs_left):
         asked.append((epoch_seconds, checkpoint_seconds))
+        assert epochs_left == 7  # the run's 8 epochs after its first checkpoint's
         return 3, "the reason and its numbers"
 
     monkeypatch.setattr(resumable.decisions, "choose_checkpoint_epochs", every_three)
@@ -147,6 +148,18 @@ def test_auto_checkpoints_the_first_epoch_then_every_few_as_decided_from_what_it
     assert epoch_seconds == history.epoch_seconds[1] and 0 < written < history.epoch_seconds[0] + epoch_seconds
     assert ("acceltrain: checkpoints (--checkpoint-every auto, checkpoint_every='auto'): the reason and its numbers; "
             "pass another to choose") in capsys.readouterr().err
+
+
+def test_auto_on_a_run_of_one_epoch_says_its_one_checkpoint_at_the_end(runtime, tmp_path, capsys):
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(64)
+    folder = tmp_path / "ckpt"
+    runtime.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=folder)
+
+    assert _kept(folder) == ["epoch-0001-step-00000"]
+    assert ("checkpoints (--checkpoint-every auto, checkpoint_every='auto'): this run trains one epoch → a checkpoint "
+            "at its end only") in capsys.readouterr().err
 
 
 def test_auto_says_what_it_measured_and_does_what_it_says(runtime, tmp_path, capsys):

@@ -43,6 +43,7 @@ class TrainConfig:
     epochs: int | None = None  # default: the recipe's
     batch_size: int | None = None  # global batch; default: the recipe's
     learning_rate: float | None = None  # default: the recipe's schedule; a number is constant
+    validation_split: float = 0.1  # the last fraction of the training samples, held out to validate on; 0: none
     out: str | None = None  # default: runs/<timestamp>
     backend: str | None = None
     simulate_devices: int | None = None

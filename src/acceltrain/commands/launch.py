@@ -2,11 +2,13 @@
 
 Each process is `acceltrain run SCRIPT.py` told its place through ACCELTRAIN_* variables (the coordinator
 is process 0 at 127.0.0.1 on a free port), so the multi-host path runs, and is tested, on one machine.
-The launcher prefixes each process's lines with its index, and when one process fails it stops the
-others: a job with a missing process would otherwise wait in its next collective until JAX's heartbeat
-gives up, or forever in the first one.
+The launcher prefixes each process's lines with its index (a line every process says alike: once, "[all]"), and
+when one process fails it stops the others: a job with a missing process would otherwise wait in its next
+collective until JAX's heartbeat gives up, or forever in the first one. Its last line names the first failure's
+cause, not the aborts of the processes that lost their peer.
 """
 
+import collections
 import contextlib
 import os
 import re
@@ -93,23 +95,31 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
                 command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent))
         writing = threading.Lock()  # one line at a time on the launcher's terminal, whichever process it is from
-        pumps = [threading.Thread(target=_prefix_lines, args=(stream, target, index, writing), daemon=True)
+        merged = {target: SameLines(target, processes, writing) for target in (sys.stdout, sys.stderr)}
+        pumps = [threading.Thread(target=_prefix_lines, args=(stream, merged[target], index), daemon=True)
                  for index, child in enumerate(children)
                  for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
         for pump in pumps:
             pump.start()
 
         # 3. Watch: the first failure, or a signal to the launcher, stops them all.
+        failed = []  # the index of the first process to fail
         try:
-            code = _watch(children, received, stalled, grace)
+            code = _watch(children, received, stalled, grace, failed)
         finally:
             _stop(children)  # nothing outlives the launcher, whatever ended it
             for pump in pumps:
                 pump.join(timeout=STOP_GRACE_SECONDS)
+            for lines in merged.values():
+                lines.flush()
+    if failed:
+        cause = merged[sys.stderr].causes[failed[0]]
+        log.warn(f"process {failed[0]} failed first{': ' + cause if cause else ' (it printed no error)'}"
+                 f"{'; the errors of the others came after it' if processes > 1 else ''}")
     return code
 
 
-def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS) -> int:
+def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS, failed_first=None) -> int:
     ended = _exits_in_order(children)
     was_stalled = False
     while True:
@@ -131,6 +141,8 @@ def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS) 
         failed = [(index, code) for index, code in exits if code != 0]
         if failed:
             index, code = failed[0]  # the first to fail: the others may have failed for want of it
+            if failed_first is not None:
+                failed_first.append(index)
             running = sorted(set(range(len(children))) - {i for i, _ in exits})
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
@@ -277,8 +289,8 @@ def _child_env(coordinator: str, processes: int, index: int) -> dict:
 _LINE_END = re.compile(rb"(?<=\n)|(?<=\r)(?!\n)")  # after a \n, or after a \r that does not start \r\n
 
 
-def _prefix_lines(stream, target, index: int, writing: threading.Lock) -> None:
-    """Forward `stream` to `target` line by line as each line ends, each prefixed with "[index] ".
+def _prefix_lines(stream, lines: "SameLines", index: int) -> None:
+    """Forward `stream` to `lines` line by line as each line ends, process `index`'s.
 
     A '\r' ends a line too: Keras's progress bar redraws one line with '\r' and ends it with '\n' only at
     the epoch's end, so waiting for '\n' would hold a whole epoch's bar back, and let another writer's line
@@ -286,21 +298,96 @@ def _prefix_lines(stream, target, index: int, writing: threading.Lock) -> None:
     dropped: the '\r' alone returns to the line's start, and the prefix must not be erased.
     """
     pending = b""
-    for chunk in iter(lambda: stream.read1(65536), b""):
-        *lines, pending = _LINE_END.split(pending + chunk)
-        _write_lines(lines, target, index, writing)
-    _write_lines([pending] if pending else [], target, index, writing)
-    stream.close()
+    try:
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            *ended, pending = _LINE_END.split(pending + chunk)
+            for line in ended:
+                lines.add(index, line.replace(b"\b", b"").decode(errors="replace"))
+        if pending:
+            lines.add(index, pending.replace(b"\b", b"").decode(errors="replace"))
+    finally:
+        lines.end(index)
+        stream.close()
 
 
-def _write_lines(lines, target, index: int, writing: threading.Lock) -> None:
-    for line in lines:
-        text = line.replace(b"\b", b"").decode(errors="replace")
-        if text.strip("\r\n") == "" and not text.endswith("\n"):
-            continue  # only the bar's erasing: nothing to show
-        with writing:
-            target.write(f"[{index}] {text}")
-            target.flush()
+_ERROR_LINE = re.compile(r"^(acceltrain: error: .*|F\d{4} .*|[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Diverged|"
+                         r"Stalled|Failed|Refused)\b.*)$")
+
+
+class SameLines:
+    """The lines of N processes to one stream (the launcher's stdout or stderr): a line every process says alike
+    is written once, "[all] LINE", the others "[i] LINE", each process's in its own order. A process's next line
+    goes out alone at once where every other process has said something since that is not it (their queues are not
+    empty and do not hold it), else it waits for the silent ones up to HOLD_SECONDS (processes of one job say the
+    same lines in step, but their start-up on a loaded machine can be seconds apart: 1 s was not enough here); a line
+    that redraws itself ('\r', Keras's bar) goes out at once. With one process, every line at once. `causes[i]`: the last error process i wrote (an exception's line, acceltrain's
+    error, XLA's fatal check), what the launcher names when i failed first."""
+
+    HOLD_SECONDS = 10.0
+
+    def __init__(self, target, processes: int, writing: threading.Lock, clock=time.monotonic):
+        self.target, self.writing, self.clock = target, writing, clock
+        self.queues = [collections.deque() for _ in range(processes)]  # (line, when it came)
+        self.ended = [False] * processes
+        self.causes = [None] * processes
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if processes > 1:
+            threading.Thread(target=self._tick, name="acceltrain-launch-lines", daemon=True).start()
+
+    def add(self, index: int, line: str) -> None:
+        if _ERROR_LINE.match(line.strip("\r\n")):
+            self.causes[index] = line.strip("\r\n")
+        with self._lock:
+            self.queues[index].append((line, self.clock()))
+            self._release()
+
+    def end(self, index: int) -> None:
+        with self._lock:
+            self.ended[index] = True
+            self._release()
+
+    def flush(self) -> None:
+        """Everything still held, each process's in order (the job is over)."""
+        self._stop.set()
+        with self._lock:
+            self.ended = [True] * len(self.ended)
+            self._release()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.2):
+            with self._lock:
+                self._release()
+
+    def _release(self) -> None:
+        while True:
+            heads = [queue[0][0] if queue else None for queue in self.queues]
+            if len(heads) > 1 and heads[0] is not None and heads.count(heads[0]) == len(heads) \
+                    and not heads[0].endswith("\r"):
+                self._write("all", heads[0])
+                for queue in self.queues:
+                    queue.popleft()
+                continue
+            waiting = [index for index, queue in enumerate(self.queues) if queue and self._goes_alone(index)]
+            if not waiting:
+                return
+            index = min(waiting, key=lambda i: self.queues[i][0][1])  # the oldest first
+            self._write(index, self.queues[index].popleft()[0])
+
+    def _goes_alone(self, index: int) -> bool:
+        line, came = self.queues[index][0]
+        peers = [peer for peer in range(len(self.queues)) if peer != index]
+        some_peer_done = any(self.ended[peer] and not self.queues[peer] for peer in peers)
+        said_otherwise = all(self.queues[peer] and all(said != line for said, _ in self.queues[peer]) for peer in peers)
+        return (not peers or line.endswith("\r") or self.ended[index] or some_peer_done or said_otherwise
+                or self.clock() - came >= self.HOLD_SECONDS)
+
+    def _write(self, who, line: str) -> None:
+        if line.strip("\r\n") == "" and not line.endswith("\n"):
+            return  # only the bar's erasing: nothing to show
+        with self.writing:
+            self.target.write(f"[{who}] {line}")
+            self.target.flush()
 
 
 def _backend_of_the_job(script: str, backend: str | None, processes: int) -> str:

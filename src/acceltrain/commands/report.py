@@ -1,6 +1,9 @@
-"""The run report: report.png (curves per epoch) and report.md (hardware, decisions, settings, timings).
+"""The run report: report.png (curves per epoch, the test's figures, where the time went), report.md (hardware,
+decisions, settings, timings) and report.html (the same in a browser, the picture inside it, and the config to
+rerun the job).
 
-Both are made from metrics.json alone, so `acceltrain report DIR` redraws them for any finished run.
+All are made from metrics.json (and the run's config.toml) alone, so `acceltrain report DIR` redraws them for any
+finished run.
 Plots use matplotlib's Figure with the Agg canvas directly, never pyplot: no display needed, and no
 global figure state left behind in the caller's process.
 """
@@ -16,12 +19,14 @@ from acceltrain.errors import UsageError
 
 PNG = "report.png"
 MD = "report.md"
+HTML = "report.html"
+CONFIG = "config.toml"  # written beside the report by `acceltrain train` (commands/config.py)
 
 
 def write(out_dir: str | Path, metrics: dict) -> list[Path]:
-    """Write report.png and report.md into `out_dir`, each atomically. Returns their paths."""
+    """Write report.png, report.md and report.html into `out_dir`, each atomically. Returns their paths."""
     out_dir = Path(out_dir)
-    png, md = out_dir / PNG, out_dir / MD
+    png, md, page = out_dir / PNG, out_dir / MD, out_dir / HTML
     written = []
     if importlib.util.find_spec("matplotlib") is None:
         # The run itself has succeeded: a missing plotting library costs the picture, not the run.
@@ -33,7 +38,11 @@ def write(out_dir: str | Path, metrics: dict) -> list[Path]:
         written.append(png)
     with outputs.atomic_path(md) as temporary:
         temporary.write_text(markdown(metrics))
-    return [*written, md]
+    config_path = out_dir / CONFIG
+    config_text = config_path.read_text() if config_path.is_file() else None
+    with outputs.atomic_path(page) as temporary:
+        temporary.write_text(html(metrics, png.read_bytes() if png in written else None, config_text))
+    return [*written, md, page]
 
 
 def redraw(out_dir: str | Path) -> list[Path]:
@@ -60,12 +69,15 @@ def figure(metrics: dict):
     ledger) where the run's time went, one panel each.
 
     Each series is a line labelled "training NAME" or "validation NAME" (Keras's val_NAME), x the
-    epoch number from 1. The ledger's panel has a bar per part that took time, in seconds.
+    epoch number from 1; the test set's figure, after training, a horizontal line labelled "test NAME 0.9842".
+    The ledger's panel has a bar per part that took time, in seconds.
     """
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     history = metrics.get("history", {})
+    test = {name: value for name, value in (metrics.get("test_metrics") or {}).items()
+            if isinstance(value, (int, float)) and math.isfinite(value)}
     names = [name for name in _metric_names(history) if name != "loss"]
     panels = ["loss"] * ("loss" in history) + (["metrics"] if names else []) + ["seconds"] + \
         ["ledger"] * bool(metrics.get("ledger"))
@@ -74,10 +86,10 @@ def figure(metrics: dict):
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels):
         if panel == "loss":
-            _plot_series(ax, history, ["loss"])
+            _plot_series(ax, history, ["loss"], test)
             ax.set_title("loss")
         elif panel == "metrics":
-            _plot_series(ax, history, names)
+            _plot_series(ax, history, names, test)
             ax.set_title(", ".join(names))
         elif panel == "ledger":
             _plot_ledger(ax, ledger.Ledger.from_json(metrics["ledger"]))
@@ -115,13 +127,15 @@ def _metric_names(history: dict) -> list[str]:
     return names
 
 
-def _plot_series(ax, history: dict, names: list[str]) -> None:
+def _plot_series(ax, history: dict, names: list[str], test: dict) -> None:
     for name in names:
         for prefix, split, style in (("", "training", "-"), ("val_", "validation", "--")):
             values = history.get(prefix + name)
             if values:
                 ax.plot(range(1, len(values) + 1), values, style, marker="o", markersize=3,
                         label=f"{split} {name}")
+        if name in test:
+            ax.axhline(test[name], color="tab:red", linestyle=":", linewidth=1.5, label=f"test {name} {test[name]:.4f}")
 
 
 def title(metrics: dict) -> str:
@@ -141,7 +155,23 @@ def title(metrics: dict) -> str:
     ]
     hardware = f"{runtime.get('backend', '?')} on {runtime.get('platform', '?')}: {devices}, " \
                f"distribution {runtime.get('distribution', '?')}"
-    return f"{hardware} | {', '.join(settings)}"
+    line = f"{hardware} | {', '.join(settings)}"
+    tested = _tested(metrics)
+    return f"{line}\n{tested}" if tested else line
+
+
+def _tested(metrics: dict) -> str:
+    """The test's figures beside the last epoch's, e.g. 'test accuracy 0.9842 (last epoch: training 0.9999,
+    validation 0.9801)': how far training's figure is from the test's is what overfitting looks like."""
+    history = metrics.get("history") or {}
+    said = []
+    for name, value in (metrics.get("test_metrics") or {}).items():
+        if not isinstance(value, (int, float)):
+            continue
+        last = [f"{split} {history[key][-1]:.4f}" for split, key in (("training", name), ("validation", f"val_{name}"))
+                if isinstance(history.get(key), list) and history[key]]
+        said.append(f"test {name} {value:.4f}" + (f" (last epoch: {', '.join(last)})" if last else ""))
+    return "; ".join(said)
 
 
 # --- The markdown -----------------------------------------------------------------------------
@@ -151,7 +181,7 @@ def markdown(metrics: dict) -> str:
     config = metrics.get("config", {})
     history = metrics.get("history", {})
     seconds = metrics.get("epoch_seconds") or []
-    lines = ["# Run report", "", title(metrics), "", f"![loss and metrics per epoch]({PNG})", ""]
+    lines = ["# Run report", "", title(metrics).replace("\n", "\n\n"), "", f"![loss and metrics per epoch]({PNG})", ""]
 
     lines += ["## Result", "", "| metric | test |", "|---|---|"]
     lines += [f"| {name} | {_number(value)} |" for name, value in (metrics.get("test_metrics") or {}).items()]
@@ -166,8 +196,7 @@ def markdown(metrics: dict) -> str:
         lines.append(f"| versions | {', '.join(f'{name} {version}' for name, version in versions.items())} |")
 
     lines += ["", "## Decisions and why", ""]
-    decisions = runtime.get("decisions") or {}
-    lines += [f"- **{topic}**: {decision}" for topic, decision in decisions.items()] or ["- none recorded"]
+    lines += [f"- **{topic}**: {decision}" for topic, decision in _decisions(metrics).items()] or ["- none recorded"]
 
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|"]
     lines += [f"| {key} | {'default' if value is None else value} |" for key, value in config.items()]
@@ -186,6 +215,82 @@ def markdown(metrics: dict) -> str:
             row.append(f"{seconds[epoch]:.2f}" if epoch < len(seconds) else "")
             lines.append(f"| {epoch + 1} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _decisions(metrics: dict) -> dict:
+    """What the banner said: the job (its defaults and validation), then the runtime's decisions with their reasons."""
+    job = {"job": metrics["job"]} if metrics.get("job") else {}
+    return {**job, **(metrics.get("runtime", {}).get("decisions") or {})}
+
+
+# --- The page ---------------------------------------------------------------------------------
+
+_STYLE = """body{font-family:system-ui,sans-serif;max-width:72rem;margin:1.5rem auto;padding:0 1rem;color:#222}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:1.6rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.9rem}td,th{border:1px solid #ddd;padding:.2rem .5rem;text-align:left}
+img{max-width:100%}pre{background:#f6f6f6;padding:.6rem;overflow-x:auto}.result{font-size:1.2rem}"""
+
+
+def html(metrics: dict, png: bytes | None = None, config_text: str | None = None) -> str:
+    """report.html: one file that opens in any browser with nothing beside it (the picture inside it): the test's
+    figures, the curves, the banner's decisions, where the time went, the settings and the config to rerun."""
+    import base64
+    from html import escape
+
+    def table(header, rows):
+        head = "".join(f"<th>{escape(str(cell))}</th>" for cell in header)
+        body = "".join("<tr>" + "".join(f"<td>{escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    config = metrics.get("config", {})
+    history = metrics.get("history", {})
+    seconds = metrics.get("epoch_seconds") or []
+    heading, _, tested = title(metrics).partition("\n")
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Run report: "
+             f"{escape(str(config.get('model') or config.get('recipe') or 'acceltrain'))}</title>"
+             f"<style>{_STYLE}</style></head><body>",
+             "<h1>Run report</h1>", f"<p id='run'>{escape(heading)}</p>",
+             f"<p id='result' class='result'>{escape(tested or 'no test figures')}</p>"]
+    if png is not None:
+        # onload: the width the browser decoded, kept on the element (the page's test reads it from the DOM).
+        parts.append(f"<img id='plots' onload='this.dataset.decodedWidth = this.naturalWidth' alt='loss and metrics per epoch, training and validation, the test figures, "
+                     f"seconds per epoch and where the time went' src='data:image/png;base64,"
+                     f"{base64.b64encode(png).decode()}'>")
+    else:
+        parts.append(f"<p id='plots'>No plots: matplotlib is not installed (pip install matplotlib, then "
+                     f"<code>acceltrain report {escape(str(config.get('out', 'DIR')))}</code>).</p>")
+    parts += ["<h2 id='decisions'>Decisions and why</h2><ul>"] + \
+        [f"<li><b>{escape(topic)}</b>: {escape(str(decision))}</li>" for topic, decision in _decisions(metrics).items()] + \
+        ["</ul>"]
+    if metrics.get("ledger"):
+        run = ledger.Ledger.from_json(metrics["ledger"])
+        wall = run.wall_seconds or 1.0
+        parts += ["<h2 id='ledger'>Where the time went</h2>", f"<p>{escape(run.line())}</p>",
+                  table(["part", "seconds", "share"],
+                        [(ledger.words(part), f"{value:.2f}", ledger.percent(value / wall)) for part, value in
+                         run.parts.items()] + [("wall time", f"{run.wall_seconds:.2f}", "100 %")])]
+    parts += ["<h2 id='timings'>Timings</h2><ul>"] + \
+        [f"<li>{escape(line.removeprefix('- '))}</li>" for line in _timings(metrics, seconds)] + ["</ul>"]
+    keys = [key for key, values in history.items() if isinstance(values, list)]
+    if keys:
+        rows = [[epoch + 1] + [_number(history[key][epoch]) if epoch < len(history[key]) else "" for key in keys]
+                + [f"{seconds[epoch]:.2f}" if epoch < len(seconds) else ""]
+                for epoch in range(max(len(history[key]) for key in keys))]
+        parts += ["<h2 id='epochs'>Per epoch</h2>", table(["epoch", *keys, "seconds"], rows)]
+    runtime = metrics.get("runtime", {})
+    parts += ["<h2 id='hardware'>Hardware</h2>",
+              table(["", ""], [(key, runtime[key]) for key in ("backend", "platform", "device_kind", "num_devices",
+                                                                "num_replicas", "num_processes", "distribution")
+                               if key in runtime])]
+    parts += ["<h2 id='config'>The config, to run the job again</h2>",
+              f"<pre>acceltrain train --config {escape(str(Path(config.get('out') or '.') / CONFIG))} "
+              "--out NEW_FOLDER</pre>"]
+    if config_text is not None:
+        parts.append(f"<pre id='config-toml'>{escape(config_text)}</pre>")
+    else:
+        parts.append(table(["setting", "value"], [(key, "default" if value is None else value)
+                                                  for key, value in config.items()]))
+    return "\n".join(parts) + "\n</body></html>\n"
 
 
 def _timings(metrics: dict, seconds: list) -> list[str]:

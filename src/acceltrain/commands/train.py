@@ -30,8 +30,10 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     where the run's time went (metrics.json's `ledger`). `started`: when the run began (time.time()), the ledger's
     start-up counted from it: the CLI passes the interpreter's start; default: this call's."""
     started = time.time() if started is None else started
-    # 1. Check everything that needs no framework.
+    # 1. Check everything that needs no framework; say the job, its defaults and how to change them.
     job = _check(config)
+    said = job_line(config, job.recipe, job.epochs, job.batch_size, data.num_samples(job.splits.x_train))
+    log.info(said)
 
     # 2. Connect, then build the model with its weights placed.
     with log.phase("connecting to the hardware"):
@@ -67,6 +69,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
             {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
             for number, seconds in enumerate(epoch_seconds, 1)]
         metrics = {
+            "job": said.removeprefix("the job: "),
             "test_accuracy": test.get("accuracy"),
             "test_loss": test.get("loss"),
             "test_metrics": test,
@@ -137,6 +140,9 @@ def _check(config: TrainConfig) -> _Job:
     batch_size = positive_int(config.batch_size if config.batch_size is not None else recipe.BATCH_SIZE, "--batch-size")
     if config.learning_rate is not None and not (config.learning_rate > 0 and math.isfinite(config.learning_rate)):
         raise UsageError(f"Received --learning-rate {config.learning_rate}. Expected a positive number, e.g. 1e-3.")
+    if not (0 <= config.validation_split < 1):
+        raise UsageError(f"Received --validation-split {config.validation_split}. Expected a fraction of the training "
+                         "samples from 0 up to (not including) 1, e.g. 0.1; 0 holds none out.")
     load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")
@@ -178,7 +184,8 @@ def _build(runtime, config: TrainConfig, job: _Job):
         return model, (splits.x_train, splits.y_train), (splits.x_test, splits.y_test)
     train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
     test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
-    steps_per_epoch = math.ceil(data.num_samples(train[0]) / job.batch_size)  # x may be a dict of arrays
+    trained_on = int(data.num_samples(train[0]) * (1 - config.validation_split))  # x may be a dict of arrays
+    steps_per_epoch = math.ceil(trained_on / job.batch_size)
     model = runtime.build(
         lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch),
         layout_map=getattr(recipe, "layout_map", None), job=plan_job, batch_size=job.batch_size,
@@ -200,12 +207,32 @@ def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
     try:
         with first_step:
             return runtime.fit(model, x_train, y_train, batch_size=job.batch_size, epochs=job.epochs,
+                               validation_split=config.validation_split,
                                callbacks=callbacks, verbose=_progress_verbosity(), checkpoint_dir=job.checkpoints.folder,
                                resume=config.resume, checkpoint_every=config.checkpoint_every,
                                keep_checkpoints=config.keep_checkpoints, autopilot=config.autopilot)
     except Interrupted as stopped:
         raise Interrupted(stopped.signum, stopped.checkpoint, f"the same command plus --resume (acceltrain train "
                                                               f"... --out {job.out_dir} --resume)") from None
+
+
+def job_line(config: TrainConfig, recipe, epochs: int, batch_size: int, samples: int) -> str:
+    """The job in one line: what trains, for how long, on which samples, and where each figure came from (a --model
+    takes the recipe's epochs and batch, which were not chosen for it: said, with the flags that set them)."""
+    held = samples - int(samples * (1 - config.validation_split))  # as data.split_validation cuts it
+    steps = math.ceil((samples - held) / batch_size)
+    left = [(flag, what) for flag, what, value in (("--epochs", "epochs", config.epochs),
+                                                   ("--batch-size", "batch size", config.batch_size)) if value is None]
+    source = ""
+    if left:
+        whose = f"the {recipe.NAME} recipe's" + (", not chosen for your model" if config.model else "")
+        source = (f" ({' and '.join(what for _, what in left)}: {whose}; "
+                  f"{' and '.join(flag + ' N' for flag, _ in left)} to change)")
+    validation = (f"the last {held:,} of the {samples:,} training samples held out to validate on after each epoch "
+                  f"(--validation-split {config.validation_split:g}; 0 trains on all)") if held else \
+        f"none held out (--validation-split {config.validation_split:g})"
+    return (f"the job: {config.model or recipe.NAME}, {epochs} epoch{'s' * (epochs != 1)} of {steps} step"
+            f"{'s' * (steps != 1)} at global batch {batch_size}{source}; validation: {validation}")
 
 
 def _save_model(runtime, model, out_dir: Path) -> None:

@@ -332,6 +332,13 @@ def _more_chips(abstract, layouts, candidates, memory) -> Lever:
 
 # --- Output ---------------------------------------------------------------------------------
 
+# The samples/s a step at peak implies is shown from this step time up: below it, what a step costs besides its FLOPs
+# (its dispatch, the host feeding it, a collective's latency) takes longer than the FLOPs (a judgement, not a
+# measurement: a step of a few microseconds at peak is not how fast such a job runs), and a rate of millions of
+# samples a second would be no guide to it.
+RATE_SHOWN_FROM_SECONDS = 1e-3
+
+
 def format_table(result: Plan) -> str:
     memory = sharding.format_bytes(result.device_memory_bytes)
     source = "compiled for " + result.compiled_for if result.compiled_for != ESTIMATE else "ESTIMATE (no compiler)"
@@ -343,7 +350,11 @@ def format_table(result: Plan) -> str:
              f"{'step at peak':>14}{'samples/s':>16}"]
     for c in result.candidates:
         seconds = _duration(c.step_seconds_at_peak) if c.step_seconds_at_peak else "n/a"
-        rate = f"{result.batch_size / c.step_seconds_at_peak:,.0f}" if c.step_seconds_at_peak else "n/a"
+        rate = "n/a"
+        if c.step_seconds_at_peak and c.step_seconds_at_peak >= RATE_SHOWN_FROM_SECONDS:
+            rate = f"{result.batch_size / c.step_seconds_at_peak:,.0f}"
+        elif c.step_seconds_at_peak:
+            rate = "(not shown)"
         lines.append(f"{c.distribution:<13}{c.mesh:<20}{sharding.format_bytes(c.bytes_per_device):>12}"
                      f"{'yes' if c.fits else 'NO':>6}{c.flops_per_step / 1e12:>12.4g}{seconds:>14}{rate:>16}")
     if any(c.flops_per_step != c.flops_per_step for c in result.candidates):
@@ -365,6 +376,10 @@ def format_table(result: Plan) -> str:
         lines.append(f"recommended: {result.recommended or 'none'} ({result.reason})")
     lines.append("step at peak: FLOPs / (devices x published bf16 peak), a lower bound (no communication, "
                  "memory traffic or input pipeline)")
+    if any(c.step_seconds_at_peak and c.step_seconds_at_peak < RATE_SHOWN_FROM_SECONDS for c in result.candidates):
+        lines.append(f"samples/s (not shown): a step under {_duration(RATE_SHOWN_FROM_SECONDS)} at peak is set by "
+                     "what it costs besides its FLOPs (its dispatch, its input, its collectives), so the rate its "
+                     "FLOPs imply would be no guide")
     lines.extend(f"note: {note}" for note in result.notes)
     return "\n".join(lines)
 

@@ -209,6 +209,11 @@ def _input_specs(model, sequence_length: int | None):
 
     unknown = [f"{tensor.name!r} {tuple(tensor.shape)}" for tensor in jax.tree.leaves(inputs)
                if None in tuple(tensor.shape[1:])]
+    if sequence_length is not None and not unknown:
+        shapes = ", ".join(f"{tensor.name!r} {tuple(tensor.shape)}" for tensor in jax.tree.leaves(inputs))
+        raise UsageError(f"Received --sequence-length {sequence_length} (sequence_length={sequence_length}), but the "
+                         f"model's inputs ({shapes}) have no unknown size but the batch's for it to set, so it would "
+                         "not be used. Leave it out.")
     if unknown and sequence_length is None:
         raise UsageError(f"The model's input{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}: plan needs every "
                          "size but the batch's. Pass --sequence-length N (sequence_length=N), the length of the "

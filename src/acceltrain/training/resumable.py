@@ -74,7 +74,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
                            says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0))
-        cadence = _EpochCadence(every, checkpoints, timeline, says=prepared.process_index == 0)
+        cadence = _EpochCadence(every, checkpoints, timeline, last_epoch, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
             first_step = state.step if epoch == state.epoch else 0
@@ -107,7 +107,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 received.append(signal.SIGTERM)
             redo.passed((epoch + 1) * steps_per_epoch)
             reached.note((epoch + 1) * steps_per_epoch, now=True)
-            if cadence.due(epoch + 1, state.epoch_seconds[-1]) or received or epoch + 1 == epochs:
+            if cadence.due(epoch + 1, state.epoch_seconds[-1], within_epochs=saver.within_epochs) or received \
+                    or epoch + 1 == epochs:
                 saver.last_saved = saver.save(model, state, notice=bool(received))
                 cadence.saved(epoch + 1)
             if received:
@@ -314,6 +315,11 @@ class _StepSaver(keras.callbacks.Callback):
                 self.stopped_mid_epoch = True
                 self.model.stop_training = True
 
+    @property
+    def within_epochs(self) -> bool:
+        """Whether checkpoints are written within epochs (as the user set it in steps, or as 'auto' chose)."""
+        return self._step_count is not None
+
     def save(self, model, state, notice: bool = False):
         """A checkpoint, its time booked in the ledger: as checkpoint, or, the save a notice asked for (then waited
         for whole: the process exits next), as preemption."""
@@ -367,19 +373,24 @@ class _EpochCadence:
     """Which epoch ends write a checkpoint: every `count` epochs as the user set it; with 'auto', the first epoch this
     run ends, then, from the second on, every decisions.choose_checkpoint_epochs epochs, from that epoch's time and
     the first checkpoint's write (process 0's, so every process of a job checkpoints at the same epochs), said in
-    one line. The loop adds the last epoch and a stop on SIGTERM/SIGINT."""
+    one line, against the run's length (`last_epoch`): a run of one epoch says it checkpoints at its end only. The
+    loop adds the last epoch and a stop on SIGTERM/SIGINT."""
 
-    def __init__(self, every, checkpoints, timeline, says: bool = True):
+    def __init__(self, every, checkpoints, timeline, last_epoch: int, says: bool = True):
         self.every, self.checkpoints, self.timeline, self.says = every, checkpoints, timeline, says
+        self.last_epoch = last_epoch
         self.epochs = None  # 'auto': decided at the run's second epoch end
         self._saved_at = None  # epochs done at this run's last checkpoint
 
-    def due(self, epochs_done: int, epoch_seconds: float) -> bool:
+    def due(self, epochs_done: int, epoch_seconds: float, within_epochs: bool = False) -> bool:
+        """`within_epochs`: the step timer chose checkpoints within epochs too (and said so)."""
         if self.every.unit != "epochs":
             return False
         if not self.every.auto:
             return epochs_done % self.every.count == 0
         if self._saved_at is None:
+            if epochs_done == self.last_epoch and self.says and not within_epochs:
+                _say_auto("this run trains one epoch → a checkpoint at its end only")
             return True  # the run's first checkpoint: its write is what 'auto' measures
         if self.epochs is None:
             self.epochs = self._decide(epoch_seconds)
@@ -391,7 +402,8 @@ class _EpochCadence:
     def _decide(self, epoch_seconds: float) -> int:
         with self.timeline.timed("checkpoint"):  # waits only if the first write is still going
             written = self.checkpoints.first_write_seconds()
-        epochs, why = decisions.choose_checkpoint_epochs(epoch_seconds, written) if written else (1, "")
+        epochs, why = decisions.choose_checkpoint_epochs(epoch_seconds, written, epochs_left=self.last_epoch - self._saved_at) \
+            if written else (1, "")
         agreed = self.checkpoints.agree(epochs)
         if self.says and why:
             _say_auto(why)
