@@ -108,7 +108,10 @@ class _Job:
         self.process = subprocess.Popen(command, env=support.env(**env), stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         self.lines, self.seen = queue.Queue(), []
-        threading.Thread(target=lambda: [self.lines.put(line) for line in self.process.stdout] + [self.lines.put(None)],
+        # A line both processes said alike comes once as "[all] ..." (launch's SameLines): read as each one's.
+        threading.Thread(target=lambda: [self.lines.put(each) for line in self.process.stdout
+                                         for each in support.per_process(line).splitlines(keepends=True)]
+                         + [self.lines.put(None)],
                          daemon=True).start()
 
     def wait_for(self, pattern: str, timeout: float = 240) -> re.Match:
