@@ -136,7 +136,58 @@ def test_predict_keeps_the_structure_of_several_outputs():
     assert outputs["a"].shape == (3, 2) and outputs["b"][0].shape == (3,)
 
 
-def test_a_dataset_in_a_job_of_several_processes_is_refused():
-    dataset = SimpleNamespace(element_spec=None, rebatch=None)
-    with pytest.raises(UsageError, match="tf.data.Dataset in a job of 2 processes"):
-        inputs.prepare_predict(_runtime(4, 2), dataset)
+def _batches(n, batch):
+    ids = np.arange(n)
+    return [({"x": ids[i:i + batch, None] * 1.0}, ids[i:i + batch]) for i in range(0, n, batch)]
+
+
+def _fed(batches):
+    return sorted(int(i) for _, ids in batches for i in ids)
+
+
+@pytest.mark.parametrize("n, batch, replicas, processes, fed", [
+    (64, 16, 4, 2, 64),   # whole batches: every sample once, over the processes
+    (70, 16, 4, 2, 68),   # a last batch of 6: 4 of them kept, as arrays' final batch is trimmed
+    (66, 16, 4, 1, 64),   # one process, a last batch of 2 (fewer than the replicas): left out
+    (66, 16, 1, 1, 66),   # one replica: as it is
+])
+def test_a_generator_is_shared_batch_by_batch_so_each_sample_is_fed_once(n, batch, replicas, processes, fed):
+    """The arrays' rules batch by batch: each process feeds its rows of every batch (every P-th), each batch cut to
+    a multiple of the replicas; the processes' shares together are each kept sample once."""
+    shares = [list(inputs.share_stream(_runtime(replicas, processes, p), iter(_batches(n, batch)), []))
+              for p in range(processes)]
+    every = sorted(sum((_fed(share) for share in shares), []))
+    assert every == list(range(fed)) if replicas > 1 else every == list(range(n))
+    for batches in zip(*shares):  # global batch k: the script's batch k, its rows split evenly
+        rows = sum(len(ids) for _, ids in batches)
+        assert rows % replicas == 0 and len({len(ids) for _, ids in batches}) == 1
+
+
+def test_a_py_dataset_keeps_its_length_and_serves_each_process_its_rows():
+    import keras
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, i):
+            return _batches(40, 16)[i]
+
+    notes = []
+    shared = inputs.share_stream(_runtime(4, 2, 1), Batches(), notes)
+    assert len(shared) == 3 and _fed([shared[i] for i in range(3)]) == list(range(1, 40, 2))
+    assert [key for key, _ in notes] == ["share:x", "cut:x"]
+
+
+def test_a_stream_nobody_can_share_is_refused_with_the_fix():
+    with pytest.raises(UsageError, match="Received x of type range on 4 replicas.*Pass numpy arrays, a tf.data"):
+        inputs.share_stream(_runtime(4, 2), range(3), [])
+
+
+def test_a_stream_is_read_whole_for_evaluate_and_predict():
+    notes = []
+    x, y, weights = inputs.stream_to_arrays(iter(_batches(10, 4)), notes=notes)
+    assert x["x"].shape == (10, 1) and list(y) == list(range(10)) and weights is None
+    assert "read into memory (10 samples)" in notes[0][1]
+    prepared = inputs.prepare_predict(_runtime(4, 2), iter([np.ones((3, 2)), np.ones((2, 2))]))
+    assert prepared.num_samples == 5 and "in_memory:x" in dict(prepared.notes)

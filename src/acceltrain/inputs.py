@@ -146,6 +146,8 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     is made here, once, as Keras makes it (the last fraction, before any shuffle, where no validation_data). A stream
     (a dataset, PyDataset, generator, Grain loader) is taken batch by batch (share_stream); a validation stream, on
     several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules."""
+    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
+    y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
               num_replicas=runtime.num_replicas, **_processes(runtime))
     if data.is_dataset(x):
@@ -181,6 +183,8 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
 def prepare_evaluate(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                      checked: bool = True, name: str = "x") -> Prepared:
     """Evaluation inputs for `runtime`: every sample counted, none dropped (see module docstring)."""
+    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
+    y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
     if data.is_dataset(x):
         prepared = Prepared(x, y, sample_weight, **_processes(runtime))
         if checked:
@@ -203,6 +207,7 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
     """Prediction inputs for `runtime`: padded with the set's own first samples so every batch divides over
     the replicas (in a job of several processes: so every batch is full), cut back by `Predict.finish`. A stream on
     several replicas is read into memory first (stream_to_arrays)."""
+    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
     if is_stream(x) and (runtime.num_replicas > 1 or runtime.num_processes > 1):
         x = stream_to_arrays(x, name="x", notes=notes)[0]

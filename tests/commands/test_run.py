@@ -317,7 +317,7 @@ def _predictions(stdout: str) -> dict:
 
 
 def assert_same_predictions(got: dict, expected: dict) -> None:
-    assert set(got) == set(expected) == {"3", "37 by 8", "37"}
+    assert set(got) == set(expected) == {"3", "37 by 8", "37", "37 tensor", "37 dataset"}
     for name, (shape, values) in expected.items():
         assert got[name][0] == shape, name
         np.testing.assert_allclose(got[name][1], values, atol=2e-6, err_msg=name)
