@@ -398,10 +398,11 @@ def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
                              f"process(es). Shard it by process: shard_options=grain.sharding.ShardByJaxProcess().")
         index, processes, replicas = 0, 1, replicas // count  # its share already: cut to the local replicas
     if processes > 1:
-        notes.append((f"share:{name}", f"{name} ({kind}): each process feeds its rows of every batch (every "
-                                       f"{processes}th), so each sample is computed once and the metrics are the job's"))
+        notes.append((f"share:{name}:{kind}", f"{name} ({kind}): each process feeds its rows of every batch (one row "
+                                              f"in {processes}), so each sample is computed once and the metrics are "
+                                              "the job's"))
     if replicas > 1 and cut:
-        notes.append((f"cut:{name}", f"{name} ({kind}): a batch that does not divide over {replicas} replicas (a "
+        notes.append((f"cut:{name}:{kind}", f"{name} ({kind}): a batch that does not divide over {replicas} replicas (a "
                                      f"pass's last) loses its last rows, at most {replicas - 1}, so it does (as "
                                      "arrays' final batch is trimmed)"))
     if data.is_dataset(x):
