@@ -191,3 +191,13 @@ def test_a_stream_is_read_whole_for_evaluate_and_predict():
     assert "read into memory (10 samples)" in notes[0][1]
     prepared = inputs.prepare_predict(_runtime(4, 2), iter([np.ones((3, 2)), np.ones((2, 2))]))
     assert prepared.num_samples == 5 and "in_memory:x" in dict(prepared.notes)
+
+
+@pytest.mark.parametrize("given", [tuple, list])
+def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
+    """A list [x, y] is unpacked by Keras as a tuple is: it takes the same rule (167 rows over 4 replicas: the
+    path that let a batch of 167 reach JAX whole, issue 33)."""
+    x, y = np.zeros((1670, 2), "float32"), np.zeros(1670, "int32")
+    fit = inputs.prepare_fit(_runtime(4), x, y, batch_size=128, validation_data=given((x[:167], y[:167])),
+                             checked=False)
+    assert isinstance(fit.validation_data, tuple) and len(fit.validation_data[0]) == 4 * 167

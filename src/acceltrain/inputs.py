@@ -300,6 +300,8 @@ def _prepare_validation(runtime, fit: Fit, validation_data, classes, checked):
         if not data.is_dataset(validation_data):
             fit.validation_batch_size = fit.validation_batch_size or validation_batch
         return validation_data
+    if isinstance(validation_data, list) and _is_array_set(tuple(validation_data)):
+        validation_data = tuple(validation_data)  # [x, y]: Keras unpacks a list as it does a tuple
     if not _is_array_set(validation_data):
         return validation_data  # None, a dataset or a generator: Keras takes it as it is
     repeated = _repeat_eval_arrays(runtime, validation_data, classes, checked, "validation_data", fit.notes)
