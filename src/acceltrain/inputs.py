@@ -9,8 +9,11 @@ small dataclass; printing is the caller's (`notes`), so a script's guard can say
 - evaluate: the whole set repeated k times instead (every sample counts k times: metrics unchanged);
 - predict: the set padded with its own first samples, and the outputs cut back to it;
 - in a job of several processes, each feeds its own share (every num_processes-th sample) and batches
-  `global batch / num_processes` of it: Keras joins the shares into the global batch.
-numpy only: no framework is imported here.
+  `global batch / num_processes` of it: Keras joins the shares into the global batch;
+- a stream (a tf.data dataset, a PyDataset, a generator, a Grain loader) takes the same rules batch by batch
+  (see "Streams" below); a tensor is read into numpy.
+numpy only: no framework is imported here (a stream's own methods are used; Grain and Keras are imported inside
+the functions that wrap a Grain loader or a PyDataset).
 """
 
 import math

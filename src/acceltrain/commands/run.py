@@ -494,7 +494,8 @@ class FitGuard:
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
     samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
     divides over the replicas, and in a multi-process job each process given its own share, so
-    `batch_size` stays the global batch. Datasets and generators pass as they are.
+    `batch_size` stays the global batch. Tensors are read as numpy; datasets, PyDatasets, generators and Grain
+    loaders take the same rules batch by batch (_stream).
     """
 
     def __init__(self, runtime):
