@@ -168,7 +168,8 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
         fit.x = share_stream(runtime, fit.x, fit.notes, cut=not (checked and fit.is_dataset))
     if is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
             and not (checked and data.is_dataset(validation_data)):
-        validation_data = stream_to_arrays(validation_data, validation_steps, "validation_data", fit.notes)
+        *validation_data, weights = stream_to_arrays(validation_data, validation_steps, "validation_data", fit.notes)
+        validation_data = (*validation_data, weights) if weights is not None else tuple(validation_data)
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil((data.num_samples(fit.x) - fit.left_out)

@@ -558,8 +558,8 @@ class FitGuard:
         predict read it into arrays; fit takes every batch made to divide over the replicas and this process's rows
         of it, or runs on one device where its batch does not divide."""
         runtime = self.runtime
-        if runtime.num_replicas == 1 and runtime.num_processes == 1:
-            return proceed(call)
+        if runtime.num_processes == 1 and (runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES):
+            return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
         if call.name != "fit":
             notes = []
             x, y, weights = inputs.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
