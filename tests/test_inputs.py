@@ -201,3 +201,27 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
     fit = inputs.prepare_fit(_runtime(4), x, y, batch_size=128, validation_data=given((x[:167], y[:167])),
                              checked=False)
     assert isinstance(fit.validation_data, tuple) and len(fit.validation_data[0]) == 4 * 167
+
+
+def _grain_loader(shards):
+    grain = pytest.importorskip("grain.python")
+    records = np.arange(21, dtype="float32")
+    sampler = grain.IndexSampler(num_records=21, shard_options=shards, shuffle=False, num_epochs=1)
+    return grain.DataLoader(data_source=records, sampler=sampler, shard_options=shards, worker_count=0,
+                            operations=[grain.Batch(8, drop_remainder=False)])
+
+
+def test_a_grain_loader_is_rebuilt_with_each_batch_cut_and_this_processs_rows_and_stays_re_iterable():
+    grain = pytest.importorskip("grain.python")
+    shared = inputs.share_stream(_runtime(4, 2, 1), _grain_loader(grain.NoSharding()), [])
+    for _ in range(2):  # two epochs: each iter() a new pass
+        assert [batch.tolist() for batch in shared] == [[1, 3, 5, 7], [9, 11, 13, 15], [17, 19]]
+
+
+def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise_is_refused():
+    grain = pytest.importorskip("grain.python")
+    mine = grain.ShardOptions(shard_index=1, shard_count=2, drop_remainder=True)  # records 10-19 (ShardByJaxProcess's)
+    shared = inputs.share_stream(_runtime(4, 2, 1), _grain_loader(mine), [])
+    assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13, 14, 15, 16, 17], [18, 19]]
+    with pytest.raises(UsageError, match="a Grain loader sharded 3 ways, in a job of 2 process.*ShardByJaxProcess"):
+        inputs.share_stream(_runtime(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
