@@ -11,7 +11,8 @@ import numpy as np
 keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)
 x = rng.random((1670 + 200, 32, 32, 3), dtype=np.float32)
-y = (x[:, :16, :, 0].mean((1, 2)) > x[:, 16:, :, 0].mean((1, 2))).astype("int32")
+y = rng.integers(0, 2, len(x)).astype("int32")
+x[y == 1, 8:24, 8:24, 0] += 1.0  # a bright square in the middle: learnt within 2 epochs, so the metrics are stable
 x_train, y_train, x_test, y_test = x[:1670], y[:1670], x[1670:], y[1670:]
 
 augmentation = keras.Sequential([keras.layers.Normalization(), keras.layers.RandomFlip("horizontal"),
