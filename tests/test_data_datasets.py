@@ -73,3 +73,19 @@ def test_first_batches_of_a_dataset_are_its_own_batches_in_order():
     assert batch == 8 and [list(b[1]) for b in batches] == [list(Y[:8]), list(Y[8:16]), list(Y[16:])]
     with pytest.raises(UsageError, match="empty"):
         data.first_batches(batched(8).filter(lambda x, y: False), None, None, 1)
+
+
+@pytest.mark.parametrize("process, expected", [(0, [[0, 2, 4, 6], [8, 10, 12, 14], [16, 18]]),
+                                               (1, [[1, 3, 5, 7], [9, 11, 13, 15], [17, 19]])])
+def test_a_dataset_part_is_each_batch_cut_to_the_replicas_then_this_processs_rows(process, expected):
+    """21 samples in batches of 8 over 4 replicas and 2 processes: the last batch of 5 cut to 4; every other row
+    to each process; a batch left with no rows is skipped (the same in every process)."""
+    parted = data.dataset_part(batched(8), 4, process, 2)
+    assert [list(y) for _, y in parted.as_numpy_iterator()] == [[y % 3 for y in rows] for rows in expected]
+    assert [list(x[:, 0] // 2) for x, _ in parted.as_numpy_iterator()] == expected
+    assert len(list(data.dataset_part(batched(20), 4, 0, 1).unbatch())) == 20  # 20, then 1 row: the 1 left out
+
+
+def test_a_dataset_of_whole_batches_keeps_its_length_when_parted():
+    whole = batched(8, drop_remainder=True)
+    assert data.num_batches(data.dataset_part(whole, 4, 1, 2)) == 2

@@ -259,3 +259,114 @@ def _join(batches):
     if isinstance(first, (list, tuple)):
         return type(first)(_join([b[i] for b in batches]) for i in range(len(first)))
     return np.concatenate(batches)
+
+
+# --- Streams: every input that is not arrays (a tf.data dataset, a keras.utils.PyDataset, a generator, Grain's
+# loaders). Handled batch by batch with the arrays' rules (inputs.py): a batch made to divide over the replicas,
+# and in a job of several processes each process's rows of it. Recognised by their classes' names, as Keras does.
+
+def is_tensor(x) -> bool:
+    """A framework's array (a tf.Tensor, a jax.Array) that numpy reads: not a numpy array, not a dataset."""
+    return (not isinstance(x, np.ndarray) and hasattr(x, "__array__") and hasattr(x, "shape")
+            and hasattr(x, "dtype") and not is_dataset(x))
+
+
+def tensors_as_numpy(x):
+    """A nest whose tensors are numpy arrays (np.asarray); anything else in it as it is."""
+    if isinstance(x, dict):
+        return {k: tensors_as_numpy(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(tensors_as_numpy(v) for v in x)
+    return np.asarray(x) if is_tensor(x) else x
+
+
+def has_tensors(x) -> bool:
+    return any(is_tensor(leaf) for leaf in leaves(x)) if isinstance(x, (dict, list, tuple)) else is_tensor(x)
+
+
+def _class_names(x) -> list:
+    return [(parent.__name__, str(parent.__module__)) for parent in type(x).__mro__]
+
+
+def is_py_dataset(x) -> bool:
+    return any(name == "PyDataset" and "keras" in module for name, module in _class_names(x))
+
+
+def is_grain(x) -> bool:
+    """Grain's MapDataset, IterDataset or DataLoader (what Keras's grain adapter takes)."""
+    return any(name in ("MapDataset", "IterDataset", "DataLoader") and "grain" in module
+               for name, module in _class_names(x))
+
+
+def is_generator(x) -> bool:
+    """A Python generator or iterator of batches (not a dataset, a PyDataset or a Grain loader)."""
+    return hasattr(x, "__next__") and hasattr(x, "__iter__") and not (is_dataset(x) or is_grain(x))
+
+
+def batch_rows(element) -> int:
+    """The rows of one batch (its first array's leading dimension)."""
+    return int(np.shape(leaves(element)[0])[0])
+
+
+def batch_part(element, num_replicas: int, process_index: int = 0, num_processes: int = 1):
+    """One batch (a nest of arrays) by the arrays' rules: its rows cut to a multiple of `num_replicas` (the global
+    replicas: its last few left out), then this process's rows of it, every num_processes-th from its index
+    (process_share). None where nothing is left (a batch of fewer rows than replicas)."""
+    rows = batch_rows(element)
+    keep = rows - rows % num_replicas
+    if keep == 0:
+        return None
+    return _map(lambda a: np.asarray(a)[:keep][process_index::num_processes], element)
+
+
+def dataset_part(dataset, num_replicas: int, process_index: int = 0, num_processes: int = 1):
+    """`batch_part` on every batch of a tf.data dataset, in its graph (the batches it leaves empty skipped)."""
+    import tensorflow as tf  # a tf.data dataset exists: TensorFlow is loaded already
+
+    def part(*element):
+        element = element[0] if len(element) == 1 else element
+        rows = tf.shape(tf.nest.flatten(element)[0])[0]
+        keep = rows - rows % num_replicas
+        return tf.nest.map_structure(lambda t: t[:keep][process_index::num_processes], element)
+
+    def not_empty(*element):
+        return tf.shape(tf.nest.flatten(element)[0])[0] > 0
+
+    parted = dataset.map(part, deterministic=True)
+    # whole batches of a known size (checked to divide) stay whole: no filter, so the dataset keeps its length
+    return parted if has_static_batch(dataset) else parted.filter(not_empty)
+
+
+def stream_batches(x, steps: int | None = None):
+    """The batches of a finite stream, in order (at most `steps`): a dataset's, a PyDataset's by index, a
+    generator's or a Grain loader's, each a nest of numpy arrays."""
+    if is_dataset(x):
+        source = x.take(steps) if steps else x
+        if not steps and int(source.cardinality()) == -1:  # tf.data.INFINITE_CARDINALITY
+            raise UsageError("Received an infinite tf.data.Dataset (repeat()) without steps: it cannot be read "
+                             "whole. Pass steps= (evaluate, predict) or validation_steps= (fit).")
+        batches = source.as_numpy_iterator()
+    elif is_py_dataset(x):
+        count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
+        if count is None:
+            raise UsageError("Received a PyDataset of unknown length without steps: pass steps=.")
+        batches = (x[i] for i in range(count))
+    else:
+        batches = iter(x)
+    found = []
+    for batch in batches:
+        found.append(tensors_as_numpy(batch))
+        if steps and len(found) == steps:
+            break
+    return found
+
+
+def batches_to_arrays(batches, *, name: str = "x"):
+    """Batches (x, y, sample_weight), (x, y), (x,) or x joined into numpy arrays: (x, y, sample_weight)."""
+    if not batches:
+        raise UsageError(f"{name} yielded no batches: there is nothing to evaluate or predict on.")
+    first = batches[0]
+    if not isinstance(first, tuple):
+        return _join(batches), None, None
+    parts = [_join([b[i] for b in batches]) if first[i] is not None else None for i in range(len(first))]
+    return tuple((parts + [None, None, None])[:3])

@@ -532,6 +532,7 @@ class Runtime:
         from acceltrain.backends import keras_internals
 
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
+        _tell(prepared.notes)
         callbacks = predict_kwargs.pop("callbacks", None) or ()
         callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
         with self.watchdog.watching("predict (compiling and running the first step)"), self._calling(model), \

@@ -612,3 +612,60 @@ def test_a_scripts_own_tensorflow_is_overruled_to_jax_in_a_job_of_several_proces
                               "'tensorflow'), but a job of several processes trains on JAX only")
     assert said[0].endswith(f"To keep TensorFlow, run it in one process: acceltrain run {script}")
     assert launch._backend_of_the_job(str(script), "jax", 2) == "jax" and len(said) == 1  # --backend: no word
+
+
+# --- Streams (inputs.py): each process feeds its share, each sample computed once an epoch ----------------------
+
+def _seen(stdout: str, process: int) -> dict:
+    """{kind: each sample's count} from counts_samples.py's "[process] seen KIND: [...]" lines."""
+    found = {}
+    for line in stdout.splitlines():
+        if line.startswith(f"[{process}] seen "):
+            kind, counts = line.removeprefix(f"[{process}] seen ").split(": ", 1)
+            found[kind] = json.loads(counts)
+    return found
+
+
+@pytest.mark.multi_device
+def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sample_once_an_epoch():
+    """330 samples in batches of 32 over 4 replicas, 2 epochs: the job computes each sample at most once an epoch
+    and 328 of them each epoch (the last batch of 10 cut to 8, as arrays' final batch is), whichever input."""
+    kinds = ["tfdata", "pydataset", "grain", "grain_by_process"]
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "counts_samples.py", ",".join(kinds), "2", "330", timeout=400)
+    assert job.returncode == 0, job.stderr[-3000:]
+    seen = _seen(job.stdout, 0)
+    assert set(seen) == set(kinds) and _seen(job.stdout, 1) == seen  # one job: both hold the global counts
+    for kind, counts in seen.items():
+        assert len(counts) == 330 and max(counts) <= 2 and sum(counts) == 2 * 328, (kind, counts)
+    assert "x (a tf.data.Dataset): each process feeds its rows of every batch (one row in 2)" in job.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.multi_device
+def test_a_two_process_tf_data_fit_stopped_midway_resumes_from_the_next_sample(tmp_path):
+    """6 epochs of 10 batches, each process its rows of every batch, SIGTERMed once the first checkpoint is written,
+    then resumed: the counts are those of one uninterrupted run (6 each), so the resumed job neither fed again a
+    batch trained before the stop nor skipped one (each process's iterator restored from its own saved position)."""
+    folder = tmp_path / "checkpoints"
+    args = ["launch", "--processes", "2", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every",
+            "10 steps", support.SCRIPTS / "counts_samples.py", "tfdata", "6", "320", "0.1"]
+    stopped = subprocess.Popen(support.command(*args), env=support.env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((folder / "fit-1").glob("epoch-*")) and stopped.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stopped.poll() is None, "the job ended before it could be signalled:\n" + stopped.stderr.read()
+        stopped.send_signal(signal.SIGTERM)
+        _, stderr = stopped.communicate(timeout=120)
+    finally:
+        if stopped.poll() is None:
+            stopped.kill()
+    assert stopped.returncode == 128 + signal.SIGTERM and "a checkpoint is saved in" in stderr, stderr[-3000:]
+    assert sorted(path.name for path in (folder / "fit-1").glob("data-*")) == ["data-0", "data-1"]
+
+    resumed = support.run_cli(*args[:-5], "--resume", *args[-5:], timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from epoch-" in resumed.stderr
+    assert _seen(resumed.stdout, 0)["tfdata"] == [6] * 320 == _seen(resumed.stdout, 1)["tfdata"]

@@ -283,10 +283,57 @@ def test_evaluate_repeats_an_odd_set_and_keeps_its_other_arguments():
     assert len(kwargs["x"]) == len(kwargs["y"]) == 8008 and kwargs["return_dict"] is True
 
 
-def test_a_dataset_passes_untouched():
-    args, kwargs = _guard(8)("fit", _FakeModel(), ("a tf.data.Dataset",), {"epochs": 2})
+def test_a_stream_on_one_replica_passes_untouched():
+    batches = iter([])
+    args, kwargs = _guard(1)("fit", _FakeModel(), (batches,), {"epochs": 2})
 
-    assert args == ("a tf.data.Dataset",) and kwargs == {"epochs": 2}
+    assert args == (batches,) and kwargs == {"epochs": 2}
+
+
+def test_a_generator_is_fed_batch_by_batch_each_process_its_rows_and_its_validation_read_whole():
+    import numpy as np
+
+    batches = ((np.arange(i, min(i + 8, 20), dtype="float32")[:, None], np.zeros(min(8, 20 - i))) for i in (0, 8, 16))
+    validation = iter([(np.ones((5, 1), "float32"), np.zeros(5))])
+    _, kwargs = _guard(4, num_processes=2, process_index=1)("fit", _FakeModel(), (batches,),
+                                                            {"validation_data": validation, "validation_steps": 1})
+
+    fed = [x[:, 0].tolist() for x, _ in kwargs["x"]]
+    assert fed == [[1, 3, 5, 7], [9, 11, 13, 15], [17, 19]]  # the last batch of 4: divides, each process 2
+    x_val, _ = kwargs["validation_data"]  # 5 rows, 4 times over (20), this process's 10
+    assert len(x_val) == 10 and "validation_steps" not in kwargs
+
+
+def test_evaluate_and_predict_read_a_stream_whole_and_take_the_arrays_rules():
+    import jax.numpy as jnp
+    import numpy as np
+
+    batches = iter([(np.zeros((8, 3), "float32"), np.zeros(8)), (np.zeros((3, 3), "float32"), np.zeros(3))])
+    _, kwargs = _guard(8)("evaluate", _FakeModel(), (batches,), {"steps": 2})
+    assert len(kwargs["x"]) == len(kwargs["y"]) == 88 and "steps" not in kwargs  # 11 rows, 8 times over
+
+    _, kwargs = _guard(8)("evaluate", _FakeModel(), (jnp.zeros((11, 3)), jnp.zeros(11)), {})
+    assert isinstance(kwargs["x"], np.ndarray) and len(kwargs["x"]) == 88  # a jax.Array (or tf.Tensor): numpy's rule
+
+
+def test_a_py_dataset_whose_batch_does_not_divide_runs_on_one_device_as_arrays_do(monkeypatch):
+    import keras
+    import numpy as np
+
+    from acceltrain import log
+
+    class Bags(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return np.zeros((1, 3), "float32"), np.zeros(1)
+
+    said = []
+    monkeypatch.setattr(log, "info", said.append)
+    bags = Bags()
+    args, _ = _guard(4)("fit", _FakeModel(), (bags,), {})
+    assert args == (bags,) and "batch_size=1 does not divide over 4 replicas" in said[0]
 
 
 def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_on():
@@ -317,7 +364,7 @@ def _predictions(stdout: str) -> dict:
 
 
 def assert_same_predictions(got: dict, expected: dict) -> None:
-    assert set(got) == set(expected) == {"3", "37 by 8", "37"}
+    assert set(got) == set(expected) == {"3", "37 by 8", "37", "37 tensor", "37 dataset"}
     for name, (shape, values) in expected.items():
         assert got[name][0] == shape, name
         np.testing.assert_allclose(got[name][1], values, atol=2e-6, err_msg=name)

@@ -507,7 +507,8 @@ class FitGuard:
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
     samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
     divides over the replicas, and in a multi-process job each process given its own share, so
-    `batch_size` stays the global batch. Datasets and generators pass as they are.
+    `batch_size` stays the global batch. Tensors are read as numpy; datasets, PyDatasets, generators and Grain
+    loaders take the same rules batch by batch (_stream).
     """
 
     def __init__(self, runtime):
@@ -519,9 +520,9 @@ class FitGuard:
         if call.name == "fit":
             placement.report(self.runtime, call.model)  # what was sharded, once per model
         call = self._watched(call)
-        arguments = call.arguments()
-        if not data.is_arrays(arguments.get("x")):
-            return proceed(call)  # datasets and generators: Keras takes them as they are
+        call, arguments = self._tensors_as_arrays(call)
+        if inputs.is_stream(arguments.get("x")):
+            return self._stream(call, arguments, proceed)
         split, why = decisions.choose_batch_split(call.name, self._training_samples(arguments),
                                                   arguments.get("batch_size"), self.runtime.num_replicas,
                                                   self.runtime.backend_module.SPLITS_UNEVEN_BATCHES)
@@ -545,7 +546,7 @@ class FitGuard:
     def _on_one_device(self, call, arguments, why: str, proceed):
         """The call as the script made it, undistributed on one device (in a job of several processes, each
         process the same call with the same, whole inputs): no batch of it divides over the replicas."""
-        if call.name == "fit":
+        if call.name == "fit" and data.is_arrays(arguments.get("x")):
             self._check(arguments, inputs.classes_of(call.model), num_replicas=1)
         head, _, advice = why.partition(". ")
         self._tell([(f"one device: {head}", f"{head}: such calls run undistributed, on one device, as the script "
@@ -553,6 +554,47 @@ class FitGuard:
         call.undistributed.append(why)
         with self.runtime.backend_module.on_one_device(call.model):
             return proceed(call)
+
+    @staticmethod
+    def _tensors_as_arrays(call):
+        """(call, its arguments by name), tensors (tf.Tensor, jax.Array) read into numpy arrays, so they take the
+        arrays' rules (and predict's outputs are joined from every process as numpy's are)."""
+        arguments = call.arguments()
+        names = [name for name in ("x", "y", "sample_weight", "validation_data") if data.has_tensors(arguments.get(name))]
+        if not names:
+            return call, arguments
+        arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in names})
+        return call.replace(args=(), kwargs=arguments), dict(arguments)
+
+    def _stream(self, call, arguments, proceed):
+        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs.py's streams): evaluate and
+        predict read it into arrays; fit takes every batch made to divide over the replicas and this process's rows
+        of it, or runs on one device where its batch does not divide."""
+        runtime = self.runtime
+        if runtime.num_processes == 1 and (runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES):
+            return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
+        if call.name != "fit":
+            notes = []
+            x, y, weights = inputs.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
+            self._tell(notes)
+            read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
+            return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
+        batch = inputs.stream_batch_size(arguments["x"])
+        split, why = ("split", "") if batch is None else decisions.choose_batch_split(
+            "fit", batch, batch, runtime.num_replicas, runtime.backend_module.SPLITS_UNEVEN_BATCHES)
+        op_by_op = self._op_by_op_in_processes(call.model)
+        if op_by_op or split == "one device":
+            return self._on_one_device(call, arguments, op_by_op or why, proceed)
+        fit = inputs.prepare_fit(runtime, arguments["x"], arguments.get("y"),
+                                 validation_data=arguments.get("validation_data"),
+                                 validation_batch_size=arguments.get("validation_batch_size"),
+                                 validation_steps=arguments.get("validation_steps"), checked=False)
+        self._tell(fit.notes)
+        if fit.validation_data is not arguments.get("validation_data"):
+            arguments.pop("validation_steps", None)  # read whole into memory: its steps are its batches
+            arguments["validation_batch_size"] = fit.validation_batch_size
+        arguments.update(x=fit.x, validation_data=fit.validation_data)
+        return proceed(call.replace(args=(), kwargs=arguments))
 
     def _op_by_op_in_processes(self, model) -> str | None:
         """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must

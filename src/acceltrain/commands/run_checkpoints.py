@@ -105,10 +105,13 @@ def runtime_fit_arguments(arguments: dict) -> dict:
     """Runtime.fit's keyword arguments for a script's Keras fit(**arguments); what exact resume cannot
     honour raises UsageError naming it."""
     arguments = dict(arguments)
+    arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")
+                      if data.has_tensors(arguments.get(name))})  # a tf.Tensor: numpy arrays, rewound as they are
     x = arguments.get("x")
     if not (data.is_arrays(x) or data.is_dataset(x)):
         _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays or a tf.data.Dataset to the "
-                "step a checkpoint was written at; a generator or keras.utils.PyDataset cannot be rewound")
+                "step a checkpoint was written at; a generator, a keras.utils.PyDataset or a Grain loader cannot be "
+                "rewound by acceltrain: pass arrays or a tf.data.Dataset, or run without --checkpoint-dir")
     given = {"steps_per_epoch": arguments.get("steps_per_epoch") is not None,
              "initial_epoch": arguments.get("initial_epoch", 0) != 0}
     for name in (name for name, is_given in given.items() if is_given):

@@ -45,7 +45,9 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position). `timeline`: the runtime's time
     ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume."""
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
-    feed = DatasetFeed(prepared.x, checkpoints.folder / "data", prepared.steps_per_epoch) if prepared.is_dataset else None
+    # each process's own iterator (its share of the batches), saved in its own folder
+    positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
+    feed = DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset else None
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
