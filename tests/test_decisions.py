@@ -237,3 +237,19 @@ def test_choose_checkpoint_epochs(epoch, write, expected, says):
 def test_choose_checkpoint_steps(step, steps, expected, says):
     chosen, why = decisions.choose_checkpoint_steps(step, steps)
     assert chosen == expected and says in why, why
+
+
+@pytest.mark.parametrize(
+    "processes, platform, seconds, bound, reason",
+    [
+        (2, "cpu", 5.0, None, "a job of several processes"),
+        (1, "tpu", 5.0, None, "the tpu is held by this process until it ends"),
+        (1, "gpu", 5.0, None, "the gpu is held by this process"),
+        (1, "cpu", 700.0, None, "the run failed after 700 s; a plain rerun would take as long"),
+        (1, "cpu", 5.0, 120.0, "the run failed after 5 s: the plain rerun gets 120 s at most"),
+        (1, "cpu", 300.0, 600.0, "the run failed after 300 s: the plain rerun gets 600 s at most"),
+    ],
+)
+def test_choose_plain_recheck(processes, platform, seconds, bound, reason):
+    chosen, why = decisions.choose_plain_recheck(processes, platform, seconds)
+    assert chosen == bound and why.startswith(reason)

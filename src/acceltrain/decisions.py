@@ -244,6 +244,25 @@ def slower_on_several_devices(devices: int, several_seconds: float, one_seconds:
 # --checkpoint-every auto (the default): checkpoints take at most this share of the training time, and no more than
 # this much training passes between two of them (what a session dropped without notice runs again; on SIGTERM or
 # SIGINT a checkpoint is written at once).
+PLAIN_RECHECK_MOST_SECONDS = 600.0  # a failed run longer than this is not run again plainly to judge it
+PLAIN_RECHECK_LEAST_BOUND = 120.0  # the plain rerun's time limit: the failed run's time twice, at least this
+
+
+def choose_plain_recheck(num_processes: int, platform: str, seconds_until_failure: float) -> tuple[float | None, str]:
+    """Whether a call that failed under `acceltrain run` is judged by the same script run plainly in a fresh process
+    (stopped once that call returns), and for how long at most: (seconds, reason), or (None, why not). Never in the
+    half-failed process itself: its state (variables, Keras's caches, a distribution) is what failed."""
+    if num_processes > 1:
+        return None, "a job of several processes: one plain process would not be the same job"
+    if platform != "cpu":
+        return None, f"the {platform} is held by this process until it ends: a second process may not reach it"
+    if seconds_until_failure > PLAIN_RECHECK_MOST_SECONDS:
+        return None, (f"the run failed after {seconds_until_failure:.0f} s; a plain rerun would take as long "
+                      f"(rechecked up to {PLAIN_RECHECK_MOST_SECONDS:.0f} s)")
+    bound = max(PLAIN_RECHECK_LEAST_BOUND, 2 * seconds_until_failure)
+    return bound, f"the run failed after {seconds_until_failure:.0f} s: the plain rerun gets {bound:.0f} s at most"
+
+
 CHECKPOINT_SHARE = 0.02
 MOST_SECONDS_BETWEEN_CHECKPOINTS = 300.0
 

@@ -262,8 +262,21 @@ def scope(distribution):
     if distribution is None:
         yield
         return
-    with distribution.scope():  # TensorFlow leaves the strategy's scope in a finally
-        yield
+    with distribution.scope(), tf.variable_creator_scope(_plain_in_dataset_functions):
+        yield  # TensorFlow leaves both scopes in a finally
+
+
+def _plain_in_dataset_functions(next_creator, **kwargs):
+    """A variable created while a tf.data function is traced (`dataset.map(f)`) is created as a plain run creates it,
+    not by the strategy: the function runs on the input pipeline's host, outside any replica, and a mirrored
+    variable born there cannot be lifted out of it (TensorFlow's UnliftableError). Keras's global random state is
+    the one such variable: `keras.random.normal(...)` without a seed inside a map creates it on first use. tf.data
+    names the graph it traces a function in "Dataset_<transformation>_<function>" (measured: tensorflow 2.21)."""
+    if getattr(tf.compat.v1.get_default_graph(), "name", "").startswith("Dataset_"):
+        from tensorflow.python.ops import resource_variable_ops
+
+        return resource_variable_ops.default_variable_creator_v2(None, **kwargs)  # the creator of a plain run
+    return next_creator(**kwargs)
 
 
 def release(distribution) -> None:
@@ -271,8 +284,23 @@ def release(distribution) -> None:
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model."""
+    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
+    A model with no call() of its own (a VAE of an encoder and a decoder, its own train_step) whose layers are all
+    built is marked built: under a strategy Keras builds a model by calling it on a symbolic batch
+    (`_maybe_symbolic_build`), which such a model cannot answer; a plain run never calls it, and there is nothing
+    left to build in it. Keras still builds its optimizer and metrics, in the strategy's scope."""
+    model = call.model
+    if getattr(model, "_distribute_strategy", None) is not None and not model.built and not _has_own_call(model) \
+            and all(layer.built for layer in model._flatten_layers(include_self=False)):
+        model.built = True
     return proceed(call)
+
+
+def _has_own_call(model) -> bool:
+    import keras
+
+    return any("call" in vars(cls) for cls in type(model).__mro__
+               if issubclass(cls, keras.Model) and cls is not keras.Model)
 
 
 def step_callbacks(distribution) -> list:
