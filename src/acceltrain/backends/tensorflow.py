@@ -285,22 +285,15 @@ def release(distribution) -> None:
 
 def follow_placement(call, proceed):
     """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
-    A model with no call() of its own (a VAE of an encoder and a decoder, its own train_step) whose layers are all
-    built is marked built: under a strategy Keras builds a model by calling it on a symbolic batch
-    (`_maybe_symbolic_build`), which such a model cannot answer; a plain run never calls it, and there is nothing
-    left to build in it. Keras still builds its optimizer and metrics, in the strategy's scope."""
-    model = call.model
-    if getattr(model, "_distribute_strategy", None) is not None and not model.built and not _has_own_call(model) \
-            and all(layer.built for layer in model._flatten_layers(include_self=False)):
-        model.built = True
+    Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a
+    decoder, its own train_step) is marked built: Keras builds a model under a strategy by calling it on a symbolic
+    batch (`_maybe_symbolic_build`), which such a model cannot answer, and a plain run never calls it. Keras still
+    builds its optimizer and metrics, in the strategy's scope."""
+    from acceltrain.backends import keras_internals
+
+    if tf.distribute.has_strategy() and keras_internals.built_but_not_marked(call.model):
+        call.model.built = True
     return proceed(call)
-
-
-def _has_own_call(model) -> bool:
-    import keras
-
-    return any("call" in vars(cls) for cls in type(model).__mro__
-               if issubclass(cls, keras.Model) and cls is not keras.Model)
 
 
 def step_callbacks(distribution) -> list:
