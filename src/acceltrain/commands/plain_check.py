@@ -13,6 +13,7 @@ then ends at once, so nothing after that call runs twice. The answer comes back 
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -59,15 +60,25 @@ def judge(script: Path, argv, backend: str, call: str, nth: int, timeout: float,
     raises, for `timeout` seconds at most; its output is dropped (the user saw the script's own already)."""
     with tempfile.TemporaryDirectory(prefix="acceltrain-plain-") as folder:
         result = Path(folder) / "verdict.json"
+        child = subprocess.Popen(command(script, argv, backend, call, nth, result), env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
         try:
-            subprocess.run(command(script, argv, backend, call, nth, result), env=env, timeout=timeout,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           process_group=0)
-        except subprocess.TimeoutExpired:  # subprocess.run kills it
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             return Verdict("timed out")
+        finally:
+            _end_group(child)  # what the plain run started (a data loader's workers) ends with it
         if not result.is_file():
             return Verdict("not reached", "", "the plain run ended without saying (killed?)")
         return Verdict(**json.loads(result.read_text()))
+
+
+def _end_group(child) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # the child leads its own group (process_group=0)
+    except (ProcessLookupError, PermissionError):
+        pass  # gone already
+    child.wait()
 
 
 def main(args=None) -> int:
