@@ -68,6 +68,19 @@ def test_the_script_runs_under_acceltrain_as_it_runs_plainly(name, mode, plain_r
 
 # --- The harness's own checks can fail --------------------------------------------------------------
 
+def test_a_mode_that_must_be_refused_fails_when_it_runs_or_says_something_else():
+    from tests.corpus import Outcome, Shape
+
+    shape = Shape("x.py", "x", refused_at={"launch-2x2": "whose line 6 sets its backend"})
+
+    def outcome(code, stderr):
+        return Outcome("x", "launch-2x2", code, 1.0, "", stderr, None, [], [])
+
+    assert corpus.problems(shape, outcome(2, "acceltrain: error: x.py, whose line 6 sets its backend."), None) == []
+    assert corpus.problems(shape, outcome(0, "trained"), None)[0].startswith("not refused with")
+    assert corpus.problems(shape, outcome(2, "acceltrain: error: another reason"), None)[0].startswith("not refused")
+
+
 def test_metrics_out_of_tolerance_are_reported_and_counts_compared_exactly():
     plain = {"loss": 1.0, "batches_seen": 32, "shape": [10, 2]}
 
