@@ -46,6 +46,8 @@ SECTIONS = (
     Section("simulated-devices", "simulated_devices.py", ("--devices", "1", "2", "4", "8", "--rounds", "3"), 60),
     Section("corpus", "corpus.py", (), 30),
     Section("verify-tolerance", "verify_tolerance.py", (), 4),
+    Section("small-steps", "small_steps.py", (), 15),
+    Section("small-steps-lstm", "small_steps.py", ("--models", "lstm", "--section", "small-steps-lstm"), 15),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
 )
 BY_NAME = {section.name: section for section in SECTIONS}

@@ -62,6 +62,7 @@ class Shape:
     warnings_at: dict = field(default_factory=dict)  # mode -> more warnings it must get in that mode only
     notes_at: dict = field(default_factory=dict)  # mode -> substrings of acceltrain's lines it must print there
     loose: tuple = ()  # metrics compared with the launch tolerance in every mode (e.g. a GAN's losses)
+    refused_at: dict = field(default_factory=dict)  # mode -> what acceltrain's refusal (exit 2, nothing run) must say
 
     @property
     def path(self) -> Path:
@@ -107,12 +108,19 @@ SHAPES = [
     Shape("two_sample_fit.py", "a guide's `fit` on two samples, then evaluate and predict",
           notes_at={mode: (f"2 training samples, fewer than the {replicas} replicas: no batch of them divides over "
                            "them: such calls run undistributed, on one device",) for mode, replicas in REPLICAS_OF.items()}),
-    # Its TensorFlow is kept, except in a job of several processes, which trains on JAX only: said, as a warning.
+    # Its TensorFlow is kept; a job of several processes, which trains on JAX only, is refused naming its line.
     Shape("sets_its_backend.py", "sets `os.environ[\"KERAS_BACKEND\"] = \"tensorflow\"` before importing Keras",
-          warnings_at={"launch-2x2": ("the script sets its Keras backend on line 6",)},
+          refused_at={"launch-2x2": "sets_its_backend.py, whose line 6 sets its backend"},
           notes_at={mode: ("run: the script sets its Keras backend on line 6 (os.environ['KERAS_BACKEND'] = "
                            "'tensorflow'): applied before Keras loads", "acceltrain: tensorflow on cpu")
                     for mode in ("run-1", "run-4", "run-8")}),
+    # Issue 33's TensorFlow scripts. keras.random with no seed inside a tf.data map: Keras's global random state is
+    # born in the dataset's function, where a mirrored variable cannot be (UnliftableError under run -4).
+    Shape("tf_random_in_data_map.py", "TensorFlow: `keras.random` inside a `tf.data` map (augmentation layers and an "
+          "unseeded draw)", refused_at={"launch-2x2": "tf_random_in_data_map.py, whose line 9 sets its backend"}),
+    # A model with no call(): under a strategy Keras builds a model by calling it, which this one cannot answer.
+    Shape("vae_two_models.py", "TensorFlow VAE: an encoder and a decoder, no `call()`, its own `train_step` "
+          "(GradientTape)", refused_at={"launch-2x2": "vae_two_models.py, whose line 7 sets its backend"}),
     # One bag a step: at several replicas the fits run on one device, said; at one, no batch-size warning.
     Shape("mil_batch_one.py", "multiple-instance learning, one bag a step (`batch_size=1`)",
           notes_at={mode: (f"batch_size=1 does not divide over {replicas} replicas, and another batch would train "
@@ -264,6 +272,11 @@ def mismatches(plain: dict, got: dict, tolerance: Tolerance, loose=()) -> list:
 def problems(shape: Shape, outcome: Outcome, plain: Outcome | None) -> list:
     """Everything wrong with `outcome` (empty: it passes). `plain` is the same script's plain run."""
     found = []
+    refusal = shape.refused_at.get(outcome.mode)
+    if refusal is not None:  # refused for what it is: exit 2, the message, and nothing left running
+        if not outcome.refused or refusal not in outcome.stderr:
+            found.append(f"not refused with {refusal!r}: exit {outcome.returncode}: {last_error_line(outcome.stderr)}")
+        return found + ([f"left running: {outcome.left_running}"] if outcome.left_running else [])
     if outcome.returncode is None:
         found.append(f"timed out after {outcome.seconds:.0f} s")
     elif outcome.returncode != 0:

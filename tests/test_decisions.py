@@ -250,3 +250,24 @@ def test_choose_checkpoint_epochs_says_what_happens_against_the_run_s_length(epo
 def test_choose_checkpoint_steps(step, steps, expected, says):
     chosen, why = decisions.choose_checkpoint_steps(step, steps)
     assert chosen == expected and says in why, why
+
+
+@pytest.mark.parametrize(
+    "processes, platform, seconds, bound, reason",
+    [
+        (2, "cpu", 5.0, None, "a job of several processes"),
+        (1, "tpu", 5.0, None, "the tpu is held by this process until it ends"),
+        (1, "gpu", 5.0, None, "the gpu is held by this process"),
+        (1, "cpu", 700.0, None, "the run failed after 700 s; a plain rerun would take as long"),
+        (1, "cpu", 5.0, 120.0, "the run failed after 5 s: the plain rerun gets 120 s at most"),
+        (1, "cpu", 300.0, 600.0, "the run failed after 300 s: the plain rerun gets 600 s at most"),
+    ],
+)
+def test_choose_plain_recheck(processes, platform, seconds, bound, reason):
+    chosen, why = decisions.choose_plain_recheck(processes, platform, seconds)
+    assert chosen == bound and why.startswith(reason)
+
+
+def test_slower_on_several_devices_names_the_processes_of_a_job():
+    line = decisions.slower_on_several_devices(4, 0.038, 0.001, 4.4, 5, processes=2)
+    assert line.startswith("4 CPU devices over 2 processes: a training step takes 38 ms here, 38.0x the 1.0 ms ")

@@ -228,17 +228,38 @@ SLOWER_WORTH_SAYING = 3.0
 
 
 def slower_on_several_devices(devices: int, several_seconds: float, one_seconds: float, compile_seconds: float,
-                              steps: int) -> str | None:
-    """The line that says a training step on `devices` CPU devices takes many times what the same step took on one
-    device, with both measured times and what the measuring cost; None below SLOWER_WORTH_SAYING times."""
+                              steps: int, processes: int = 1) -> str | None:
+    """The line that says a training step on `devices` CPU devices (over `processes` processes) takes many times what
+    the same step took on one device, with both measured times and what the measuring cost; None below
+    SLOWER_WORTH_SAYING times."""
     ratio = several_seconds / one_seconds
     if ratio < SLOWER_WORTH_SAYING:
         return None
-    return (f"{devices} CPU devices: a training step takes {several_seconds * 1e3:.0f} ms here, {ratio:.1f}x the "
+    where = f"{devices} CPU devices" + (f" over {processes} processes" if processes > 1 else "")
+    return (f"{where}: a training step takes {several_seconds * 1e3:.0f} ms here, {ratio:.1f}x the "
             f"{one_seconds * 1e3:.1f} ms the same step took on one device (measured once: {steps} steps of a copy of the "
             f"state on one device, after {compile_seconds:.1f} s compiling it). Simulated devices share this machine's "
             "cores, and their all-reduce and one step at a time cost more here than splitting the batch saves: for "
             "speed on this machine, train on one device")
+
+
+PLAIN_RECHECK_MOST_SECONDS = 600.0  # a failed run longer than this is not run again plainly to judge it
+PLAIN_RECHECK_LEAST_BOUND = 120.0  # the plain rerun's time limit: the failed run's time twice, at least this
+
+
+def choose_plain_recheck(num_processes: int, platform: str, seconds_until_failure: float) -> tuple[float | None, str]:
+    """Whether a call that failed under `acceltrain run` is judged by the same script run plainly in a fresh process
+    (stopped once that call returns), and for how long at most: (seconds, reason), or (None, why not). Never in the
+    half-failed process itself: its state (variables, Keras's caches, a distribution) is what failed."""
+    if num_processes > 1:
+        return None, "a job of several processes: one plain process would not be the same job"
+    if platform != "cpu":
+        return None, f"the {platform} is held by this process until it ends: a second process may not reach it"
+    if seconds_until_failure > PLAIN_RECHECK_MOST_SECONDS:
+        return None, (f"the run failed after {seconds_until_failure:.0f} s; a plain rerun would take as long "
+                      f"(rechecked up to {PLAIN_RECHECK_MOST_SECONDS:.0f} s)")
+    bound = max(PLAIN_RECHECK_LEAST_BOUND, 2 * seconds_until_failure)
+    return bound, f"the run failed after {seconds_until_failure:.0f} s: the plain rerun gets {bound:.0f} s at most"
 
 
 # --checkpoint-every auto (the default): checkpoints take at most this share of the training time, and no more than

@@ -199,7 +199,7 @@ def test_a_fit_that_is_not_many_times_slower_says_nothing(runtime, capsys, monke
     monkeypatch.setattr(decisions, "SLOWER_WORTH_SAYING", 1e9)
     measured = []
     monkeypatch.setattr(decisions, "slower_on_several_devices",
-                        lambda *args: measured.append(args) or None)
+                        lambda *args, **kwargs: measured.append(args) or None)
     with runtime.scope():
         model = _model(keras)
     model.fit(IMAGES.reshape(64, -1)[:, :8], LABELS, batch_size=8, epochs=1, verbose=0)
@@ -254,3 +254,15 @@ def test_the_cache_is_said_off_only_by_the_setting_that_turned_it_off(monkeypatc
         assert jax_backend._cache_off_by() == "ACCELTRAIN_COMPILATION_CACHE=0"
     finally:
         jax.config.update("jax_compilation_cache_dir", folder)
+
+
+def test_the_one_device_copy_takes_what_this_process_holds_whole(runtime):
+    """_here_whole: an array this process holds (all of it, or replicated) as it is; the multi-process path (rows
+    here, repeated to the global shape) is run under launch by the slow test of tests/commands/test_launch.py."""
+    import jax
+
+    from acceltrain.backends import jax as backend
+
+    local = jax.numpy.arange(6.0).reshape(3, 2)
+    assert backend._here_whole(local) is local
+    assert backend._here_whole(np.ones(3)).shape == (3,)

@@ -494,3 +494,31 @@ def test_computing_in_float32_reaches_nested_layers_and_puts_each_policy_back():
         assert inner.layers[0].compute_dtype == "float32"
     assert [layer.dtype_policy.name for layer in (model.layers[0], inner.layers[0])] == ["mixed_bfloat16"] * 2
     assert keras.backend.standardize_dtype(model(x).dtype) == "bfloat16"
+
+
+def test_built_but_not_marked_is_what_keras_calls_the_model_to_build():
+    """A model of two built sub-models with no call() (a VAE): Keras's symbolic build would call it, and fails."""
+    import keras
+
+    encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    decoder = keras.Sequential([keras.Input((2,)), keras.layers.Dense(4)])
+
+    class TwoModels(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.decoder = encoder, decoder
+
+    class Called(TwoModels):
+        def call(self, x):
+            return self.decoder(self.encoder(x))
+
+    model = TwoModels()
+    model.compile(optimizer="adam")
+    assert keras_internals.built_but_not_marked(model)
+    with pytest.raises(RuntimeError, match="Unable to automatically build the model"):
+        model._symbolic_build(data_batch=np.zeros((2, 4), "float32"))
+    assert not keras_internals.built_but_not_marked(Called())  # its own call: Keras builds it by calling it
+    assert not keras_internals.built_but_not_marked(keras.Sequential([keras.layers.Dense(2)]))  # unbuilt layers
+    model.built = True
+    assert not keras_internals.built_but_not_marked(model)
+    model._symbolic_build(data_batch=np.zeros((2, 4), "float32"))  # nothing left to call it for

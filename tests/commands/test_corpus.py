@@ -9,7 +9,8 @@ from tests import corpus
 
 CI_ONE_DEVICE = ["functional_two_in_two_out", "custom_train_step", "custom_loop"]
 CI_EIGHT_DEVICES = ["functional_two_in_two_out", "custom_train_step", "callback_batch_end"]
-CI_LAUNCH = ["functional_two_in_two_out"]
+CI_LAUNCH = ["functional_two_in_two_out", "sets_its_backend"]  # the second: refused, naming its line
+CI_FOUR_DEVICES = ["tf_random_in_data_map", "vae_two_models"]  # TensorFlow under MirroredStrategy (issue 33)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,7 @@ def _matrix(modes, chosen):
     return cases
 
 
-CHOSEN = {"run-1": CI_ONE_DEVICE, "run-4": [], "run-8": CI_EIGHT_DEVICES, "launch-2x2": CI_LAUNCH}
+CHOSEN = {"run-1": CI_ONE_DEVICE, "run-4": CI_FOUR_DEVICES, "run-8": CI_EIGHT_DEVICES, "launch-2x2": CI_LAUNCH}
 
 
 @pytest.mark.multi_device
@@ -57,13 +58,28 @@ def test_the_script_runs_under_acceltrain_as_it_runs_plainly(name, mode, plain_r
     outcome = _check(name, mode, plain_runs)
 
     summary = outcome.summary  # acceltrain's closing line says what it distributed
-    if name == "custom_loop":
+    if mode in corpus.BY_NAME[name].refused_at:
+        assert outcome.refused and summary == ""  # refused before anything ran
+    elif name == "custom_loop":
         assert "called no fit, evaluate or predict, so nothing was distributed" in summary
     elif mode != "launch-2x2":
         assert summary.startswith("the script's Keras calls (") and "fit" in summary, outcome.stderr[-2000:]
 
 
 # --- The harness's own checks can fail --------------------------------------------------------------
+
+def test_a_mode_that_must_be_refused_fails_when_it_runs_or_says_something_else():
+    from tests.corpus import Outcome, Shape
+
+    shape = Shape("x.py", "x", refused_at={"launch-2x2": "whose line 6 sets its backend"})
+
+    def outcome(code, stderr):
+        return Outcome("x", "launch-2x2", code, 1.0, "", stderr, None, [], [])
+
+    assert corpus.problems(shape, outcome(2, "acceltrain: error: x.py, whose line 6 sets its backend."), None) == []
+    assert corpus.problems(shape, outcome(0, "trained"), None)[0].startswith("not refused with")
+    assert corpus.problems(shape, outcome(2, "acceltrain: error: another reason"), None)[0].startswith("not refused")
+
 
 def test_metrics_out_of_tolerance_are_reported_and_counts_compared_exactly():
     plain = {"loss": 1.0, "batches_seen": 32, "shape": [10, 2]}

@@ -136,8 +136,8 @@ def test_tensorflow_multi_process_is_refused_with_the_way_out(args):
     refused = support.run_cli(*args, support.EXAMPLES / "plain_mnist.py", timeout=120)
 
     assert refused.returncode == 2
-    assert "acceltrain: error: Received backend='tensorflow' for a multi-process job" in refused.stderr
-    assert "Use --backend jax" in refused.stderr
+    assert "acceltrain: error: Received " in refused.stderr and "tensorflow" in refused.stderr
+    assert "--backend jax" in refused.stderr
 
 
 def test_launch_refuses_bad_usage_before_starting_anything():
@@ -595,23 +595,30 @@ def test_a_step_only_one_device_can_run_trains_in_two_processes_as_it_does_plain
     assert accuracies["[0]"] == accuracies["[1]"] == support.accuracy(plain.stdout)  # the plain run's math
 
 
-def test_a_scripts_own_tensorflow_is_overruled_to_jax_in_a_job_of_several_processes(tmp_path, monkeypatch):
-    """A job of several processes trains on JAX only; the script's choice is said to be overruled, and how to keep it."""
-    from acceltrain import log
+def test_tensorflow_in_a_job_of_several_processes_is_refused_naming_what_chose_it(tmp_path, monkeypatch):
+    """Issue 33: a job of several processes trains on JAX only; the refusal names what the user typed (the script's
+    line, --backend, KERAS_BACKEND), not --coordinator/--num-processes, and the ways that work."""
     from acceltrain.commands import launch
+    from acceltrain.errors import UsageError
 
-    said = []
-    monkeypatch.setattr(log, "warn", said.append)
     monkeypatch.delenv("KERAS_BACKEND", raising=False)
     script = tmp_path / "sets.py"
     script.write_text('import os\n\nos.environ["KERAS_BACKEND"] = "tensorflow"\n')
     assert launch._backend_of_the_job(str(script), None, 1) == "tensorflow"  # one process: kept
-    assert said == []
-    assert launch._backend_of_the_job(str(script), None, 2) == "jax"
-    assert said[0].startswith("the script sets its Keras backend on line 3 (os.environ['KERAS_BACKEND'] = "
-                              "'tensorflow'), but a job of several processes trains on JAX only")
-    assert said[0].endswith(f"To keep TensorFlow, run it in one process: acceltrain run {script}")
-    assert launch._backend_of_the_job(str(script), "jax", 2) == "jax" and len(said) == 1  # --backend: no word
+    with pytest.raises(UsageError) as refused:
+        launch._backend_of_the_job(str(script), None, 2)
+    assert str(refused.value).startswith(
+        "Received acceltrain launch --processes 2 with sets.py, whose line 3 sets its backend "
+        "(os.environ['KERAS_BACKEND'] = 'tensorflow'). A job of several processes trains on JAX only")
+    assert f"(acceltrain run {script})" in str(refused.value) and "change line 3 to 'jax'" in str(refused.value)
+    assert "--coordinator" not in str(refused.value)
+    assert launch._backend_of_the_job(str(script), "jax", 2) == "jax"  # --backend jax overrules the line
+    with pytest.raises(UsageError, match="--processes 2 with --backend tensorflow"):
+        launch._backend_of_the_job(str(script), "tensorflow", 2)
+    monkeypatch.setenv("KERAS_BACKEND", "tensorflow")
+    (tmp_path / "plain.py").write_text("import keras\n")
+    with pytest.raises(UsageError, match=r"with TensorFlow as the Keras backend \(KERAS_BACKEND is set\)"):
+        launch._backend_of_the_job(str(tmp_path / "plain.py"), None, 2)
 
 
 # --- Streams (inputs.py): each process feeds its share, each sample computed once an epoch ----------------------
@@ -662,10 +669,21 @@ def test_a_two_process_tf_data_fit_stopped_midway_resumes_from_the_next_sample(t
     finally:
         if stopped.poll() is None:
             stopped.kill()
-    assert stopped.returncode == 128 + signal.SIGTERM and "a checkpoint is saved in" in stderr, stderr[-3000:]
+    assert stopped.returncode == 42 and "a checkpoint is saved in" in stderr, stderr[-3000:]
     assert sorted(path.name for path in (folder / "fit-1").glob("data-*")) == ["data-0", "data-1"]
 
     resumed = support.run_cli(*args[:-5], "--resume", *args[-5:], timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from epoch-" in resumed.stderr
     assert _seen(resumed.stdout, 0)["tfdata"] == [6] * 320 == _seen(resumed.stdout, 1)["tfdata"]
+
+
+@pytest.mark.slow
+def test_under_launch_a_small_step_many_times_slower_than_one_device_is_said():
+    """Issue 33: each process times the step on one of its devices, on a batch of the global shape made of its own
+    rows. A batch-32 residual MLP: measured 58-69x slower over 2 processes x 2 devices than on one device here."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2", support.SCRIPTS / "long_batch32.py",
+                          "--epochs", "1", "--samples", "3200", timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    said = [line for line in job.stderr.splitlines() if "the same step took on one device" in line]
+    assert len(said) == 2 and all("4 CPU devices over 2 processes: a training step takes " in line for line in said)

@@ -395,6 +395,8 @@ def test_a_plain_script_runs_with_its_weights_sharded():
     assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout
 # --- KerasCalls: whose error is it? (in-process, stand-ins for Keras's method and the layers below) ---------
 
+from acceltrain.commands.plain_check import Verdict  # noqa: E402
+
 class _Model:
     plain_calls = 0
 
@@ -458,25 +460,44 @@ def _call(name, model, keras_method):
 
 
 @pytest.mark.parametrize(
-    "fails_plainly, fails_hooked, num_processes, says",
+    "verdict, says, warned",
     [
-        (True, False, 1, "model.fit fails the same way without acceltrain (ValueError"),
-        (False, True, 1, "model.fit fails only under acceltrain"),
-        (True, True, 1, "model.fit fails without acceltrain too, but differently (ValueError"),
-        (True, False, 2, "not rerun without acceltrain in a job of several processes"),
+        (Verdict("failed", "RuntimeError", "broken"), "model.fit (the script's call 1 of fit) fails the same way "
+         "without acceltrain (RuntimeError in the same script run plainly, in a fresh process): the error is the script's", False),
+        (Verdict("passed"), "fails only under acceltrain: the same script run without acceltrain, in a fresh process, "
+         "makes that call and it succeeds", True),
+        (Verdict("failed", "TypeError", "bad"), "fails without acceltrain too, but differently (TypeError: bad, in the "
+         "same script run plainly, in a fresh process)", False),
+        (Verdict("timed out"), "had not reached that call when its time was up, so there is no verdict", False),
+        (Verdict("not reached", "OSError", "no file"), "never made that call (it raised OSError: no file)", False),
+        ("a job of several processes: one plain process would not be the same job", "not run again without "
+         "acceltrain (a job of several processes: one plain process would not be the same job). To tell whose", False),
     ],
 )
-def test_a_failing_call_is_rerun_without_the_hooks_to_say_whose_error_it_is(fails_plainly, fails_hooked,
-                                                                            num_processes, says, monkeypatch):
-    lines, model = [], _Model()
-    calls = _calls(lines, monkeypatch, num_processes)
-    with pytest.raises(Exception) as raised:
-        calls(_call("fit", model, _keras_fit(fails_plainly)), _below(fails_hooked))
+def test_a_failing_call_is_judged_by_the_script_run_plainly_in_a_fresh_process(verdict, says, warned, monkeypatch):
+    """Issue 33: the half-failed process never judges itself; the judge's verdict (plain_check.py) is said."""
+    lines, model, asked = [], _Model(), []
+    calls = _calls(lines, monkeypatch)
+    calls.judge = lambda name, nth: asked.append((name, nth)) or verdict
+    with pytest.raises(RuntimeError) as raised:
+        calls(_call("fit", model, _keras_fit(False)), _below(True))
     calls.tell_whose(raised.value)
 
     assert says in lines[-1][1]
-    assert (lines[-1][0] == "warn") == (not fails_plainly)  # acceltrain's own bug is a warning
-    assert model.plain_calls == (num_processes == 1) + (not fails_hooked and fails_plainly)
+    assert (lines[-1][0] == "warn") == warned  # acceltrain's own bug is a warning
+    assert asked == [("fit", 1)] and model.plain_calls == 0  # nothing rerun in this process
+
+
+def test_the_judge_counts_the_scripts_calls_of_that_name(monkeypatch):
+    lines, model, asked = [], _Model(), []
+    calls = _calls(lines, monkeypatch)
+    calls.judge = lambda name, nth: asked.append((name, nth)) or Verdict("passed")
+    calls(_call("fit", model, _keras_fit(False)), _below(False))
+    calls(_call("evaluate", model, _keras_fit(False)), _below(False))
+    with pytest.raises(RuntimeError) as raised:
+        calls(_call("fit", model, _keras_fit(False)), _below(True))
+    calls.tell_whose(raised.value)
+    assert asked == [("fit", 2)]
 
 
 def test_an_error_outside_any_keras_call_points_to_running_the_script_plainly(monkeypatch):
@@ -559,8 +580,9 @@ def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
 
     assert plain.returncode == 1 and "TypeError" in plain.stderr
     assert run.returncode == 1 and "TypeError" in run.stderr
-    assert ("acceltrain: model.fit fails the same way without acceltrain (TypeError with the script's own inputs and "
-            "no distribution): the error is the script's, not acceltrain's.") in run.stderr.splitlines()[-2]
+    assert ("acceltrain: model.fit (the script's call 1 of fit) fails the same way without acceltrain (TypeError in the "
+            "same script run plainly, in a fresh process): the error is the script's, not acceltrain's."
+            ) in run.stderr.splitlines()[-2]
     assert run.stderr.splitlines()[-1].startswith("acceltrain: where the ")  # a failed run's time is told too
 
 
@@ -781,3 +803,34 @@ def test_a_jax_scripts_save_does_not_import_tensorflow_under_run(tmp_path, cli):
     ran = cli("run", script, tmp_path / "run")
     assert ran.returncode == 0, ran.stderr
     assert "tensorflow imported: False" in ran.stdout
+
+
+# --- The verdict's plain run (plain_check.py): a fresh process, stopped at the call ------------------------------
+
+def test_the_plain_run_of_a_verdict_stops_at_the_failed_call_and_says_how_it_ended(tmp_path):
+    """Issue 33: the script run plainly in a fresh process until its N-th fit returns or raises, then ended, so nothing
+    after that call runs twice; a call it never reaches, and a script that sets another backend, said as they are."""
+    import sys
+
+    from acceltrain.commands import plain_check
+
+    script = tmp_path / "two_fits.py"
+    script.write_text(
+        'import os, sys\nos.environ["KERAS_BACKEND"] = "tensorflow"  # overruled: Keras is loaded on jax first\n'
+        "import keras, numpy as np\nfrom pathlib import Path\n"
+        "model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])\nmodel.compile('sgd', 'mse')\n"
+        "x = np.ones((8, 3), 'float32')\nmodel.fit(x, x[:, :1], verbose=0)\n"
+        "Path(sys.argv[1], 'backend').write_text(keras.backend.backend())\n"
+        "model.fit(x, x[:5, :1], verbose=0)  # 8 inputs, 5 targets: the script's own error\n"
+        "Path(sys.argv[1], 'after').write_text('ran')\n")
+    env = support.env()
+    first = plain_check.judge(script, [str(tmp_path)], "jax", "fit", 1, 120, env)
+    assert first == Verdict("passed") and not (tmp_path / "backend").exists()  # ended right after the call
+    second = plain_check.judge(script, [str(tmp_path)], "jax", "fit", 2, 120, env)
+    assert second.outcome == "failed" and second.error_type == "ValueError", second
+    assert (tmp_path / "backend").read_text() == "jax" and not (tmp_path / "after").exists()
+    assert plain_check.judge(script, [str(tmp_path)], "jax", "predict", 1, 120, env).outcome == "not reached"
+
+    assert plain_check.shown(script, ["a"], "tensorflow") == f"KERAS_BACKEND=tensorflow {sys.executable} {script} a"
+    assert plain_check.shown(script, ["a"], "jax") == (f"{sys.executable} -m acceltrain.commands.plain_check --backend "
+                                                       f"jax -- {script} a")  # the variable alone would not hold

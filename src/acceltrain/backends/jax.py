@@ -11,6 +11,7 @@ import threading
 import time
 
 import jax
+import numpy as np
 
 from acceltrain.watchdog import FLOOR_SECONDS
 
@@ -686,15 +687,16 @@ def step_callbacks(distribution) -> list:
 
         log.info(f"{distribution.device_mesh.devices.size} CPU devices: Keras runs one step at a time here (it waits "
                  "for each step's metrics), as XLA's CPU collectives can deadlock when steps overlap")
-    timed = [] if "timed on one device" in _told or jax.process_count() > 1 else [_timed_on_one_device()()]
+    timed = [] if "timed on one device" in _told else [_timed_on_one_device()()]
     return [_one_step_at_a_time()(), *timed]
 
 
 # When a fit on several CPU devices is timed against one device (_timed_on_one_device): after this many training
-# steps (the first ones compile), when they take at least this long (a fast step is not worth a compile), over this
-# many steps of the copy.
+# steps (the first ones compile), over this many steps of the copy. Steps of any length (issue 33: a batch-32 MLP,
+# 1 ms a step plainly, took 13 ms on 8 devices and 38 ms under launch, unsaid below the old 10 ms threshold): the
+# copy's compile is paid once a process, a second or two for such a step.
 COMPARE_AFTER_STEPS = 50
-COMPARE_FROM_STEP_SECONDS = 0.01
+COMPARE_FROM_STEP_SECONDS = 0.0
 COMPARE_STEPS = 5
 
 
@@ -704,8 +706,9 @@ def _timed_on_one_device():
     the several CPU devices it runs on, and says so when those are many times slower
     (decisions.slower_on_several_devices). The copy: Keras's own train_step, jitted with no distribution, on a copy
     of the fit's state and its last batch on the first device. One compile of the step (seconds) and a few steps:
-    paid once a process, only where steps take COMPARE_FROM_STEP_SECONDS or more. One process only: in a job of
-    several, no process holds the whole batch."""
+    paid once a process, only where steps take COMPARE_FROM_STEP_SECONDS or more. In a job of several processes,
+    where no process holds the whole batch, each times the step on one of its devices on a batch of the global
+    shape made of its own rows (the same arithmetic), all at the same step, so none waits in a collective."""
     import keras
 
     from acceltrain.backends import keras_internals
@@ -743,7 +746,8 @@ def _compare(model, batch, several: float) -> None:
     previous = keras.distribution.distribution()
     keras.distribution.set_distribution(None)  # Keras's own step, traced undistributed
     try:
-        state, batch = jax.device_put((keras_internals.training_state(model), batch), jax.local_devices()[0])
+        here = jax.tree.map(_here_whole, (keras_internals.training_state(model), batch))
+        state, batch = jax.device_put(here, jax.local_devices()[0])
         step = jax.jit(model.train_step)
         started = time.perf_counter()
         state = jax.block_until_ready(step(state, batch)[1])
@@ -759,9 +763,25 @@ def _compare(model, batch, several: float) -> None:
     finally:
         keras.distribution.set_distribution(previous)
     devices = len(jax.devices())
-    line = decisions.slower_on_several_devices(devices, several, statistics.median(seconds), compiled, COMPARE_STEPS)
+    line = decisions.slower_on_several_devices(devices, several, statistics.median(seconds), compiled, COMPARE_STEPS,
+                                               processes=jax.process_count())
     if line:
         log.info(line)
+
+
+def _here_whole(value):
+    """A value of the fit's state or batch as one array in this process: itself where this process holds all of it;
+    else its rows here, repeated to the global shape (a batch split over processes: the same shapes, the same
+    arithmetic); a weight split over the processes raises (nothing timed)."""
+    if not isinstance(value, jax.Array) or value.is_fully_addressable:
+        return value
+    if value.is_fully_replicated:
+        return value.addressable_data(0)
+    rows = np.concatenate([np.asarray(shard.data) for shard in sorted(
+        value.addressable_shards, key=lambda shard: shard.index[0].start or 0)])
+    if rows.shape[1:] != value.shape[1:]:
+        raise ValueError(f"split along another axis than the batch's: {value.shape}")
+    return np.resize(rows, value.shape)
 
 
 def _tell_once(line: str) -> None:

@@ -534,6 +534,24 @@ def put_back_values(values) -> bool:
     return True
 
 
+# --- A model with no call() under a tf.distribute strategy (backends/tensorflow.py) --------------------------
+
+def built_but_not_marked(model) -> bool:
+    """Whether `model` has no call() of its own (a VAE of an encoder and a decoder, its own train_step), is not marked
+    built, and every layer inside it is built: nothing is left to build in it, but Keras, under a tf.distribute
+    strategy, would build it by calling it on a symbolic batch, which it cannot answer.
+
+    Relies on: trainers/trainer.py::_symbolic_build, which calls the model when `not all(layer.built for layer in
+    self._flatten_layers())` (the model itself among them); keras.Model's own call() raises for a subclass that
+    defines none.
+    """
+    import keras
+
+    own_call = any("call" in vars(cls) for cls in type(model).__mro__
+                   if issubclass(cls, keras.Model) and cls is not keras.Model)
+    return not own_call and not model.built and all(layer.built for layer in model._flatten_layers(include_self=False))
+
+
 # --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax.py) ---------
 
 def layers_not_jitted(model) -> list:

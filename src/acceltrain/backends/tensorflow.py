@@ -262,8 +262,21 @@ def scope(distribution):
     if distribution is None:
         yield
         return
-    with distribution.scope():  # TensorFlow leaves the strategy's scope in a finally
-        yield
+    with distribution.scope(), tf.variable_creator_scope(_plain_in_dataset_functions):
+        yield  # TensorFlow leaves both scopes in a finally
+
+
+def _plain_in_dataset_functions(next_creator, **kwargs):
+    """A variable created while a tf.data function is traced (`dataset.map(f)`) is created as a plain run creates it,
+    not by the strategy: the function runs on the input pipeline's host, outside any replica, and a mirrored
+    variable born there cannot be lifted out of it (TensorFlow's UnliftableError). Keras's global random state is
+    the one such variable: `keras.random.normal(...)` without a seed inside a map creates it on first use. tf.data
+    names the graph it traces a function in "Dataset_<transformation>_<function>" (measured: tensorflow 2.21)."""
+    if getattr(tf.compat.v1.get_default_graph(), "name", "").startswith("Dataset_"):
+        from tensorflow.python.ops import resource_variable_ops
+
+        return resource_variable_ops.default_variable_creator_v2(None, **kwargs)  # the creator of a plain run
+    return next_creator(**kwargs)
 
 
 def release(distribution) -> None:
@@ -271,7 +284,15 @@ def release(distribution) -> None:
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model."""
+    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
+    Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a
+    decoder, its own train_step) is marked built: Keras builds a model under a strategy by calling it on a symbolic
+    batch (`_maybe_symbolic_build`), which such a model cannot answer, and a plain run never calls it. Keras still
+    builds its optimizer and metrics, in the strategy's scope."""
+    from acceltrain.backends import keras_internals
+
+    if tf.distribute.has_strategy() and keras_internals.built_but_not_marked(call.model):
+        call.model.built = True
     return proceed(call)
 
 

@@ -64,9 +64,6 @@ def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None
                          "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
                          "one host first, then launch without it.")
     outputs.check_file_folder(ledger_file, "--ledger")
-    if processes > 1:
-        flags = {"coordinator": "127.0.0.1:0", "num_processes": processes, "process_id": 0}
-        cluster.choose_processes(backend_name, flags, {}, False)  # refuses TensorFlow with its reason
 
     # 2. Start the processes: the same command, each told its index.
     coordinator = f"127.0.0.1:{_free_port()}"
@@ -392,19 +389,30 @@ class SameLines:
 
 def _backend_of_the_job(script: str, backend: str | None, processes: int) -> str:
     """--backend, else the one the script ends with plainly (its own choice, script_source.py, over KERAS_BACKEND),
-    else Keras's config, else JAX. The script's own TensorFlow in a job of several processes is overruled to JAX,
-    in words: such a job trains on JAX only (cluster.choose_processes), and Keras code runs on either."""
+    else Keras's config, else JAX. TensorFlow in a job of several processes is refused, naming what chose it (the
+    flag, the script's line, the variable): such a job trains on JAX only (Keras 3's fit fails under TensorFlow's
+    MultiWorkerMirroredStrategy), and a script that sets TensorFlow itself may use TensorFlow's own API, which JAX
+    would not run."""
     from acceltrain import script_source
 
     env = os.environ.get("KERAS_BACKEND")
     choice = script_source.backend_choice(Path(script).read_text(errors="replace")) if backend is None else None
     ended = choice.over(env) if choice is not None else env
-    name, _ = decisions.choose_backend(backend, None, ended, backends.jax_importable(), backends.keras_config_backend())
-    if processes > 1 and name == "tensorflow" and ended != env:
-        log.warn(f"the script sets its Keras backend on line {choice.line} ({choice.said}), but a job of several processes trains on JAX "
-                 "only (Keras 3's fit fails under TensorFlow's MultiWorkerMirroredStrategy: keras-team/keras#20585): "
-                 f"it runs on JAX. To keep TensorFlow, run it in one process: acceltrain run {script}")
-        return "jax"
+    name, reason = decisions.choose_backend(backend, None, ended, backends.jax_importable(),
+                                            backends.keras_config_backend())
+    if processes > 1 and name == "tensorflow":
+        if backend is not None:
+            chosen, keep = "--backend tensorflow", "leave out --backend tensorflow (or pass --backend jax)"
+        elif choice is not None and ended != env:
+            chosen = f"{Path(script).name}, whose line {choice.line} sets its backend ({choice.said})"
+            keep = (f"where its code runs on JAX too, change line {choice.line} to 'jax' (check it plainly first: "
+                    f"python {script}) or pass --backend jax")
+        else:
+            chosen, keep = f"TensorFlow as the Keras backend ({reason})", "pass --backend jax"
+        raise UsageError(
+            f"Received acceltrain launch --processes {processes} with {chosen}. A job of several processes trains on "
+            "JAX only: Keras 3's fit fails under TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585). "
+            f"Valid: TensorFlow in one process over this host's devices (acceltrain run {script}), or, to launch, {keep}.")
     return name
 
 

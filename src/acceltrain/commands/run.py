@@ -56,6 +56,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     verify = verification.check_steps(verify, "--verify")
     checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
     _keep_the_scripts_backend(script, backend)
+    users_environment = dict(os.environ)  # before connect() sets its variables: what a plain run gets
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
                       stall_timeout=stall_timeout, device_memory=device_memory, precision=precision)
@@ -68,7 +69,8 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
     from acceltrain.backends import keras_internals
     from acceltrain.training import ledger_watch
 
-    calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend))
+    calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
+                       judge=_plain_judge(script, argv, runtime, started, users_environment))
     checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
         runtime, checkpointing, _resume_command(checkpointing, script, argv))
     window = None
@@ -185,8 +187,27 @@ def _no_reload_of_keras(backend: str):
 def _plain_command(script: Path, argv, backend: str) -> str:
     """The command that runs the script as it ran here, without acceltrain: this interpreter, the script's own
     arguments, and the Keras backend it ran on (KERAS_BACKEND: whatever chose it, the user's environment, the
-    script or the default, the plain run then takes the same)."""
-    return shlex.join([f"KERAS_BACKEND={backend}", sys.executable, str(script), *argv])
+    script or the default, the plain run then takes the same; where the script sets another one itself, --backend
+    overruled it here, and the command loads Keras on this one first: plain_check.shown)."""
+    from acceltrain.commands import plain_check
+
+    return plain_check.shown(script, argv, backend)
+
+
+def _plain_judge(script: Path, argv, runtime, started: float, environment: dict):
+    """KerasCalls's judge: the script run plainly in a fresh process, up to its failed call, where
+    decisions.choose_plain_recheck allows (said in one line); else why not."""
+    from acceltrain.commands import plain_check
+
+    def judge(name: str, nth: int):
+        seconds, reason = decisions.choose_plain_recheck(runtime.num_processes, runtime.platform, time.time() - started)
+        if seconds is None:
+            return reason
+        log.info(f"model.{name} failed; running the script without acceltrain in a fresh process, up to that call, to "
+                 f"tell whose error it is ({reason})")
+        return plain_check.judge(script, argv, runtime.backend, name, nth, seconds, environment)
+
+    return judge
 
 
 def _resume_command(flags, script: Path, argv) -> str:
@@ -337,21 +358,22 @@ class KerasCalls:
     """Layer "script_calls" (keras_internals.LAYERS): the script's fit, evaluate and predict calls, as it made
     them: counted, and rechecked when one fails.
 
-    When a call raises, it is rerun once with the script's own arguments on Keras's own method (no layer: no
-    input preparation) and no global distribution, so the user learns whose error it is. The rerun is skipped
-    in a multi-process job: one process alone would wait forever in the others' collectives.
+    When a call raises, the script's end says whose error it is: `judge(name, nth)` runs the same script plainly in
+    a fresh process up to that call (plain_check.py) and returns its Verdict, or a string saying why it did not
+    run (None: no judge).
     """
 
-    def __init__(self, runtime, plain_command: str):
+    def __init__(self, runtime, plain_command: str, judge=None):
         from acceltrain.backends import keras_internals
 
         self.runtime = runtime
         self.plain_command = plain_command  # how the user runs the script without acceltrain (_plain_command)
+        self.judge = judge
         self.counts: Counter = Counter()
         self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
         self.why_undistributed: list = []
         self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
-        self.failed: tuple | None = None  # (name, error, the same call's error without acceltrain, or None)
+        self.failed: tuple | None = None  # (name, error, which of the script's calls of that name it was)
         self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
 
     def __call__(self, call, proceed):
@@ -359,6 +381,7 @@ class KerasCalls:
 
         outermost = self._depth == 0
         self._depth += 1
+        self.counts[call.name] += outermost
         before = keras_internals.variable_values(call.model) if outermost else []
         try:
             with self.runtime.watchdog.watching(f"{call.name} (compiling and running the first step)"):
@@ -367,62 +390,48 @@ class KerasCalls:
             raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
         except Exception as error:
             if outermost and self.failed is None:
-                rerun = keras_internals.put_back_values(before)
-                self.failed = (call.name, error, self._recheck(call) if rerun else "trained")
+                self.failed = (call.name, error, self.counts[call.name])  # judged once the script has ended
+            keras_internals.put_back_values(before)  # a script that catches the error keeps a whole model
             raise
         finally:
             self._depth -= 1
-            self.counts[call.name] += outermost
             if outermost and call.undistributed:
                 self.undistributed[call.name] += 1
                 self.why_undistributed += [why.split(". ")[0] for why in call.undistributed
                                            if why.split(". ")[0] not in self.why_undistributed]
 
-    def _recheck(self, call):
-        """The same call on Keras's own method and no distribution: the exception it raises, None if none,
-        or "skipped"."""
-        if self.runtime.num_processes > 1:
-            return "skipped"
-        import keras
-
-        log.info(f"model.{call.name} failed; running the same call once more without acceltrain's hooks, "
-                 "to tell whose error it is")
-        previous = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
-        try:
-            if previous is not None:
-                keras.distribution.set_distribution(None)
-            with contextlib.redirect_stdout(sys.stderr):  # the script's stdout keeps only the script's output
-                call.keras(call.model, *call.args, **call.kwargs)
-        except Exception as error:  # noqa: BLE001  (any error is the answer)
-            return error
-        finally:
-            if previous is not None:
-                keras.distribution.set_distribution(previous)
-        return None
-
     def tell_whose(self, error: BaseException) -> None:
-        """After the script's traceback: whether the failure is the script's or acceltrain's."""
+        """After the script's traceback: whether the failure is the script's or acceltrain's, as the same script run
+        plainly in a fresh process says (`judge`), never the half-failed process itself."""
         if self.failed is None or self.failed[1] is not error:
             log.info(f"the error was raised in the script's own code, outside fit/evaluate/predict; to see whether "
                      f"it fails without acceltrain too, run: {self.plain_command}")
             return
-        name, _, plain = self.failed
-        if plain == "trained":
-            log.info(f"model.{name} failed after it had run steps, so it was not rerun without acceltrain. To "
-                     f"tell whose error it is, run: {self.plain_command}")
-        elif plain == "skipped":
-            log.info(f"model.{name} failed; not rerun without acceltrain in a job of several processes. To tell "
-                     f"whose error it is, run: {self.plain_command}")
-        elif plain is None:
-            log.warn(f"model.{name} fails only under acceltrain: the same call without acceltrain's hooks (the "
-                     "script's own inputs, no distribution) succeeds. This is acceltrain's bug, not the script's: "
-                     "please report it with this output.")
-        elif type(plain) is type(error):
-            log.info(f"model.{name} fails the same way without acceltrain ({type(plain).__name__} with the "
-                     "script's own inputs and no distribution): the error is the script's, not acceltrain's.")
+        name, _, nth = self.failed
+        verdict = self.judge(name, nth) if self.judge is not None else None
+        which = f"model.{name} (the script's call {nth} of {name})"
+        if verdict is None or isinstance(verdict, str):
+            why = f" ({verdict})" if verdict else ""
+            log.info(f"{which} failed; not run again without acceltrain{why}. To tell whose error it is, run: "
+                     f"{self.plain_command}")
+        elif verdict.outcome == "passed":
+            log.warn(f"{which} fails only under acceltrain: the same script run without acceltrain, in a fresh process, "
+                     "makes that call and it succeeds. This is acceltrain's bug, not the script's: please report it "
+                     f"with this output. The plain run: {self.plain_command}")
+        elif verdict.outcome == "failed" and verdict.error_type == type(error).__name__:
+            log.info(f"{which} fails the same way without acceltrain ({verdict.error_type} in the same script run "
+                     "plainly, in a fresh process): the error is the script's, not acceltrain's.")
+        elif verdict.outcome == "failed":
+            log.info(f"{which} fails without acceltrain too, but differently ({verdict.error_type}: {verdict.message}, "
+                     f"in the same script run plainly, in a fresh process): most likely the script's error; to "
+                     f"compare, run: {self.plain_command}")
+        elif verdict.outcome == "timed out":
+            log.info(f"{which} failed; the same script run without acceltrain had not reached that call when its time "
+                     f"was up, so there is no verdict. To tell whose error it is, run: {self.plain_command}")
         else:
-            log.info(f"model.{name} fails without acceltrain too, but differently ({type(plain).__name__}: "
-                     f"{plain}): most likely the script's error; to be sure, run: {self.plain_command}")
+            elsewhere = f" (it raised {verdict.error_type}: {verdict.message})" if verdict.error_type else ""
+            log.info(f"{which} failed; the same script run without acceltrain, in a fresh process, never made that "
+                     f"call{elsewhere}, so there is no verdict. To compare, run: {self.plain_command}")
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""

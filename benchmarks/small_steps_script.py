@@ -1,0 +1,108 @@
+"""The script benchmarks/small_steps.py times: a batch-32 training step of a small model, as Keras's fit runs it
+(`--loop fit`, run plainly, under `acceltrain run` or `launch`; `--loop keras-dp`: plain Keras with DataParallel set
+by hand) or as a hand-written jitted step over the same devices (`--loop hand`: the floor). Prints its per-step seconds as JSON on its last line (process 0's, under launch).
+
+    python small_steps_script.py --model mlp --loop fit --steps 200
+"""
+
+import argparse
+import json
+import os
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--model", choices=("mlp", "lstm"), default="mlp")
+parser.add_argument("--loop", choices=("fit", "keras-dp", "hand"), default="fit")
+parser.add_argument("--steps", type=int, default=200)
+args = parser.parse_args()
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import jax  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+BATCH = 32
+
+
+class MLP(keras.Model):
+    """A subclassed MLP, as keras.io's guides write one."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(64, activation="relu")
+        self.out = keras.layers.Dense(10, activation="softmax")
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
+def make_model():
+    keras.utils.set_random_seed(0)
+    if args.loop == "keras-dp":  # plain Keras's own data parallelism, set by hand: what acceltrain sets for it
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+    if args.model == "mlp":
+        model, shape = MLP(), (32,)
+    else:
+        model = keras.Sequential([keras.layers.LSTM(64), keras.layers.Dense(10, activation="softmax")])
+        shape = (40, 16)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    return model, shape
+
+
+model, shape = make_model()
+processes = jax.process_count()
+samples = BATCH * args.steps
+rng = np.random.default_rng(0)
+x = rng.random((samples, *shape), dtype=np.float32)
+y = rng.integers(0, 10, samples)
+
+
+class StepSeconds(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.started = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds = (time.perf_counter() - self.started) / args.steps
+
+
+if args.loop in ("fit", "keras-dp"):
+    timer = StepSeconds()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[timer])  # the second epoch's steps
+    seconds = timer.seconds
+else:
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    model.build((None, *shape))
+    model.optimizer.build(model.trainable_variables)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    mesh = Mesh(np.array(jax.devices()), ("batch",))
+    split, whole = NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+
+    def loss_of(trainable, fixed, xb, yb):
+        predicted, fixed = model.stateless_call(trainable, fixed, xb)
+        return loss_fn(yb, predicted), fixed
+
+    @jax.jit
+    def step(trainable, fixed, slots, xb, yb):
+        (loss, fixed), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable, fixed, xb, yb)
+        trainable, slots = model.optimizer.stateless_apply(slots, grads, trainable)
+        return trainable, fixed, slots, loss
+
+    state = jax.device_put(([v.value for v in model.trainable_variables],
+                            [v.value for v in model.non_trainable_variables],
+                            [v.value for v in model.optimizer.variables]), whole)
+    local = BATCH // processes
+    index = jax.process_index()
+
+    def batch(i):  # this process's rows of global batch i (every process-th sample, as acceltrain shares them)
+        rows = slice(i * BATCH + index, (i + 1) * BATCH, processes)
+        return [jax.make_array_from_process_local_data(split, part[rows], (BATCH, *part.shape[1:]))
+                for part in (x, y)]
+
+    for epoch in range(2):
+        started = time.perf_counter()
+        for i in range(args.steps):
+            *state, loss = step(*state, *batch(i))
+            float(loss)  # each step finished, as Keras's fit waits for its logs on several CPU devices
+        seconds = (time.perf_counter() - started) / args.steps
+print(json.dumps({"step_seconds": seconds, "devices": jax.device_count(), "processes": processes}))
