@@ -66,8 +66,8 @@ def test_connect_prints_its_decision_with_the_reason(capsys):
     acceltrain.connect(simulate_devices=8)
     line = capsys.readouterr().err.strip()
     assert line.count("\n") == 0
-    assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it; 8 devices: each takes a slice "
-            "of every batch)") in line  # where the backend came from, too
+    assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it, from KERAS_BACKEND; 8 devices: "
+            "each takes a slice of every batch)") in line  # where the backend came from, too
 
 
 def test_connect_distribution_none_uses_one_replica():
