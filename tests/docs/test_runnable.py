@@ -13,9 +13,21 @@ def every_block() -> list[runnable.Block]:
     return [block for page in runnable.documents() for block in runnable.find(page)]
 
 
+# Blocks that fail today, each with why; strict: the day one passes, its test fails until it leaves this list.
+FAILING = {
+    ("big-models.md", "python examples/gemma_lora/make_preset.py"):
+        "keras_hub's CausalLM.fit now reaches acceltrain as a grain PrefetchIterDataset, which --verify refuses "
+        "('Received --verify 3 for a fit on PrefetchIterDataset'), and the autopilot weighs it by its state alone "
+        "(data parallel, not the fsdp the page shows): a grain input path for verify and the autopilot is needed",
+}
+
+
 def cases() -> list:
     every = [case for page in runnable.documents() for case in runnable.executed(runnable.find(page))]
-    return [pytest.param(block, files, id=block.where) for block, files in runnable.once_each(every)]
+    return [pytest.param(block, files, id=block.where, marks=[
+                pytest.mark.xfail(strict=True, reason=FAILING[key]) for key in FAILING
+                if key[0] == block.page.name and block.code.startswith(key[1])])
+            for block, files in runnable.once_each(every)]
 
 
 def check(block: runnable.Block, files: list[runnable.Block], folder) -> None:
@@ -45,6 +57,8 @@ def test_the_manual_has_runnable_blocks_and_every_marker_reads():
     pages = {block.page.name for block in blocks}
     assert {"README.md", "index.md", "your-script.md", "clusters.md", "checkpoints.md"} <= pages
     assert any(not block.title for block in blocks)
+    for page_name, start in FAILING:  # each names a block there is
+        assert any(b.page.name == page_name and b.code.startswith(start) for b in blocks), (page_name, start)
 
 
 def page(tmp_path, text: str):
