@@ -31,6 +31,7 @@ REPO = HERE.parent
 RESULTS = HERE / "results"
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "acceltrain-benchmarks-quick"
 MEASURED = "measured"
+UNCOMMITTED = "+changes"  # after a record's commit: the tree had changes no commit holds (render.py refuses it)
 # Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
              "numpy")
@@ -65,6 +66,12 @@ class Run:
         self.command = shlex.join(["python", f"benchmarks/{self.script}", *without_results(sys.argv[1:])])
         self.started = time.time()
         self.machine = machine()
+        commit = versions().get("commit")
+        if not self.quick and (commit is None or commit.endswith(UNCOMMITTED)):
+            tree = f"a tree with uncommitted changes ({commit})" if commit else "a tree with no git commit"
+            sys.exit(f"Received a full run on {tree}. A record must name the commit it measured, and render.py "
+                     "refuses one that does not: commit first (or stash), then rerun; --quick checks the pipeline "
+                     "on any tree.")
 
     def save(self, section: str, raw: dict) -> Path:
         finished = time.time()
@@ -137,7 +144,7 @@ def versions() -> dict:
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True)
         if head.returncode == 0:
-            found["commit"] = head.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+            found["commit"] = head.stdout.strip() + (UNCOMMITTED if dirty.stdout.strip() else "")
     except OSError:
         pass
     return found

@@ -6,7 +6,8 @@
 
 Runs no benchmark. Each section is rendered by the script that measures it (sections.py lists them):
 `summarize(raw)`, then `render(summary, record)`, with the record's provenance (date, machine, load,
-versions; or the source of a transcribed record) under its heading. A record marked quick is refused.
+versions; or the source of a transcribed record) under its heading. A record marked quick is refused, and so
+is a measured one that names no commit or an uncommitted tree ("<commit>+changes").
 
 Elsewhere (README.md, docs/**/*.md) a measured figure or sentence sits between markers that name its
 section and quote; this script writes what is between them:
@@ -53,10 +54,25 @@ def records(folder: Path = _results.RESULTS, allow_quick: bool = False) -> dict:
             raise RefusedRecord(f"{path} is a --quick run's record (tiny settings, a pipeline check): it must not "
                                 f"be rendered into the committed files. Rerun `{section.command}` in full, or "
                                 "restore the committed record with `git checkout -- benchmarks/results`.")
+        if record is not None and not allow_quick:
+            _refuse_uncommitted(path, record, section.command)
         if record is not None and record.get("section") != section.name:
             raise RefusedRecord(f"{path} holds section {record.get('section')!r}, not {section.name!r}")
         found[section.name] = record
     return found
+
+
+def _refuse_uncommitted(path: Path, record: dict, command: str) -> None:
+    """A measured record must name the commit it measured: one taken on a tree with uncommitted changes
+    ("<commit>+changes"), or with no commit at all, describes code nobody can check out."""
+    if record["provenance"] != _results.MEASURED:
+        return
+    commit = (record.get("versions") or {}).get("commit")
+    if commit is None or commit.endswith(_results.UNCOMMITTED):
+        said = f"on a tree with uncommitted changes ({commit})" if commit else "with no commit recorded"
+        raise RefusedRecord(f"{path} was measured {said}: its figures may describe code that no commit holds, so "
+                            f"it is not rendered. Commit your changes, then rerun `{command}` on the clean tree "
+                            "(`git status --untracked-files=no` shows nothing), and render again.")
 
 
 def usual_machine(found: dict) -> dict | None:

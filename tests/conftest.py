@@ -177,3 +177,10 @@ def small_mnist(tmp_path_factory) -> Path:
 def cli():
     """Run `acceltrain ARGS` in a subprocess: `cli("train", "--epochs", 1)`."""
     return support.run_cli
+
+
+def pytest_configure(config):
+    """When each slow test last ran, for the validation page (tests/slow_runs.py)."""
+    from tests import slow_runs
+
+    config.pluginmanager.register(slow_runs.Recorder(), "acceltrain-slow-runs")

@@ -40,6 +40,27 @@ def test_choose_backend_reads_keras_config_file_after_the_env(requested, loaded,
     assert choice == expected and reason in why
 
 
+@pytest.mark.parametrize(
+    "loaded, env, in_file, set_before_keras, reason",
+    [
+        ("jax", None, None, True, "the default, set as Keras was imported after acceltrain"),
+        ("jax", "jax", None, False, "Keras was already loaded with it, from KERAS_BACKEND"),
+        ("tensorflow", None, "tensorflow", False, f"Keras was already loaded with it, from {FILE}"),
+        # `import keras, acceltrain`: Keras loaded first, with its own default; the banner names the order for jax
+        ("tensorflow", None, None, False, "Keras was imported before acceltrain, with Keras's own default; import "
+                                          "acceltrain first (or set KERAS_BACKEND=jax) for jax"),
+    ],
+)
+def test_choose_backend_says_where_the_loaded_keras_got_its_backend(loaded, env, in_file, set_before_keras, reason):
+    assert decisions.choose_backend(None, loaded, env, True, (in_file, FILE), set_before_keras) == (loaded, reason)
+
+
+def test_a_backend_keras_cannot_switch_to_names_the_order_that_works():
+    with pytest.raises(UsageError, match=r"backend='tensorflow'.*already loaded with the 'jax'.*Call "
+                                         r"acceltrain\.connect\(backend='tensorflow'\) before `import keras`"):
+        decisions.choose_backend("tensorflow", "jax", None, True, (None, FILE), True)
+
+
 def test_choose_backend_names_the_config_file_of_an_unsupported_backend():
     with pytest.raises(UsageError, match=r"from /home/me/.keras/keras.json: 'torch'.*Valid: jax, tensorflow"):
         decisions.choose_backend(None, None, None, True, ("torch", FILE))

@@ -1,5 +1,5 @@
 """Import invariants: acceltrain, its CLI and its config code start no framework (a `--help` or a config
-check stays instant, and connect() alone chooses Keras's backend)."""
+check stays instant; Keras's backend is chosen by connect(), or as Keras itself is first imported)."""
 
 import pytest
 

@@ -66,9 +66,9 @@ def test_connect_prints_its_decision_with_the_reason(capsys):
     acceltrain.connect(simulate_devices=8)
     line = capsys.readouterr().err.strip()
     assert line.count("\n") == 0
-    assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it; 8 devices: each takes a slice "
-            "of every batch); dtype policy float32; 1 process") in line  # where the backend came from, too; issue 31:
-    # what the models compute in and in how many processes
+    assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it, from KERAS_BACKEND; 8 devices: "
+            "each takes a slice of every batch); dtype policy float32; 1 process") in line  # where the backend came
+    # from, too; issue 31: what the models compute in and in how many processes
 
 def test_connect_distribution_none_uses_one_replica():
     single = acceltrain.connect(distribution="none", verbose=False)

@@ -13,11 +13,13 @@ SHARDED = ("fsdp", "model")  # weights cut over devices: keras.distribution on J
 
 
 def choose_backend(requested: str | None, loaded: str | None, env: str | None, jax_importable: bool,
-                   config_file: tuple[str | None, str] = (None, "")) -> tuple[str, str]:
+                   config_file: tuple[str | None, str] = (None, ""), set_before_keras: bool = False) -> tuple[str, str]:
     """Keras's backend: the one already loaded, else the one asked for, else KERAS_BACKEND, else the one in
     Keras's config file (`config_file`: (backend, path), from backends.keras_config_backend), else jax.
 
     After the loaded Keras and the argument, the order is Keras's own: KERAS_BACKEND over keras.json.
+    `set_before_keras`: the loaded Keras got its backend from importing acceltrain (backends.choose_before_keras),
+    not from the user; `env` is then None (it was not theirs).
     """
     in_file, path = config_file
     for value, source in ((requested, "backend"), (env, "KERAS_BACKEND"), (loaded, "the loaded Keras"),
@@ -30,10 +32,19 @@ def choose_backend(requested: str | None, loaded: str | None, env: str | None, j
     if loaded is not None:
         if requested is not None and requested != loaded:
             raise UsageError(
-                f"Received backend={requested!r}, but Keras is already loaded with the {loaded!r} "
-                "backend in this process and cannot switch. Call connect() before importing keras, "
-                f"or pass backend={loaded!r}."
+                f"Received backend={requested!r}, but Keras is already loaded with the {loaded!r} backend in this "
+                "process and cannot switch: Keras reads its backend once, as it is first imported. Call "
+                f"acceltrain.connect(backend={requested!r}) before `import keras` (or set KERAS_BACKEND={requested} "
+                f"before Python starts), or pass backend={loaded!r}."
             )
+        if set_before_keras:
+            return loaded, "the default, set as Keras was imported after acceltrain"
+        for value, source in ((env, "KERAS_BACKEND"), (in_file, path)):
+            if value == loaded:
+                return loaded, f"Keras was already loaded with it, from {source}"
+        if env is None and in_file is None and loaded != "jax":
+            return loaded, ("Keras was imported before acceltrain, with Keras's own default; import acceltrain "
+                            "first (or set KERAS_BACKEND=jax) for jax")
         return loaded, "Keras was already loaded with it"
     if requested is not None:
         return requested, "asked for"

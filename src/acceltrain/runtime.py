@@ -29,7 +29,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     Args:
         backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
-            else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow.
+            else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow. Keras
+            chooses once, as it is first imported: importing acceltrain before keras makes that choice this
+            default where nobody set one (`import acceltrain, keras` trains on jax).
         simulate_devices: split the CPU into this many devices, to try multi-device code with no
             accelerator. Must be set before JAX starts.
         distribution: "auto" (data parallel when the model fits one device, else fsdp: see Runtime.build),
@@ -65,9 +67,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                          "compute on TPUs and GPUs that run it natively, else float32).")
 
     # 2. Choose the backend and start it.
+    set_before_keras = backends.set_before_keras() is not None  # importing acceltrain set KERAS_BACKEND, not the user
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), os.environ.get("KERAS_BACKEND"), backends.jax_importable(),
-        backends.keras_config_backend(),
+        backend, backends.loaded_keras_backend(), None if set_before_keras else os.environ.get("KERAS_BACKEND"),
+        backends.jax_importable(), backends.keras_config_backend(), set_before_keras,
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id,

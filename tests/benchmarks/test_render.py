@@ -40,6 +40,9 @@ def test_each_record_says_when_where_and_how_it_was_made():
         assert {"cpu", "cores"} <= set(record["machine"]) and "python" in record["versions"]
         if record["provenance"] == _results.MEASURED:
             assert record["started"] and record["finished"] and "raw" in record and "summary" not in record
+            commit = record["versions"].get("commit", "")
+            assert commit and not commit.endswith(_results.UNCOMMITTED), \
+                f"{path} was measured on {commit or 'no commit'}: rerun it on a committed tree"
         else:  # until the rerun: figures copied from an older BENCHMARKS.md, and the record says so
             assert record["provenance"].startswith("Transcribed from BENCHMARKS.md as committed on ")
             assert record["provenance"].endswith("rerun pending") and "summary" in record and "raw" not in record
@@ -51,6 +54,29 @@ def test_a_quick_record_is_refused_for_the_committed_files(tmp_path):
     with pytest.raises(render.RefusedRecord, match="matmul-dtypes.json is a --quick run's record"):
         render.records(tmp_path)
     assert render.records(tmp_path, allow_quick=True)["matmul-dtypes"]["quick"]  # run_all --quick, in a temp folder
+
+
+@pytest.mark.parametrize("commit, says", [
+    ("abc1234+changes", r"measured on a tree with uncommitted changes \(abc1234\+changes\)"),
+    (None, "measured with no commit recorded"),
+])
+def test_a_record_of_no_commit_is_refused_naming_it_and_the_fix(tmp_path, commit, says):
+    record = json.loads((_results.RESULTS / "matmul-dtypes.json").read_text())
+    versions = {k: v for k, v in record["versions"].items() if k != "commit"} | ({"commit": commit} if commit else {})
+    (tmp_path / "matmul-dtypes.json").write_text(json.dumps({**record, "versions": versions}))
+    with pytest.raises(render.RefusedRecord, match=says + r".*Commit your changes, then rerun `python "
+                                                          r"benchmarks/matmul_dtypes.py` on the clean tree"):
+        render.records(tmp_path)
+
+
+def test_a_full_run_on_a_tree_with_uncommitted_changes_stops_before_measuring(tmp_path, monkeypatch):
+    import argparse
+
+    monkeypatch.setattr(_results, "versions", lambda: {"python": "3.11", "commit": "abc1234+changes"})
+    with pytest.raises(SystemExit, match=r"full run on a tree with uncommitted changes \(abc1234\+changes\)\. A "
+                                         r"record must name the commit it measured"):
+        _results.Run("matmul_dtypes.py", argparse.Namespace(quick=False, results=tmp_path))
+    assert _results.Run("matmul_dtypes.py", argparse.Namespace(quick=True, results=tmp_path)).quick  # any tree
 
 
 def test_check_names_a_file_that_was_edited_by_hand(tmp_path, monkeypatch, capsys):

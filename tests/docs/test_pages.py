@@ -178,3 +178,118 @@ def test_every_figure_is_shown_and_says_where_it_came_from():
     assert all(f"figures/{name}" in shown for name in figures)
     assert refusal(made["report.png"]["command"]) is None  # the run it shows is still a command
     assert {"made", "machine", "versions"} <= set(made["report.png"])
+
+
+# --- Figures typed into the pages: a measured one is quoted from its record (between <!-- measured --> markers,
+# benchmarks/render.py) or printed by a runnable block (its output checked); what remains must be a setting of
+# the code, a test's bound, or a fact of another project, each listed here with what it is. A new one fails.
+
+FIGURE = re.compile(r"(?<![\w.\-/])(?:\d[\d,]*(?:\.\d+)?\s*(?:%|×|x(?= )|MiB|GiB|KiB|MB|GB|ms\b|s\b|GFLOP|TFLOP|"
+                    r"min\b|minutes?\b|seconds?\b|hours?\b)|\d+(?:\.\d+)?e-?\d+\b)")
+NOT_PROSE = (re.compile(r"<!-- measured:[\w-]+/[\w-]+ -->.*?<!-- /measured -->", re.S),  # rendered from a record
+             re.compile(r"^```.*?^```", re.S | re.M),  # code: commands and their flags; outputs checked (runnable.py)
+             re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]+`"))  # markers; inline code (flags, values)
+NOT_MEASURED = {  # (page, the figure as written): what it is
+    ("README.md", "2 %"): "setting: decisions.py's checkpoint cost bound",
+    ("watchdog.md", "0 %"): "a description (a process using no CPU)",
+    ("getting-started.md", "2e-3"): "setting: the recipe's learning rate",
+    ("big-models.md", "25 %"): "setting: the memory margin planning keeps",
+    ("big-models.md", "2 ×"): "a mesh shape (2 × 4 devices)",
+    ("big-models.md", "1 MiB"): "setting: weights under it are left whole",
+    ("big-models.md", "14 MiB"): "the example's --device-memory",
+    ("checkpoints.md", "2 %"): "setting: decisions.py's checkpoint cost bound",
+    ("checkpoints.md", "5 minutes"): "setting: decisions.py's checkpoint interval bound",
+    ("checkpoints.md", "1e-6"): "a test's bound",
+    ("checkpoints.md", "2 ×"): "a mesh shape",
+    ("clusters.md", "10 s"): "setting: the wait for the others at a failed exit",
+    ("clusters.md", "5 s"): "setting: the launcher's grace after SIGTERM",
+    ("clusters.md", "30 s"): "setting: jax.distributed's heartbeat timeout as acceltrain sets it",
+    ("clusters.md", "100 s"): "JAX's default heartbeat timeout",
+    ("clusters.md", "300 s"): "JAX's initialization timeout",
+    ("plan.md", "16 GiB"): "a TPU v5e chip's memory, as published (planning/targets.py cites it)",
+    ("plan.md", "3 %"): "a test's bound",
+    ("plan.md", "6 x"): "arithmetic: FLOPs of a training step, 6 x params x batch",
+    ("plan.md", "80 %"): "setting: the estimate's bound",
+    ("plan.md", "1.3 x"): "a test's bound",
+    ("speed.md", "5 %"): "a test's bound",
+    ("tpus.md", "5 minutes"): "setting: how long connect() tries a TPU",
+    ("your-script.md", "0.05 s"): "setting: checks.FLOAT64_WORTH_SAYING_SECONDS",
+    ("your-script.md", "8 MiB"): "setting: arrays under it are not timed",
+    ("your-script.md", "10 ms"): "setting: the shortest step timed on one device",
+    ("index.md", "32 ×"): "arithmetic: Keras's default batch of 32 times 50 steps",
+    ("index.md", "1200 ×"): "arithmetic: the recipe's batch times 50 steps",
+    ("index.md", "10%"): "the seed's symptom: chance accuracy over 10 classes",
+    ("validation.md", "120 s"): "a test's bound",
+    ("validation.md", "20 s"): "a test's bound",
+    ("validation.md", "0 %"): "a description (a process using no CPU)",
+    ("validation.md", "0.2 %"): "a test's bound",
+    ("validation.md", "2 ×"): "a mesh shape",
+    ("validation.md", "16 GiB"): "a TPU v5e chip's memory, as published",
+    ("validation.md", "3 %"): "a test's bound",
+    ("validation.md", "6 x"): "arithmetic: 6 x params x batch",
+    ("validation.md", "1.3 x"): "a test's bound",
+    ("validation.md", "1e-6"): "a test's bound",
+    ("validation.md", "5 minutes"): "setting: decisions.py's checkpoint interval bound",
+}
+
+
+def typed_figures(page: Path) -> list[tuple[int, str]]:
+    """(line, figure) of each figure in the page's prose: a number with a unit of size, time, share or ratio, or in
+    scientific notation, outside code, markers and rendered quotes."""
+    text = page.read_text()
+    for pattern in NOT_PROSE:  # blanked, not removed: line numbers stay the page's
+        text = pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    return [(number, found.group(0)) for number, line in enumerate(text.splitlines(), 1)
+            for found in FIGURE.finditer(line)]
+
+
+def test_no_page_types_a_measured_figure():
+    pages = [page for page in runnable.documents() if page.name != "cli.md"]  # cli.md: generated from the parser
+    typed = [f"{page.relative_to(REPO)}:{line}: {figure!r}" for page in pages for line, figure in typed_figures(page)
+             if (page.name, figure) not in NOT_MEASURED]
+    assert not typed, ("figures typed into the pages, not quoted from a record: " + "; ".join(typed) + ". Quote a "
+                       "measured one between <!-- measured:SECTION/NAME --> markers (benchmarks/render.py), let a "
+                       "runnable block print it, or drop it; a setting, bound or outside fact goes in NOT_MEASURED, "
+                       "saying which.")
+    used = {(page.name, figure) for page in pages for _, figure in typed_figures(page)}
+    assert set(NOT_MEASURED) <= used, f"NOT_MEASURED lists figures no page has now: {set(NOT_MEASURED) - used}"
+
+
+def test_a_typed_figure_is_found_and_a_quoted_or_coded_one_is_not(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("It took 17.4 MiB here,\nand 0 to 6e-7 in three runs.\n"
+                    "<!-- measured:default-job/train-vs-hand -->1.075×<!-- /measured --> and `--device-memory 14MiB`\n"
+                    "```bash\n#   acceltrain: 25.2 MiB\n```\n")
+    assert typed_figures(page) == [(1, "17.4 MiB"), (2, "6e-7")]
+
+
+def test_the_validation_page_says_when_each_slow_test_last_ran_from_the_record():
+    from tests import slow_runs
+
+    text = VALIDATION.read_text()
+    assert slow_runs.SECTION.search(text), "docs/validation.md lost its <!-- slow-runs --> markers"
+    assert text == slow_runs.rendered(text, slow_runs.load()), \
+        "docs/validation.md's slow-test table differs from tests/slow-runs.json: run `python -m tests.slow_runs`"
+    assert slow_runs.table(text, {}).count("\n") - 2 == len(set(slow_runs.SLOW_REFERENCE.findall(
+        slow_runs.SECTION.sub("", text)))) >= 15  # a row for each slow test the page names
+
+
+def test_a_slow_run_is_recorded_by_its_controller_with_how_each_test_ended(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from tests import slow_runs
+
+    monkeypatch.setattr(slow_runs, "RECORD", tmp_path / "slow-runs.json")
+    recorder = slow_runs.Recorder()
+    for nodeid, when, outcome, keywords in [("tests/a.py::t[1]", "call", "passed", {"slow": 1}),
+                                            ("tests/a.py::t[2]", "call", "failed", {"slow": 1}),
+                                            ("tests/b.py::u", "setup", "skipped", {"slow": 1}),
+                                            ("tests/c.py::fast", "call", "passed", {})]:
+        recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, when=when, outcome=outcome, keywords=keywords))
+    recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace(workerinput={})))  # an xdist worker
+    assert not slow_runs.RECORD.exists()
+    recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace()))
+    record = slow_runs.load()
+    assert {name: run["outcome"] for name, run in record.items()} == {"tests/a.py::t": "failed", "tests/b.py::u": "skipped"}
+    page = "`tests/a.py::t` (partly slow)\n<!-- slow-runs -->\n<!-- /slow-runs -->\n"
+    assert f"| `tests/a.py::t` (partly slow) | {record['tests/a.py::t']['finished']} |" in slow_runs.rendered(page, record)

@@ -1,6 +1,7 @@
-"""Every block of README.md and the manual marked runnable (docs/runnable.py says how) runs here, on this CPU,
-and its test fails when the block fails. Blocks marked `runnable slow` (trainings, compiles: tens of seconds
-each) run only under `pytest -m slow`; the rest are in CI."""
+"""Every block of README.md and the manual marked runnable (docs/runnable.py says how) runs here, on this CPU, in
+its fast form, as a user runs it after the plain install (no KERAS_BACKEND, a fresh HOME, the extras it does not
+name uninstalled), and its test fails when the block fails, when an example output on the page is not what it
+printed, or when its connect() line names another backend than that user gets. All of them are in CI."""
 
 import pytest
 
@@ -12,9 +13,21 @@ def every_block() -> list[runnable.Block]:
     return [block for page in runnable.documents() for block in runnable.find(page)]
 
 
+# Blocks that fail today, each with why; strict: the day one passes, its test fails until it leaves this list.
+FAILING = {
+    ("big-models.md", "python examples/gemma_lora/make_preset.py"):
+        "keras_hub's CausalLM.fit now reaches acceltrain as a grain PrefetchIterDataset, which --verify refuses "
+        "('Received --verify 3 for a fit on PrefetchIterDataset'), and the autopilot weighs it by its state alone "
+        "(data parallel, not the fsdp the page shows): a grain input path for verify and the autopilot is needed",
+}
+
+
 def cases() -> list:
-    return [pytest.param(block, files, id=block.where, marks=(pytest.mark.slow,) if block.slow else ())
-            for page in runnable.documents() for block, files in runnable.executed(runnable.find(page))]
+    every = [case for page in runnable.documents() for case in runnable.executed(runnable.find(page))]
+    return [pytest.param(block, files, id=block.where, marks=[
+                pytest.mark.xfail(strict=True, reason=FAILING[key]) for key in FAILING
+                if key[0] == block.page.name and block.code.startswith(key[1])])
+            for block, files in runnable.once_each(every)]
 
 
 def check(block: runnable.Block, files: list[runnable.Block], folder) -> None:
@@ -27,6 +40,9 @@ def check(block: runnable.Block, files: list[runnable.Block], folder) -> None:
                          + "; ".join(repr(line) for line in missing) + ". What they printed:\n"
                          + "\n".join(line for line in done.stderr.splitlines() if "acceltrain:" in line)[-3000:]
                          + "\nUpdate the page's comments to what the commands print now.")
+    backend, wrong = runnable.backend_lines(block, done.stdout + done.stderr)
+    assert not wrong, (f"the block at {block.where} runs after the plain install, where a user gets {backend}, but "
+                       "its connect() said otherwise: " + "; ".join(repr(line) for line in wrong))
 
 
 @pytest.mark.parametrize("block, files", cases())
@@ -40,7 +56,9 @@ def test_the_manual_has_runnable_blocks_and_every_marker_reads():
         block.prepared()  # every replacement occurs in its block
     pages = {block.page.name for block in blocks}
     assert {"README.md", "index.md", "your-script.md", "clusters.md", "checkpoints.md"} <= pages
-    assert any(not block.slow and not block.title for block in blocks), "CI runs at least one block"
+    assert any(not block.title for block in blocks)
+    for page_name, start in FAILING:  # each names a block there is
+        assert any(b.page.name == page_name and b.code.startswith(start) for b in blocks), (page_name, start)
 
 
 def page(tmp_path, text: str):
@@ -90,7 +108,9 @@ def test_a_blocks_example_output_must_be_what_its_command_prints(tmp_path):
 
 @pytest.mark.parametrize("marker, says", [
     ("<!-- runnable quick -->\n```bash\ntrue\n```\n", "Received <!-- runnable quick -->"),
-    ("<!-- runnable; epochs 1 -->\n```bash\ntrue\n```\n", "Received the replacement 'epochs 1'"),
+    ("<!-- runnable slow -->\n```bash\ntrue\n```\n", "Received <!-- runnable slow -->"),  # every block runs in CI
+    ("<!-- runnable; epochs 1 -->\n```bash\ntrue\n```\n", "Received the clause 'epochs 1'"),
+    ("<!-- runnable; needs gpu -->\n```bash\ntrue\n```\n", "Received needs gpu. Valid extras: tpu, tensorflow"),
     ("<!-- runnable -->\n\n```bash\ntrue\n```\n", "on the line just before a ``` fence"),
     ("<!-- runnable -->\n```text\ntrue\n```\n", "Received a runnable text block. Valid: python, bash"),
     ("<!-- runnable -->\n```bash\ntrue\n", "no closing ``` fence"),
@@ -104,6 +124,47 @@ def test_a_replacement_that_no_longer_occurs_is_an_error(tmp_path):
     [block] = runnable.find(page(tmp_path, '<!-- runnable; "--epochs 20" → "--epochs 1" -->\n```bash\ntrue\n```\n'))
     with pytest.raises(runnable.BadMarker, match="replaces '--epochs 20', which the block does not contain"):
         block.prepared()
+
+
+def test_a_block_shown_on_two_pages_runs_once():
+    every = [case for page in runnable.documents() for case in runnable.executed(runnable.find(page))]
+    ran = {block.where for block, _ in runnable.once_each(every)}
+    assert "README.md:40" in ran and "docs/index.md:19" not in ran  # the same example, the same code
+    assert len(ran) == len(every) - 1
+
+
+def test_a_block_runs_as_after_the_plain_install_unless_it_names_an_extra(tmp_path):
+    text = ('<!-- runnable -->\n```bash\necho "$HOME" "${KERAS_BACKEND-unset}"\n'
+            'python -c "import importlib.util as u; print(u.find_spec(\'tensorflow\'), u.find_spec(\'keras_hub\'))"\n'
+            'python -c "from importlib import metadata; print(metadata.version(\'tensorflow-cpu\'))" || true\n'
+            'python -c "import tensorflow"\n```\n\n'
+            '<!-- runnable; needs hub -->\n```bash\npython -c "import importlib.util as u; print(u.find_spec(\'libtpu\'))"\n'
+            'python -c "import importlib.util as u; print(u.find_spec(\'keras_hub\') is not None)"\n```\n')
+    plain, hub = (block for block, _ in runnable.executed(runnable.find(page(tmp_path, text))))
+    assert hub.needs == ("hub",) and runnable.hidden(hub.needs) == ["libtpu", "tensorboard"]
+    (tmp_path / "one").mkdir()
+    done = runnable.run(plain, [], tmp_path / "one", support.env(KERAS_BACKEND="jax"))
+    assert done.returncode == 1 and "ModuleNotFoundError: No module named 'tensorflow'" in done.stderr
+    assert "PackageNotFoundError: No package metadata was found for tensorflow-cpu" in done.stderr  # not installed
+    assert done.stdout.split() == [str(tmp_path / "one" / ".home"), "unset", "None", "None"]
+    (tmp_path / "two").mkdir()
+    done = runnable.run(hub, [], tmp_path / "two", support.env())
+    assert done.returncode == 0 and done.stdout.split() == ["None", "True"], done.stderr
+
+
+def test_a_connect_line_naming_another_backend_than_the_users_fails_the_block(tmp_path):
+    text = ('<!-- runnable -->\n```bash\necho "acceltrain: tensorflow on cpu: 1 × cpu" >&2  # acceltrain run x.py\n```\n\n'
+            '<!-- runnable -->\n```bash\necho "acceltrain: tensorflow on cpu: 1 × cpu" >&2  # --backend tensorflow\n```\n\n'
+            '<!-- runnable -->\n```bash\necho "acceltrain run did not connect"\n```\n')
+    wrong, asked, silent = (block for block, _ in runnable.executed(runnable.find(page(tmp_path, text))))
+    for name, block in (("one", wrong), ("two", asked), ("three", silent)):
+        (tmp_path / name).mkdir()
+    with pytest.raises(AssertionError, match=r"where a user gets jax, but its connect\(\) said otherwise: "
+                                             r"'acceltrain: tensorflow on cpu"):
+        check(wrong, [], tmp_path / "one")
+    check(asked, [], tmp_path / "two")
+    with pytest.raises(AssertionError, match=r"no line 'acceltrain: BACKEND on PLATFORM'"):
+        check(silent, [], tmp_path / "three")
 
 
 def re_escape(text: str) -> str:

@@ -1,12 +1,17 @@
 """The framework behind Keras. Each backend module has the same functions; neutral code calls through them.
 
 A backend module is imported only once connect() has chosen it, so importing acceltrain starts no
-framework and fixes no Keras backend.
+framework. Keras reads its backend once, as it is first imported; `import acceltrain, keras` would load Keras
+with Keras's own default (tensorflow, which the plain install lacks) before connect() could choose. So
+importing acceltrain watches for Keras's first import (choose_before_keras) and, where nobody chose a backend,
+sets acceltrain's default there.
 """
 
 import importlib
+import importlib.abc
 import importlib.util
 import os
+import sys
 
 
 def load(name: str):
@@ -15,10 +20,53 @@ def load(name: str):
     return importlib.import_module(f"acceltrain.backends.{name}")
 
 
+class _BeforeKeras(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: sees Keras's first import before any module of Keras runs, and finds nothing
+    itself (the import goes on as usual). It stays in the list, inert once it has seen Keras: a finder that
+    removed itself while the import system walks the list would make it skip the next finder."""
+
+    def __init__(self):
+        self.seen_keras = False
+        self.set_to = None  # the backend it set as KERAS_BACKEND, if it set one
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "keras" and not self.seen_keras:
+            self.seen_keras = True
+            self.set_to = default_before_keras(os.environ, "keras" in sys.modules)
+        return None
+
+
+def default_before_keras(env, keras_loaded: bool) -> str | None:
+    """Where nobody chose Keras's backend (no KERAS_BACKEND, no keras.json of the user's) and Keras is not
+    loaded yet: acceltrain's default (decisions.choose_backend: jax where installed), set as KERAS_BACKEND in
+    `env`, and returned. None where something else decides (then nothing is set)."""
+    from acceltrain import decisions
+
+    if keras_loaded or env.get("KERAS_BACKEND") or keras_config_backend(env)[0] is not None:
+        return None
+    backend, _ = decisions.choose_backend(None, None, None, jax_importable())
+    if backend != "jax":  # no JAX: Keras's own default, tensorflow, is acceltrain's too; nothing to set
+        return None
+    env["KERAS_BACKEND"] = backend
+    return backend
+
+
+_BEFORE_KERAS = _BeforeKeras()
+
+
+def choose_before_keras() -> None:
+    """Watch for Keras's first import in this process (importing acceltrain calls this; once is enough)."""
+    if _BEFORE_KERAS not in sys.meta_path:
+        sys.meta_path.insert(0, _BEFORE_KERAS)
+
+
+def set_before_keras() -> str | None:
+    """The backend importing acceltrain set as KERAS_BACKEND for Keras's first import, or None."""
+    return _BEFORE_KERAS.set_to
+
+
 def loaded_keras_backend() -> str | None:
     """The backend Keras was already imported with in this process, if it was."""
-    import sys
-
     keras = sys.modules.get("keras")
     if keras is None or not hasattr(keras, "backend"):
         return None
@@ -91,7 +139,6 @@ def started_processes() -> tuple[int, int] | None:
 def shut_down_jax_job(seconds: float) -> bool:
     """jax.distributed.shutdown(), a barrier every process of the job reaches at its exit, waited for at
     most `seconds`: True when every process reached it, False when one did not (it is stuck, or gone)."""
-    import sys
     import threading
 
     jax = sys.modules["jax"]

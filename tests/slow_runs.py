@@ -1,0 +1,74 @@
+"""When each slow test last ran. CI runs none of them (`-m 'not slow'`), so the validation page says, for each
+slow test it names, when `pytest -m slow` last ran it, on which commit, and how it ended.
+
+A run that selects slow tests records them in tests/slow-runs.json as it ends (this plugin, registered by
+tests/conftest.py; with xdist, only the controller writes). `python -m tests.slow_runs` rewrites the table
+between docs/validation.md's `<!-- slow-runs -->` markers from that record; tests/docs/test_pages.py fails
+when the page differs from it. Commit both after a slow run, as benchmark records are.
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RECORD = Path(__file__).resolve().with_name("slow-runs.json")
+VALIDATION = REPO / "docs" / "validation.md"
+SECTION = re.compile(r"(<!-- slow-runs -->\n)(?P<table>.*?)(<!-- /slow-runs -->)", re.S)
+SLOW_REFERENCE = re.compile(r"`(tests/[\w/]+\.py::\w+)` \(((?:partly )?slow)\)")
+
+
+class Recorder:
+    """Each slow test function's cases as they end; written to RECORD when the session ends."""
+
+    def __init__(self):
+        self.outcomes = {}  # "tests/file.py::name" → the outcomes of its cases
+
+    def pytest_runtest_logreport(self, report):
+        if "slow" in report.keywords and (report.when == "call" or report.outcome != "passed"):
+            self.outcomes.setdefault(report.nodeid.split("[")[0], []).append(report.outcome)
+
+    def pytest_sessionfinish(self, session):
+        if self.outcomes and not hasattr(session.config, "workerinput"):
+            record = load()
+            finished, commit = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), _commit()
+            for name, outcomes in self.outcomes.items():
+                ended = "failed" if "failed" in outcomes else "skipped" if set(outcomes) == {"skipped"} else "passed"
+                record[name] = {"finished": finished, "commit": commit, "outcome": ended}
+            RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+
+
+def load() -> dict:
+    return json.loads(RECORD.read_text()) if RECORD.exists() else {}
+
+
+def _commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True)
+    return (head.stdout.strip() or "no commit") + ("+changes" if dirty.stdout.strip() else "")
+
+
+def table(page_text: str, record: dict) -> str:
+    """A row for each slow test the page names: when it last ran, on which commit, how it ended."""
+    named = sorted(set(SLOW_REFERENCE.findall(SECTION.sub("", page_text))))  # (name, "slow" or "partly slow")
+    rows = ["| slow test | last run (`pytest -m slow`) | commit | outcome |", "|---|---|---|---|"]
+    for name, slow in named:
+        run = record.get(name)
+        rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | {run['commit']} | {run['outcome']} |" if run
+                                                  else "not recorded | | |"))
+    return "\n".join(rows) + "\n"
+
+
+def rendered(page_text: str, record: dict) -> str:
+    return SECTION.sub(lambda m: m.group(1) + table(page_text, record) + m.group(3), page_text)
+
+
+if __name__ == "__main__":
+    text = VALIDATION.read_text()
+    if not SECTION.search(text):
+        sys.exit(f"{VALIDATION} has no <!-- slow-runs --> ... <!-- /slow-runs --> markers to fill")
+    VALIDATION.write_text(rendered(text, load()))
