@@ -229,6 +229,8 @@ def acceltrain_warnings(stderr: str) -> list:
         line = line.split("] ", 1)[1] if line.startswith("[") and "] " in line else line
         if line.startswith("acceltrain: warning:"):
             text = line.removeprefix("acceltrain: warning:").strip()
+            if text.startswith("straggler:"):  # the machine's load on one process, not the script's doing
+                continue
             found += [text] if text not in found else []
     return found
 
