@@ -56,7 +56,10 @@ def test_device_files_without_libtpu_are_no_tpu_vm(tmp_path, monkeypatch):
 
 
 TENSORFLOW_SCRIPT = r'''
-import importlib, json, sys, tempfile
+import importlib, json, os, sys, tempfile
+# connect("tensorflow") sets this before it loads the backend module; this script loads the module first (to fake
+# the TPU system), and TensorFlow's import loads Keras, which acceltrain would otherwise point at jax.
+os.environ["KERAS_BACKEND"] = "tensorflow"
 from acceltrain import cluster
 from acceltrain.hardware import tpu
 from acceltrain.backends import tensorflow as tf_backend
