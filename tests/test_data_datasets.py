@@ -89,3 +89,21 @@ def test_a_dataset_part_is_each_batch_cut_to_the_replicas_then_this_processs_row
 def test_a_dataset_of_whole_batches_keeps_its_length_when_parted():
     whole = batched(8, drop_remainder=True)
     assert data.num_batches(data.dataset_part(whole, 4, 1, 2)) == 2
+
+
+def test_first_batches_reads_a_grain_dataset_ahead_without_using_up_its_batches():
+    """keras_hub's fit hands over a grain MapDataset/IterDataset made of arrays where grain is installed: verify reads
+    its first batches from a fresh iterator (issue 31: --verify refused the LoRA fine-tune's)."""
+    grain = pytest.importorskip("grain")
+    import numpy as np
+
+    from acceltrain import data
+
+    x, y = np.arange(20, dtype="float64").reshape(10, 2), np.arange(10)
+    source = [(x[i], y[i]) for i in range(10)]
+    dataset = grain.MapDataset.source(source).batch(4).to_iter_dataset()
+    batches, batch = data.first_batches(dataset, None, None, 3)
+    assert batch == 4 and [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert batches[0][0].dtype == np.float32
+    assert [b[1].tolist() for b in iter(dataset)][0] == [0, 1, 2, 3]  # fit's own pass starts at the first batch
+    assert data.first_batches(grain.MapDataset.source(source).batch(4), None, None, 5)[0][3][1].tolist() == [0, 1, 2, 3]

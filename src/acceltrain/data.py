@@ -4,6 +4,7 @@ Everything here works on numpy arrays (or nests of them) and imports no framewor
 UsageError naming the value and the fix, so bad input ends before anything is trained or written.
 """
 
+import itertools
 
 import numpy as np
 
@@ -229,7 +230,7 @@ def dataset_to_arrays(dataset, *, name: str = "x"):
 def first_batches(x, y, batch_size: int | None, count: int):
     """The first `count` batches a fit would train on, in order, as (x, y) of numpy arrays (y None where there is
     none; float64 cast to float32), from the start again where there are fewer; and the batch. From arrays at
-    `batch_size`, or the batches of a tf.data dataset (its own batch); fewer samples than a batch are one batch of
+    `batch_size`, or the batches of a tf.data or grain dataset (its own batch); fewer samples than a batch are one batch of
     them all, as Keras trains them. None for other inputs (a generator, a PyDataset: reading them would use up the
     batches fit is about to read) and for no samples (fit says what is wrong with them)."""
     if is_arrays(x):
@@ -240,15 +241,21 @@ def first_batches(x, y, batch_size: int | None, count: int):
         available = samples // batch
         cuts = [slice(i % available * batch, (i % available + 1) * batch) for i in range(count)]
         return [(as_float32(take(x, cut)), take(y, cut)) for cut in cuts], batch
-    if not is_dataset(x):
+    if is_dataset(x):
+        elements, kind = x.take(count).as_numpy_iterator(), "tf.data.Dataset"
+    elif is_grain(x) and type(x).__name__ != "DataLoader" and hasattr(x, "__iter__"):
+        # A grain MapDataset/IterDataset (keras_hub's fit makes one of arrays where grain is installed): each iter()
+        # starts again from the first batch, so reading ahead uses up none of fit's. A DataLoader is read once only.
+        elements, kind = itertools.islice(iter(x), count), "grain dataset"
+    else:
         return None
     batches = []
-    for element in x.take(count).as_numpy_iterator():
+    for element in elements:
         xs, ys = (element[0], element[1] if len(element) > 1 else None) if isinstance(element, tuple) else (element,
                                                                                                            None)
         batches.append((as_float32(xs), ys))
     if not batches:
-        raise UsageError("x is an empty tf.data.Dataset: there is nothing to train on.")
+        raise UsageError(f"x is an empty {kind}: there is nothing to train on.")
     return [batches[i % len(batches)] for i in range(count)], len(leaves(batches[0][0])[0])
 
 

@@ -14,12 +14,7 @@ def every_block() -> list[runnable.Block]:
 
 
 # Blocks that fail today, each with why; strict: the day one passes, its test fails until it leaves this list.
-FAILING = {
-    ("big-models.md", "python examples/gemma_lora/make_preset.py"):
-        "keras_hub's CausalLM.fit now reaches acceltrain as a grain PrefetchIterDataset, which --verify refuses "
-        "('Received --verify 3 for a fit on PrefetchIterDataset'), and the autopilot weighs it by its state alone "
-        "(data parallel, not the fsdp the page shows): a grain input path for verify and the autopilot is needed",
-}
+FAILING: dict = {}
 
 
 def cases() -> list:

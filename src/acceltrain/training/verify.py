@@ -205,7 +205,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
     found = data.first_batches(x, y, batch_size, steps * accumulation)
     if found is None:
         raise UsageError(f"Received {shown} for a fit on {type(x).__name__}: verification reads its first batches "
-                         "ahead, from arrays (numpy, or a dict of them) or a tf.data dataset. Verify with those, or "
+                         "ahead, from arrays (numpy, or a dict of them), a tf.data dataset or a grain dataset. Verify with those, or "
                          "leave it out.")
     if runtime.distribution is None:
         log.info(f"verify: {model.name} trains on one device with no distribution: nothing to compare")
