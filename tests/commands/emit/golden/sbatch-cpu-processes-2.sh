@@ -15,6 +15,7 @@ mkdir -p "/shared/ckpt" "$JAX_COMPILATION_CACHE_DIR"
 srun --kill-on-bad-exit=1 acceltrain run --checkpoint-every '1 epochs' --checkpoint-dir /shared/ckpt --resume train.py
 code=$?
 if [ "$code" -eq 42 ] || [ "$code" -ge 127 ]; then
-    scontrol requeue "$SLURM_JOB_ID"
+    # Slurm ends this script as it requeues the job: one that exits first ends as failed, not requeued
+    scontrol requeue "$SLURM_JOB_ID" && sleep 300
 fi
 exit "$code"

@@ -18,6 +18,7 @@ mkdir -p "${SLURM_SUBMIT_DIR}/acceltrain/checkpoints" "$JAX_COMPILATION_CACHE_DI
 srun --kill-on-bad-exit=1 acceltrain run --checkpoint-dir "${SLURM_SUBMIT_DIR}/acceltrain/checkpoints" --resume train.py --epochs 3
 code=$?
 if [ "$code" -eq 42 ] || [ "$code" -ge 127 ]; then
-    scontrol requeue "$SLURM_JOB_ID"
+    # Slurm ends this script as it requeues the job: one that exits first ends as failed, not requeued
+    scontrol requeue "$SLURM_JOB_ID" && sleep 300
 fi
 exit "$code"
