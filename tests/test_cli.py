@@ -293,8 +293,7 @@ def test_a_diverged_run_exits_1_and_says_why(tmp_path, small_mnist, capsys):
     (["train", "--distribution", "zero"], r"distribution='zero'\. Valid: auto, data, fsdp, model, none"),
     (["train", "--backend", "tensorflow", "--distribution", "fsdp"], r"tensorflow backend.*--backend jax"),
     (["run", "--device-memory", "0", "SCRIPT"], r"Received --device-memory '0'"),
-    (["run", "--backend", "tensorflow", "--distribution", "model", "SCRIPT"],
-     r"distribution='model' with the tensorflow backend"),
+    (["train", "--backend", "tensorflow", "--distribution", "model"], r"distribution='model' with the tensorflow backend"),
     (["launch", "--processes", "2", "--backend", "tensorflow", "--distribution", "model", "SCRIPT"],
      r"launch --processes 2 with --backend tensorflow\. A job of several processes trains on JAX only"),
 ])

@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     log.set_quiet(getattr(args, "quiet", False))
     log.set_verbose(getattr(args, "verbose", False))
-    if argv is None:  # the `acceltrain` command itself (not a caller's main([...])): its stderr, quiet at start-up
+    args.program = argv is None  # the `acceltrain` command itself, not a caller's main([...]) (a test's)
+    if args.program:  # its stderr, quiet at start-up
         log.filter_start_up_noise()
     try:
         code = _run_verb(args)
@@ -490,7 +491,8 @@ def _train(args) -> int:
     config = config_files.resolve(args.config, flags)
     log.debug(f"settings: {config}")
     with preemption.notices_outside_training():  # a notice before the first step: exit 42 at once
-        metrics = train_and_evaluate(config, started=ledger.interpreter_start())
+        # The program's ledger counts from its interpreter's start; a caller's main([...]) from this call's.
+        metrics = train_and_evaluate(config, started=ledger.interpreter_start() if getattr(args, "program", False) else None)
     accuracy = metrics["test_accuracy"]
     print(f"test accuracy: {accuracy:.4f}" if accuracy is not None else f"test metrics: {metrics['test_metrics']}")
     args.leave_at_once = True  # the ledger ended with the last output: nothing of the run is left to book

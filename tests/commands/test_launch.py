@@ -626,7 +626,7 @@ def test_tensorflow_in_a_job_of_several_processes_is_refused_naming_what_chose_i
 def _seen(stdout: str, process: int) -> dict:
     """{kind: each sample's count} from counts_samples.py's "[process] seen KIND: [...]" lines."""
     found = {}
-    for line in stdout.splitlines():
+    for line in support.per_process(stdout).splitlines():  # both processes print the same counts: "[all] seen"
         if line.startswith(f"[{process}] seen "):
             kind, counts = line.removeprefix(f"[{process}] seen ").split(": ", 1)
             found[kind] = json.loads(counts)
