@@ -100,3 +100,40 @@ def job_name(name: str | None, script: str) -> str:
     return text
 
 
+
+
+# --- YAML, as both YAML engines (JobSet, SkyPilot) write and read it -----------------------------------------
+
+class Flow(list):
+    """A list dumped on one line ([42, 127, 128, ...]), as xpk writes the exit codes."""
+
+
+class Literal(str):
+    """A string dumped as a block (|), whole on its own lines, however long: a command, a script."""
+
+
+def dump_yaml(document: dict) -> str:
+    """`document` as YAML in its own key order, Flow lists on one line and Literal strings as blocks."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(Flow, lambda dumper, items: dumper.represent_sequence("tag:yaml.org,2002:seq", items,
+                                                                                  flow_style=True))
+    Dumper.add_representer(Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                                                                 style="|"))
+    return yaml.dump(document, Dumper=Dumper, sort_keys=False, width=120)
+
+
+def load_yaml_mapping(text: str) -> tuple[dict | None, list[str]]:
+    """(the mapping, []) where `text` is a YAML mapping; else (None, what is wrong with it)."""
+    import yaml
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        return None, [f"not YAML: {error}"]
+    if not isinstance(document, dict):
+        return None, ["not a YAML mapping"]
+    return document, []

@@ -53,7 +53,7 @@ def document(job: emit.Job) -> dict:
     container = {
         "name": CONTAINER,
         "image": job.image,
-        "command": ["bash", "-c", _Literal(job.command)],
+        "command": ["bash", "-c", emit.Literal(job.command)],
         "env": env,
         "volumeMounts": [{"name": "shared", "mountPath": SHARED_DEFAULT}],
     }
@@ -65,7 +65,7 @@ def document(job: emit.Job) -> dict:
         pod["nodeSelector"] = selector
     if tolerations:
         pod["tolerations"] = tolerations
-    restart_codes = _Flow(emit.RESTART_EXIT_CODES)
+    restart_codes = emit.Flow(emit.RESTART_EXIT_CODES)
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
@@ -95,25 +95,7 @@ def document(job: emit.Job) -> dict:
     }
 
 
-class _Flow(list):
-    """A list dumped on one line ([42, 127, 128, ...]), as xpk writes the exit codes."""
-
-
-class _Literal(str):
-    """A string dumped as a block (|-), whole on its own line, however long: the command."""
-
-
 def render(job: emit.Job) -> str:
-    import yaml
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    Dumper.add_representer(_Flow, lambda dumper, items: dumper.represent_sequence("tag:yaml.org,2002:seq", items,
-                                                                                   flow_style=True))
-    Dumper.add_representer(_Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
-                                                                                  style="|"))
-
     layout = job.layout
     head = (f"# acceltrain launch --emit jobset --target {layout.target}: {layout.hosts} host(s) x "
             f"{layout.chips_per_host} {'chips' if layout.kind == 'tpu' else 'GPUs' if layout.kind == 'gpu' else 'CPUs'}"
@@ -121,7 +103,7 @@ def render(job: emit.Job) -> str:
             f"# Exit 42 or 127-255 restarts the JobSet (at most {job.max_restarts} times); any other failure is final.\n"
             f"# The pods mount the PersistentVolumeClaim {SHARED_CLAIM} (ReadWriteMany) at {SHARED_DEFAULT}.\n"
             "# Submit: kubectl apply -f THIS.yaml   Check an edit: acceltrain doctor --artifact THIS.yaml\n")
-    return head + yaml.dump(document(job), Dumper=Dumper, sort_keys=False, width=120)
+    return head + emit.dump_yaml(document(job))
 
 
 def recognizes(text: str) -> bool:
@@ -130,14 +112,9 @@ def recognizes(text: str) -> bool:
 
 def check(text: str) -> list[str]:
     """What is wrong with a JobSet: the CRD schema's errors, then acceltrain's own conventions."""
-    import yaml
-
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        return [f"not YAML: {error}"]
-    if not isinstance(document, dict):
-        return ["not a YAML mapping"]
+    document, problems = emit.load_yaml_mapping(text)
+    if document is None:
+        return problems
     problems = [f"{'/'.join(map(str, error.absolute_path)) or '(top)'}: {error.message}"
                 for error in _validator().iter_errors(document)]
     if problems:

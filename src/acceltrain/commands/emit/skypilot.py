@@ -38,25 +38,15 @@ def document(job: emit.Job) -> dict:
 
 
 def render(job: emit.Job) -> str:
-    import yaml
-
-    class Literal(str):
-        pass
-
-    class Dumper(yaml.SafeDumper):
-        pass
-
-    Dumper.add_representer(Literal, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text,
-                                                                                 style="|"))
     document_ = document(job)
-    document_["setup"], document_["run"] = Literal(document_["setup"]), Literal(document_["run"])
+    document_["setup"], document_["run"] = emit.Literal(document_["setup"]), emit.Literal(document_["run"])
     layout = job.layout
     head = (f"# acceltrain launch --emit skypilot --target {layout.target}: "
             + (f"a {layout.slice_name} slice, `run` on each of its {layout.hosts} host(s)" if layout.kind == "tpu"
                else f"{layout.hosts} node(s)")
             + ".\n# Submit: sky jobs launch THIS.yaml (recovers preemptions; `run` resumes from the newest checkpoint).\n"
             f"# {SHARED_DEFAULT} is a bucket SkyPilot creates and mounts on every host; rename it to one of yours.\n")
-    return head + yaml.dump(document_, Dumper=Dumper, sort_keys=False, width=120)
+    return head + emit.dump_yaml(document_)
 
 
 def recognizes(text: str) -> bool:
@@ -65,15 +55,9 @@ def recognizes(text: str) -> bool:
 
 def check(text: str) -> list[str]:
     """The task's structure as acceltrain needs it; SkyPilot's own parser too where it is installed."""
-    import yaml
-
-    try:
-        task = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        return [f"not YAML: {error}"]
-    if not isinstance(task, dict):
-        return ["not a YAML mapping"]
-    problems = []
+    task, problems = emit.load_yaml_mapping(text)
+    if task is None:
+        return problems
     run = task.get("run")
     if not isinstance(run, str) or "acceltrain run" not in run:
         problems.append("run: does not call `acceltrain run`")
