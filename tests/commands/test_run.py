@@ -232,7 +232,7 @@ def _guard(num_replicas, num_processes=1, process_index=0, op_by_op=None):
 
 
 def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_gets_the_whole_inputs(monkeypatch):
-    """Each process runs such a call on one device (backends/jax.py::op_by_op_in_processes), so each must see every
+    """Each process runs such a call on one device (backends/jax/op_by_op.py::op_by_op_in_processes), so each must see every
     sample and the script's batch: split first, the processes would train apart."""
     import numpy as np
 

@@ -480,7 +480,7 @@ class FirstFits:
 
     def __call__(self, call, proceed):
         framework = self.runtime.backend_module
-        if not hasattr(framework, "relayout"):
+        if not framework.SHARDS:
             return proceed(call)  # TensorFlow: the strategy's scope places everything; nothing to weigh
         if call.name == "fit" and call.model not in self.placed:
             self._first(call)
@@ -607,7 +607,7 @@ class FitGuard:
 
     def _op_by_op_in_processes(self, model) -> str | None:
         """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must
-        (backends/jax.py::op_by_op_in_processes; one process: the placement layer runs it so)."""
+        (backends/jax/op_by_op.py::op_by_op_in_processes; one process: the placement layer runs it so)."""
         if self.runtime.num_processes <= 1:
             return None
         return self.runtime.backend_module.op_by_op_in_processes(model)
