@@ -2,7 +2,7 @@
 
     python benchmarks/verify_tolerance.py [--steps 3] [--quick]
 
-One JAX process on 8 simulated CPU devices. Each model's first fit is verified (training/verify.py::verify, its
+One JAX process on 8 simulated CPU devices. Each model's first fit is verified (layout/verify.py::verify, its
 `steps` steps on the layout and on one device from the same weights and batches) under each layout and each
 precision (float32, mixed_bfloat16, mixed_float16), and its verdict's figures recorded, whichever way it went:
 - correct models, which must pass: an MLP with dropout and metrics=["accuracy"] (Adam 1e-2), Dense → BatchNorm →
@@ -13,7 +13,7 @@ precision (float32, mixed_bfloat16, mixed_float16), and its verdict's figures re
 Beside them each weight's first-step gradient in float32 (root mean square over the largest, in float32 roundings):
 the weights verify recognizes as having none but round-off, and the smallest it compares. The section says, per
 precision, the largest difference of a correct model and the smallest of a wrong one against the tolerance in
-training/verify.py; tests/training/test_verify.py checks the committed record against those constants.
+layout/verify.py; tests/layout/test_verify.py checks the committed record against those constants.
 --quick: float32 only, two correct models and one wrong, data layout only.
 """
 
@@ -57,7 +57,7 @@ def main():
 
 
 def _verified(acceltrain, keras, name: str, precision: str, layout, steps: int, *, wrong: bool) -> dict:
-    from acceltrain.training import verify
+    from acceltrain.layout import verify
 
     distribution = layout or ("model" if name != "forgets_all_reduce" else _row_parallel_layout(keras))
     if name == "loss_divided_by_replicas":
@@ -143,7 +143,7 @@ def lora():
 
 def forgets_all_reduce():
     """A row-parallel Dense written for a mesh with a "model" axis, which forgets the sum over it (as
-    tests/training/test_verify.py's)."""
+    tests/layout/test_verify.py's)."""
     import jax
     import keras
     from jax.sharding import PartitionSpec as P
@@ -197,7 +197,7 @@ MODELS = {function.__name__: function for function in (mlp_dropout, dense_batchn
 # --- Rendering ----------------------------------------------------------------------------------
 
 def summarize(raw: dict) -> dict:
-    from acceltrain.training.verify import NO_GRADIENT, TOLERANCES, _ROUNDING
+    from acceltrain.layout.verify import NO_GRADIENT, TOLERANCES, _ROUNDING
 
     by_precision = {}
     for found in raw["runs"]:

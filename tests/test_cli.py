@@ -382,10 +382,16 @@ def _received(args, kwargs) -> tuple[dict, list]:
     import argparse
     import dataclasses
 
+    def fields(value) -> dict:  # a group's fields, and those of the groups inside it (Settings.cluster)
+        found = {}
+        for name, inner in dataclasses.asdict(value).items():
+            found.update(inner if isinstance(inner, dict) else {name: inner})
+        return found
+
     named = dict(kwargs)
     for value in (*args, *kwargs.values()):
         if dataclasses.is_dataclass(value):
-            named.update(dataclasses.asdict(value))
+            named.update(fields(value))
         elif isinstance(value, argparse.Namespace):
             named.update(vars(value))
     return named, [*args, *named.values()]

@@ -26,7 +26,8 @@ ACCELTRAIN = support.REPO / "src" / "acceltrain"
 LAYERS = (
     ("the CLI and the public names", ("acceltrain", "acceltrain.__main__", "acceltrain.cli")),
     ("commands", ("acceltrain.commands",)),
-    ("the library", ("acceltrain.runtime", "acceltrain.placement", "acceltrain.training", "acceltrain.planning")),
+    ("the library", ("acceltrain.runtime", "acceltrain.placement", "acceltrain.layout", "acceltrain.training",
+                     "acceltrain.planning")),
     ("backends", ("acceltrain.backends",)),
     ("the neutral core", ()),
 )
@@ -144,3 +145,15 @@ def test_no_module_in_src_is_over_700_lines():
 def test_the_size_check_sees_a_long_module():
     """The check itself, against a bound every package's __init__ with code passes: it names the file and its length."""
     assert any(found.startswith("runtime.py: ") for found in _longer_than(100))
+
+
+@pytest.mark.parametrize("module, name", [("acceltrain.runtime", "connect"), ("acceltrain.commands.run", "run_script"),
+                                          ("acceltrain.commands.launch", "launch")])
+def test_the_entry_points_take_at_most_10_parameters(module, name):
+    """Issue 36: rarer options travel in small frozen dataclasses (cluster.Cluster, runtime.Settings,
+    run_checkpoints.CheckpointFlags), as Accelerate and Keras group theirs, not in long flat signatures."""
+    import importlib
+    import inspect
+
+    parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    assert len(parameters) <= 10, f"{module}.{name} takes {len(parameters)} parameters: {list(parameters)}"

@@ -348,9 +348,23 @@ def _add_autopilot_flags(parser: argparse.ArgumentParser) -> None:
                              "exceed the tolerance")
 
 
-def _checkpoint_flags(args) -> dict:
-    names = ("checkpoint_dir", "resume", "checkpoint_every", "keep_checkpoints")
-    return {name: getattr(args, name) for name in names}
+def _checkpoint_flags(args):
+    """--checkpoint-dir and its companions as given (run_checkpoints.CheckpointFlags): the command checks them."""
+    from acceltrain.commands import run_checkpoints
+
+    return run_checkpoints.CheckpointFlags(args.checkpoint_dir, args.resume, args.checkpoint_every,
+                                           args.keep_checkpoints)
+
+
+def _settings(args, cluster=None):
+    """connect()'s keywords from the flags run and launch share (runtime.Settings)."""
+    from acceltrain.cluster import Cluster
+    from acceltrain.runtime import Settings
+
+    cluster = Cluster(tpu=args.tpu, **(cluster or {}))
+    return Settings(backend=args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
+                    platform=args.platform, cluster=cluster, stall_timeout=args.stall_timeout,
+                    device_memory=args.device_memory, precision=args.precision)
 
 
 def _run(args) -> int:
@@ -359,12 +373,10 @@ def _run(args) -> int:
 
     notices = preemption.notices_outside_training() if args.checkpoint_dir else contextlib.nullcontext()
     with notices:  # with checkpoints, a notice before the first step: exit 42 at once
-        return run_script(args.script, args.script_args, backend=args.backend, simulate_devices=args.simulate_devices,
-                          distribution=args.distribution, platform=args.platform, tpu=args.tpu, coordinator=args.coordinator,
-                          num_processes=args.num_processes, process_id=args.process_id, stall_timeout=args.stall_timeout,
-                          device_memory=args.device_memory, precision=args.precision, autopilot=args.autopilot,
-                          verify=args.verify, started=ledger.run_start(), ledger_file=args.ledger,
-                          **_checkpoint_flags(args))
+        job = {"coordinator": args.coordinator, "num_processes": args.num_processes, "process_id": args.process_id}
+        return run_script(args.script, args.script_args, settings=_settings(args, job),
+                          checkpoints=_checkpoint_flags(args), autopilot=args.autopilot, verify=args.verify,
+                          started=ledger.run_start(), ledger_file=args.ledger)
 
 
 def _launch(args) -> int:
@@ -381,10 +393,9 @@ def _launch(args) -> int:
                          "--emit ENGINE --target TARGET to print what a cluster runs.")
     from acceltrain.commands.launch import launch
 
-    return launch(args.script, args.script_args, processes=args.processes, simulate_devices=args.simulate_devices,
-                  backend=args.backend, distribution=args.distribution, platform=args.platform, tpu=args.tpu,
-                  precision=args.precision, stall_timeout=args.stall_timeout, device_memory=args.device_memory,
-                  autopilot=args.autopilot, verify=args.verify, ledger_file=args.ledger, **_checkpoint_flags(args))
+    return launch(args.script, args.script_args, processes=args.processes, settings=_settings(args),
+                  checkpoints=_checkpoint_flags(args), autopilot=args.autopilot, verify=args.verify,
+                  ledger_file=args.ledger)
 
 
 def _emit(args) -> int:
@@ -468,12 +479,13 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
 def _devices(args) -> int:
     _check_device_memory(args)
+    from acceltrain.cluster import Cluster
     from acceltrain.runtime import connect
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
         runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, tpu=args.tpu, verbose=False, device_memory=args.device_memory,
-                          precision=args.precision)
+                          platform=args.platform, cluster=Cluster(tpu=args.tpu), verbose=False,
+                          device_memory=args.device_memory, precision=args.precision)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

@@ -53,6 +53,25 @@ class Processes:
 SINGLE = Processes("single")
 
 
+@dataclass(frozen=True)
+class Cluster:
+    """Where the rest of the job is, for `connect(cluster=...)` where the environment does not say it: the
+    coordinator of a multi-process JAX job and this process's place in it, or a TPU reached by name.
+
+    Args:
+        coordinator: "host:port" of process 0. Default (this and the next two): read from the environment
+            (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
+        num_processes: the processes in the job (one per host).
+        process_id: this process's index, 0 to num_processes - 1.
+        tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
+    """
+
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    tpu: str | None = None
+
+
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
                      cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None,
                      started: tuple[int, int] | None = None) -> tuple[Processes, str]:

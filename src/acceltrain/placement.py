@@ -258,7 +258,7 @@ def report(runtime, model) -> None:
     """Once per model: the share of weight bytes sharded and what the first device holds; a warning for
     each big weight left whole and each weight whose shape did not divide; an error for a LayoutMap key
     that matches no weight. (A model built in scope() under 'auto' is weighed at its first fit instead:
-    training/autopilot.py.)"""
+    layout/autopilot.py.)"""
     request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of run's layers)
     framework = getattr(runtime, "backend_module", None)
     if request is None or model in request.reported or not getattr(framework, "SHARDS", False):

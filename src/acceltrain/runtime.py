@@ -15,16 +15,17 @@ import weakref
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, hardware, inputs, ledger, log, placement, watchdog
+from acceltrain import backends, decisions, hardware, inputs, ledger, log, placement, watchdog
+from acceltrain import cluster as clusters
+from acceltrain.cluster import Cluster
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
 from acceltrain.version import __version__
 
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
-            platform: str = "auto", tpu: str | None = None, verbose: bool = True, coordinator: str | None = None,
-            num_processes: int | None = None, process_id: int | None = None, stall_timeout: float | None = None,
-            device_memory: str | int | None = None, mesh_shape: tuple[int, int] | None = None,
-            precision: str = "auto") -> "Runtime":
+            platform: str = "auto", verbose: bool = True, cluster: Cluster | None = None,
+            stall_timeout: float | None = None, device_memory: str | int | None = None,
+            mesh_shape: tuple[int, int] | None = None, precision: str = "auto") -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
     Args:
@@ -39,12 +40,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             batch x model mesh, weights cut over the model axis), "none"; or a keras.distribution.LayoutMap
             (its mesh and keys; weights it does not name follow the fsdp rule). fsdp/model: JAX only.
         platform: "auto" (TPU, else GPU, else CPU), or "tpu", "gpu", "cpu": an error if there is none.
-        tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
         verbose: print the one-line banner with the decisions and their reasons (to stderr).
-        coordinator: join a multi-process job: "host:port" of process 0. Default (this and the next two): read
-            from the environment (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
-        num_processes: the processes in the job (one per host).
-        process_id: this process's index, 0 to num_processes - 1.
+        cluster: an `acceltrain.Cluster`: join a multi-process job (its coordinator, num_processes and
+            process_id), or connect to a TPU by name (its tpu, TensorFlow backend). Default: the job the
+            environment describes (acceltrain launch, Cloud TPU, SLURM, Open MPI), else one process.
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
             prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off. The
             upper bound: after a phase's first steps, a shorter one follows the measured step time
@@ -57,6 +56,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "float32" or "mixed_bfloat16". The banner says when it is not Keras's float32.
     """
     # 1. Check the arguments, before any framework starts.
+    joined = cluster or Cluster()
+    tpu = joined.tpu
     _check_simulate_devices(simulate_devices)
     stall_timeout = watchdog.check_timeout(stall_timeout)
     sharding_request = placement.check_request(distribution, device_memory, mesh_shape)  # sharding's own inputs
@@ -73,8 +74,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         backends.jax_importable(), backends.keras_config_backend(), set_before_keras,
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
-    processes, processes_reason = cluster.detect(backend_name, coordinator, num_processes, process_id,
-                                                 started=backends.started_processes())
+    processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
+                                                  joined.process_id, started=backends.started_processes())
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
@@ -123,6 +124,29 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
                  f"{'; ' + changed if changed else ''}")
     return runtime
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """connect()'s keywords as one value: what `acceltrain run` and `launch` read from their flags and pass on."""
+
+    backend: str | None = None
+    simulate_devices: int | None = None
+    distribution: str = "auto"
+    platform: str = "auto"
+    cluster: Cluster | None = None
+    stall_timeout: float | None = None
+    device_memory: str | None = None
+    precision: str = "auto"
+
+    def connect(self, verbose: bool = True) -> "Runtime":
+        return connect(self.backend, simulate_devices=self.simulate_devices, distribution=self.distribution,
+                       platform=self.platform, verbose=verbose, cluster=self.cluster,
+                       stall_timeout=self.stall_timeout, device_memory=self.device_memory, precision=self.precision)
+
+    @property
+    def tpu(self) -> str | None:
+        return self.cluster.tpu if self.cluster is not None else None
 
 
 def _heartbeats(found):
@@ -285,7 +309,7 @@ class Runtime:
         recommends, from the same code); the model is built under the first setting that fits, and each lever is
         said with its figure.
         """
-        from acceltrain.training import autopilot as autopilots
+        from acceltrain.layout import autopilot as autopilots
 
         found = None
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
@@ -326,10 +350,10 @@ class Runtime:
                   flags: bool = False):
         """What Runtime.fit does before a model's first step, for a fit it does not run itself (`acceltrain run`'s
         script calls): with a device memory known, the model weighed by its training step compiled here, laid out
-        (the runtime takes the sharding chosen) and, with `autopilot`, the levers applied (training/autopilot.py).
+        (the runtime takes the sharding chosen) and, with `autopilot`, the levers applied (layout/autopilot.py).
         Returns the decision: its `batch_size` is the batch of each step (the global batch / its `accumulation`).
         `flags`: messages name the CLI's flags instead of Python arguments. Once per model; later calls pass."""
-        from acceltrain.training import autopilot as autopilots
+        from acceltrain.layout import autopilot as autopilots
 
         naming = autopilots.FLAGS if flags else autopilots.ARGUMENTS
         with self.scope():  # what is built first is built under the distribution in force, as fit would build it
@@ -370,7 +394,7 @@ class Runtime:
 
         `verify=N`: before training, N steps on this layout and on one device alone from the same weights and
         batches; the differences are printed, and over the tolerance training does not start
-        (training/verify.py raises VerificationFailed).
+        (layout/verify.py raises VerificationFailed).
         """
         window = None
         try:
@@ -386,15 +410,15 @@ class Runtime:
 
     def _fit(self, model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir, resume,
              checkpoint_every, keep_checkpoints, stall_timeout, autopilot, verify, fit_kwargs):
-        from acceltrain.training import autopilot as autopilots
-        from acceltrain.training import verify as verification
+        from acceltrain.layout import autopilot as autopilots
+        from acceltrain.layout import verify as verification
         from acceltrain.training.callbacks import DivergenceCheck
 
         dog = self._watchdog_for(stall_timeout)
 
         _check_compiled(model)
         verify = verification.check_steps(verify)
-        # 0. The first fit: weighed, laid out, the levers applied (training/autopilot.py).
+        # 0. The first fit: weighed, laid out, the levers applied (layout/autopilot.py).
         self.first_fit(model, x, y, batch_size=batch_size, autopilot=autopilot)
         accumulation = autopilots.accumulation_of(model)  # the first fit's (or Runtime.build's) choice
         x, batch_size = autopilots.per_step(x, batch_size, accumulation)
@@ -569,7 +593,7 @@ def _plain_first_fits(call, proceed):
     runtime = _runtime_of(call.model) if call.name == "fit" else None
     if runtime is None:
         return proceed(call)
-    from acceltrain.training import autopilot
+    from acceltrain.layout import autopilot
 
     arguments = call.arguments()
     runtime.first_fit(call.model, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"))

@@ -407,7 +407,7 @@ def test_keep_last_batch_keeps_the_batch_the_train_function_took_and_gives_it_ba
     assert "keep_last_batch" not in function and "keep_last_batch" not in model.train_function.__qualname__
 
 
-# --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------------
+# --- A model's first fit, prepared ahead (layout/autopilot.py, layout/verify.py) ----------------------
 
 def test_set_layout_gives_an_optimizer_slot_made_later_its_weights_layout(runtime):
     """_layout: what add_variable_from_reference hands a slot; _value: the array."""

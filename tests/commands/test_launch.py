@@ -520,7 +520,9 @@ def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
 
 def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12)."""
+    from acceltrain.cluster import Cluster
     from acceltrain.commands import launch
+    from acceltrain.runtime import Settings
 
     class Started(Exception):
         pass
@@ -532,8 +534,8 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("")
     with pytest.raises(Started) as started:
-        launch.launch(str(script), ["--epochs", "3"], processes=2, platform="cpu", tpu="my-tpu", precision="float32",
-                      autopilot=False)
+        launch.launch(str(script), ["--epochs", "3"], processes=2, autopilot=False,
+                      settings=Settings(platform="cpu", cluster=Cluster(tpu="my-tpu"), precision="float32"))
     command = started.value.args[0]
     for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
         assert command[command.index(flag) + 1] == value

@@ -157,10 +157,11 @@ import json, sys
 import keras
 from acceltrain.backends import keras_internals
 from acceltrain.commands.run import run_script
+from acceltrain.runtime import Settings
 
 trainer = keras_internals.trainer_class(keras.backend.backend())
 kerass_own = {name: getattr(trainer, name) for name in ("fit", "evaluate", "predict")}
-code = run_script(sys.argv[1], backend=keras.backend.backend())
+code = run_script(sys.argv[1], settings=Settings(backend=keras.backend.backend()))
 print("after close:", json.dumps({name: getattr(trainer, name) is method for name, method in kerass_own.items()}))
 sys.exit(code)
 """

@@ -1,7 +1,7 @@
 """A plain script, unchanged, whose training step's memory is mostly activations: three Dense layers (256 → 2048 →
 2048 → 256) over each of 16 tokens, 5.2M parameters, Adam, fit(batch_size=512). On 8 simulated devices with 88 MiB
 each (`--device-memory 88MiB`) its step compiled here needs more than that data parallel, under fsdp and on a
-2 x 4 mesh, and fits under fsdp with 2 steps of 256 accumulated per update (training/autopilot.py).
+2 x 4 mesh, and fits under fsdp with 2 steps of 256 accumulated per update (layout/autopilot.py).
 
     acceltrain run --simulate-devices 8 --device-memory 88MiB tests/scripts/wide_tokens.py
 """

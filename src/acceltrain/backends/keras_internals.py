@@ -335,7 +335,7 @@ def jitted_train_step(model):
     return step if hasattr(step, "lower") else None
 
 
-# --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------
+# --- A model's first fit, prepared ahead (layout/autopilot.py, layout/verify.py) ----------------
 
 def set_layout(variable, layout, value=None) -> None:
     """Give a built variable a new layout (and its value, already laid out so), as if it had been created under it.
@@ -419,7 +419,7 @@ def slot_references(optimizer, trainable_variables) -> dict:
 @contextlib.contextmanager
 def no_distribution():
     """Inside, Keras sees no distribution (a step traced here runs on the device of its arrays); the one in force
-    is back on exit. Public API, here beside its one user's other Keras calls (training/verify.py)."""
+    is back on exit. Public API, here beside its one user's other Keras calls (layout/verify.py)."""
     before = keras.distribution.distribution()
     keras.distribution.set_distribution(None)
     try:
@@ -431,7 +431,7 @@ def no_distribution():
 @contextlib.contextmanager
 def computing_in_float32(model):
     """Inside, every layer of `model` (nested ones too) computes in float32, its variables as they are; each layer's
-    own policy is back on exit (training/verify.py asks a bfloat16 model which weights have a gradient at all,
+    own policy is back on exit (layout/verify.py asks a bfloat16 model which weights have a gradient at all,
     without bfloat16's round-off).
 
     Relies on: Layer._flatten_layers(include_self=True, recursive=True) yields every layer once; Layer.__call__ reads

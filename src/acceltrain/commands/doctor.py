@@ -460,12 +460,13 @@ def _one_step(*, backend, simulate_devices, distribution, platform="auto", tpu=N
     import numpy as np
 
     from acceltrain import data, recipes
+    from acceltrain.cluster import Cluster
     from acceltrain.runtime import connect
 
     recipe = recipes.get(recipes.DEFAULT)
     batch_size = batch_size or recipe.BATCH_SIZE
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
-                      tpu=tpu, precision=precision, verbose=False)
+                      cluster=Cluster(tpu=tpu), precision=precision, verbose=False)
     data.check_batch_size(batch_size, runtime.num_replicas)
     with runtime.scope():
         model = recipe.build_model()

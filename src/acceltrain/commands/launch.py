@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, ledger, log, preemption, sharding, watchdog
+from acceltrain.commands import run_checkpoints
 from acceltrain.errors import UsageError, positive_int
+from acceltrain.runtime import Settings
 
 POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 5.0  # after SIGTERM, before SIGKILL
@@ -34,30 +36,33 @@ NOTICE_GRACE_SECONDS = 30.0
 ENV_NOTICE_GRACE = "ACCELTRAIN_NOTICE_GRACE_SECONDS"
 
 
-def launch(script: str, argv=(), *, processes: int, simulate_devices: int | None = None,
-           backend: str | None = None, distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
-           precision: str = "auto", stall_timeout: float | None = None,
-           device_memory: str | None = None, checkpoint_dir=None, resume: bool = False,
-           checkpoint_every: str | None = None, keep_checkpoints: int | None = None, autopilot: bool = True,
+def launch(script: str, argv=(), *, processes: int, settings: Settings = Settings(),
+           checkpoints: run_checkpoints.CheckpointFlags | None = None, autopilot: bool = True,
            verify: int | None = None, ledger_file=None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage;
     42, preemption.EXIT_RESTART: preempted with every process's checkpoint saved, or a process stalled: restart
-    the job; 128 + N: stopped by signal N without a saved checkpoint): preemption.choose_job_exit. The connect flags (platform,
-    tpu, precision ...), the checkpoint flags and `ledger_file` are passed on to each process (`acceltrain run`:
+    the job; 128 + N: stopped by signal N without a saved checkpoint): preemption.choose_job_exit. The connect flags
+    (`settings`: platform, tpu, precision ...; the launcher is the job's coordinator), the checkpoint flags
+    (`checkpoints`, as given: checked here by run_checkpoints.check_flags) and `ledger_file` are passed on to each process (`acceltrain run`:
     each prints its own ledger line, and writes its own FILE.i.json)."""
-    from acceltrain.commands import outputs, run_checkpoints
-    from acceltrain.training import verify as verification
+    from acceltrain.commands import outputs
+    from acceltrain.layout import verify as verification
+
+    backend, distribution, platform, precision = (settings.backend, settings.distribution, settings.platform,
+                                                  settings.precision)
+    tpu, simulate_devices, device_memory = settings.tpu, settings.simulate_devices, settings.device_memory
 
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name = _backend_of_the_job(script, backend, processes)
-    stall_timeout = watchdog.check_timeout(stall_timeout, "--stall-timeout")
+    stall_timeout = watchdog.check_timeout(settings.stall_timeout, "--stall-timeout")
     decisions.check_distribution(distribution, backend_name)
     if device_memory is not None:
         sharding.parse_bytes(device_memory, "--device-memory")
-    checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+    checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
+                                                                checkpoints.every, checkpoints.keep)
     verify = verification.check_steps(verify, "--verify")
     if verify is not None and processes > 1:
         raise UsageError(f"Received --verify {verify} with --processes {processes}: the one-device run of the "

@@ -1,6 +1,6 @@
 """`acceltrain run SCRIPT.py`: a plain Keras script, unchanged, on the hardware connect() finds.
 
-    run_script("train.py", ["--epochs", "3"], simulate_devices=8)
+    run_script("train.py", ["--epochs", "3"], settings=Settings(simulate_devices=8))
 
 1. connect() starts the backend (and jax.distributed, in a multi-process job) before the script imports
    Keras; 2. the distribution is made global (JAX) or the script runs in the strategy's scope
@@ -25,24 +25,21 @@ from acceltrain import decisions, log, user_model
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.commands.script_layers import FirstFits, FitGuard, KerasCalls
 from acceltrain.errors import AcceltrainError, UsageError
-from acceltrain.runtime import connect
+from acceltrain.runtime import Settings
 
 
-def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
-               distribution: str = "auto", platform: str = "auto", tpu: str | None = None,
-               coordinator: str | None = None, num_processes: int | None = None, process_id: int | None = None,
-               stall_timeout: float | None = None, device_memory: str | None = None, checkpoint_dir=None,
-               resume: bool = False, checkpoint_every: str | None = None, keep_checkpoints: int | None = None,
-               precision: str = "auto", autopilot: bool = True, verify: int | None = None,
-               started: float | None = None, ledger_file=None) -> int:
+def run_script(path: str, argv=(), *, settings: Settings = Settings(),
+               checkpoints: run_checkpoints.CheckpointFlags | None = None, autopilot: bool = True,
+               verify: int | None = None, started: float | None = None, ledger_file=None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
-    With `checkpoint_dir`, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
+    `settings`: connect()'s (runtime.Settings, from run's flags). With `checkpoints` (the --checkpoint-dir flags as given,
+    checked here by run_checkpoints.check_flags) and a folder in it, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
     first fit it is weighed and laid out, the levers applied unless `autopilot` is False, and with `verify` (N
     steps) checked against one device (FirstFits). At the end, one line says where the run's time went
     (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the interpreter's start; default: this
     call's); `ledger_file`: also written there as JSON (in a job of several processes, each its own: the process
     index before the suffix, ledger.1.json)."""
-    from acceltrain.training import verify as verification
+    from acceltrain.layout import verify as verification
 
     started = time.time() if started is None else started
     script = Path(path)
@@ -51,12 +48,11 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
                          "script, e.g. acceltrain run train.py --epochs 3")
     outputs.check_file_folder(ledger_file, "--ledger")
     verify = verification.check_steps(verify, "--verify")
-    checkpointing = run_checkpoints.check_flags(checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
-    _keep_the_scripts_backend(script, backend)
+    checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
+                                                                checkpoints.every, checkpoints.keep)
+    _keep_the_scripts_backend(script, settings.backend)
     users_environment = dict(os.environ)  # before connect() sets its variables: what a plain run gets
-    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
-                      tpu=tpu, coordinator=coordinator, num_processes=num_processes, process_id=process_id,
-                      stall_timeout=stall_timeout, device_memory=device_memory, precision=precision)
+    runtime = settings.connect()
     connected = time.time()
     _never_outlive_the_job()
     if runtime.num_processes > 1:

@@ -10,7 +10,7 @@ import numpy as np
 from acceltrain import checks, data, decisions, inputs, log, placement
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import predict_prepared
-from acceltrain.training import autopilot
+from acceltrain.layout import autopilot
 
 
 class KerasCalls:
@@ -126,7 +126,7 @@ def _listed(counts) -> str:
 class FirstFits:
     """Layer "autopilot" (keras_internals.LAYERS): before each model's first fit, the model weighed, laid out and the
     levers applied (Runtime.first_fit, its messages naming the flags), and with --verify N compared with one device
-    (training/verify.py); every later call of the model runs under the distribution it was laid out for, and each
+    (layout/verify.py); every later call of the model runs under the distribution it was laid out for, and each
     fit's batch is cut as its first was (gradient accumulation keeps the global batch)."""
 
     def __init__(self, runtime, autopilot: bool = True, verify: int | None = None, cut_batches: bool = True):
@@ -155,7 +155,7 @@ class FirstFits:
             return proceed(call)
 
     def _first(self, call) -> None:
-        from acceltrain.training import verify
+        from acceltrain.layout import verify
 
         arguments = call.arguments()
         x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")

@@ -338,7 +338,7 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
     """Lower and compile one training step for `devices` laid out as `layout`; the compiler's figures.
 
     spec_of(variable) -> the variable's spec (a tuple of mesh axis names and None), instead of the layout's rule:
-    the layouts a real distribution gives a built model's variables (training/autopilot.py).
+    the layouts a real distribution gives a built model's variables (layout/autopilot.py).
     """
     import jax
     import numpy as np

@@ -39,7 +39,7 @@ def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: i
 def candidate_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None,
                            layout_map=None):
     """The distribution make_distribution makes for `kind` ("data", "fsdp", "model"), not yet any runtime's: what
-    the autopilot weighs a model under before it chooses (training/autopilot.py)."""
+    the autopilot weighs a model under before it chooses (layout/autopilot.py)."""
     import keras
 
     if kind == "data":

@@ -1,4 +1,4 @@
-"""A model's first fit made to fit (training/autopilot.py), on the 8 simulated CPU devices, judged by XLA:CPU's
+"""A model's first fit made to fit (layout/autopilot.py), on the 8 simulated CPU devices, judged by XLA:CPU's
 memory analysis of the compiled step: a model built in scope() born within the budget and laid out sharded before
 its first step; a step whose activations do not fit trained with gradient accumulation, the global batch kept;
 and the stops, with the autopilot and without it."""
@@ -138,13 +138,20 @@ def run_here(monkeypatch):
     """`acceltrain run` in this process: its launcher watch (faulthandler on SIGUSR1) left out. The script's
     keras.utils.set_random_seed imports TensorFlow, which sets environment variables as it starts: put back after
     the test, so the check for leaked variables looks at acceltrain's."""
+    import dataclasses
     import os
 
     from acceltrain.commands import run
+    from acceltrain.runtime import Settings
+
+    def run_script(path, **options):  # connect()'s keywords go into the run's Settings
+        connecting = {field.name for field in dataclasses.fields(Settings)} & set(options)
+        settings = Settings(**{name: options.pop(name) for name in connecting})
+        return run.run_script(path, settings=settings, **options)
 
     monkeypatch.setattr(run, "_never_outlive_the_job", lambda: None)
     before = dict(os.environ)
-    yield run.run_script
+    yield run_script
     os.environ.clear()
     os.environ.update(before)
 
@@ -287,7 +294,7 @@ def test_with_a_build_function_the_users_own_accumulation_is_weighed_and_no_accu
 def test_a_precision_the_user_asked_for_is_not_a_lever(monkeypatch, precision, offered):
     """Runtime.build's walk offers bfloat16 compute only where acceltrain chose the precision: precision='float32'
     (--precision float32) is the user's, kept. Read at the walk's door (levers.choose_levers), before any compile."""
-    from acceltrain.training import autopilot
+    from acceltrain.layout import autopilot
 
     class Walked(Exception):
         pass

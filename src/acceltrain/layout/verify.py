@@ -28,7 +28,7 @@ from acceltrain.errors import AcceltrainError, UsageError, positive_int
 # The largest relative difference accepted, of the losses and of each weight (the norm of the difference over the
 # norm of the one-device weight), by the precision the model computes in: a sum in another order differs by about
 # its rounding unit. Where each sits between what correct models and wrong ones differ by, measured per precision:
-# the benchmark section `verify-tolerance` (tests/training/test_verify.py checks the record against these).
+# the benchmark section `verify-tolerance` (tests/layout/test_verify.py checks the record against these).
 TOLERANCES = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-1}
 TOLERANCE = TOLERANCES["float32"]
 # One rounding of each precision, relative (half its machine epsilon): the least precise the model computes in names

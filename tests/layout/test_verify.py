@@ -1,4 +1,4 @@
-"""--verify N / Runtime.fit(verify=N) (training/verify.py): N steps on the run's layout and on one device from the
+"""--verify N / Runtime.fit(verify=N) (layout/verify.py): N steps on the run's layout and on one device from the
 same weights and batches, compared before training. It passes on data, fsdp and model layouts, on BatchNorm after
 a biased layer (whose bias has no gradient but round-off) and in bfloat16 (its own tolerance), and fails on a layer
 written for a layout that forgets its all-reduce and on a loss divided by the replica count by hand, naming what
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import acceltrain
-from acceltrain.training.verify import (NO_GRADIENT, TOLERANCE, TOLERANCES, VerificationFailed, compare,
+from acceltrain.layout.verify import (NO_GRADIENT, TOLERANCE, TOLERANCES, VerificationFailed, compare,
                                         precision_of, without_gradient)
 from tests import support
 
@@ -62,7 +62,7 @@ def test_weights_whose_gradient_is_round_off_are_named_not_compared(gradients, n
 @pytest.mark.parametrize("ratio, replicas, said", [
     (0.25, 4, "divided by 4"), (4.0, 4, "multiplied by 4"), (0.5, 4, None), (1.0, 1, None), (None, 4, None)])
 def test_a_loss_scaled_by_the_replica_count_is_named(ratio, replicas, said):
-    from acceltrain.training.verify import Verdict
+    from acceltrain.layout.verify import Verdict
 
     hint = Verdict(1, 8, "DataParallel", 0.75, 0.0, [], loss_ratio=ratio).hint(replicas)
     assert (f"the one-device loss {said}, the replica count" in hint) if said else hint == ""
@@ -251,7 +251,7 @@ def test_verify_fails_on_a_loss_divided_by_the_replica_count_by_hand_saying_so()
 
 def test_verify_must_be_a_whole_number_of_steps():
     from acceltrain.errors import UsageError
-    from acceltrain.training.verify import check_steps
+    from acceltrain.layout.verify import check_steps
 
     assert check_steps(None) is None and check_steps(3) == 3
     with pytest.raises(UsageError, match=r"Received --verify 0\. Expected a whole number of at least 1"):
