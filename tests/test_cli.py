@@ -418,3 +418,13 @@ def test_every_flag_of_every_verb_reaches_its_command(verb, monkeypatch):
     lost = [dest for dest, value in expected.items()
             if not (named.get(dest) == value if isinstance(value, bool) else value in values)]
     assert not lost, f"acceltrain {verb}: {lost} parsed but never handed to {COMMANDS[verb]} ({argv})"
+
+
+def test_autopilot_means_one_thing_in_train_run_and_launch():
+    """Issue 36: --autopilot had two help texts, for train and for run; it is one flag with one meaning."""
+    from acceltrain import cli
+
+    [verbs] = [action for action in cli._parser()._actions if action.choices]
+    helps = {verb: [action.help for action in verbs.choices[verb]._actions if action.dest == "autopilot"]
+             for verb in ("train", "run", "launch")}
+    assert helps["train"] == helps["run"] == helps["launch"] == [cli.AUTOPILOT_HELP], helps

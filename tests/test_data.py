@@ -87,3 +87,20 @@ def test_first_batches_of_fewer_samples_than_a_batch_are_one_batch_of_them_all(b
 def test_first_batches_are_none_where_they_cannot_be_read_ahead():
     assert data.first_batches(iter([(np.zeros((4, 2)), np.zeros(4))]), None, None, 1) is None  # a generator
     assert data.first_batches(np.zeros((0, 2)), np.zeros(0), 8, 1) is None  # no samples: fit says so
+
+
+@pytest.mark.parametrize("batch_size, expected", [(None, 32), (0, 32), (1, 1), (64, 64)])
+def test_kerass_default_batch_is_resolved_in_one_place(batch_size, expected):
+    assert data.keras_batch(batch_size) == expected == (batch_size or data.KERAS_DEFAULT_BATCH_SIZE)
+
+
+def test_no_other_module_writes_kerass_default_batch():
+    """Issue 36: Keras's default was resolved in 13 places, twice as a literal 32."""
+    import re
+    from pathlib import Path
+
+    source = Path(data.__file__).parent
+    written = sorted(f"{path.relative_to(source)}:{number}" for path in source.rglob("*.py") if path.name != "data.py"
+                     for number, line in enumerate(path.read_text().splitlines(), 1)
+                     if re.search(r"batch_size or (32\b|[\w.]*KERAS_DEFAULT_BATCH_SIZE)", line))
+    assert not written, f"Keras's default batch resolved outside data.keras_batch: {written}"

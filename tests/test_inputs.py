@@ -225,3 +225,13 @@ def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise
     assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13, 14, 15, 16, 17], [18, 19]]
     with pytest.raises(UsageError, match="a Grain loader sharded 3 ways, in a job of 2 process.*ShardByJaxProcess"):
         inputs.share_stream(_runtime(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
+
+
+@pytest.mark.parametrize("batch_size, replicas, accumulation, said", [
+    (256, 8, 1, "global batch 256 = 32 × 8 replica(s)"),
+    (None, 4, 1, "global batch 32 = 8 × 4 replica(s)"),  # Keras's default batch
+    (32, 8, 2, "global batch 64 = 2 steps × 4 × 8 replica(s)"),  # the autopilot's accumulation: per step 32
+])
+def test_the_global_batch_is_said_one_way(batch_size, replicas, accumulation, said):
+    """Runtime.fit and `run` both say it through inputs.global_batch (issue 36: it was written twice)."""
+    assert inputs.global_batch(batch_size, replicas, accumulation) == said

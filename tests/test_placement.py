@@ -118,13 +118,10 @@ def _top_level_build():
      "compiled model"),
 ])
 def test_the_plan_line_for_this_job_on_this_hardware(hardware, memory, source, job, build, expected):
-    from types import SimpleNamespace
-
     from acceltrain import placement
 
     request = placement.Request(device_memory=memory, memory_source=source)
-    runtime = SimpleNamespace(sharding_request=request, hardware=_hardware(*hardware))
-    assert placement.plan_command(runtime, placement.job_of(build, job)) == expected
+    assert placement.plan_command(request, _hardware(*hardware), placement.job_of(build, job)) == expected
 
 
 def test_auto_stops_before_training_when_nothing_fits():

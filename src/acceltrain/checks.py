@@ -11,8 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acceltrain import hardware
-
-KERAS_DEFAULT_BATCH_SIZE = 32
+from acceltrain.data import keras_batch
 
 # Below this many samples per replica a step is too small to keep the device busy (each hardware kind
 # says why: hardware/tpu.py, gpu.py, cpu.py). Rules of thumb, not limits.
@@ -30,7 +29,7 @@ def partial_epoch(num_samples: int, batch_size: int | None, steps_per_epoch: int
     """steps_per_epoch × batch_size smaller than the data: each epoch sees only part of it."""
     if not steps_per_epoch or not num_samples:
         return []
-    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    batch = keras_batch(batch_size)
     seen = steps_per_epoch * batch
     if seen >= num_samples:
         return []
@@ -46,7 +45,7 @@ def partial_epoch(num_samples: int, batch_size: int | None, steps_per_epoch: int
 
 def uneven_batch(batch_size: int | None, num_replicas: int, splits_unevenly: bool) -> list[Finding]:
     """A global batch that does not split into equal slices over the replicas."""
-    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    batch = keras_batch(batch_size)
     if num_replicas <= 1 or batch % num_replicas == 0:
         return []
     below = batch // num_replicas * num_replicas
@@ -66,7 +65,7 @@ def small_replica_batch(batch_size: int | None, num_replicas: int, platform: str
     choice for speed but the algorithm's (one bag a step in multiple-instance learning, online learning)."""
     if batch_size == 1:
         return []
-    batch = batch_size or KERAS_DEFAULT_BATCH_SIZE
+    batch = keras_batch(batch_size)
     per_replica = batch // max(num_replicas, 1)
     enough = MIN_BATCH_PER_REPLICA.get(platform, 1)
     if per_replica >= enough:

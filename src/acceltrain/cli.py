@@ -210,10 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_memory_flag(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
                        help="write TensorBoard logs to OUT/tensorboard (needs tensorflow installed)")
-    train.add_argument("--autopilot", action=argparse.BooleanOptionalAction,
-                       help="when the training step does not fit the device memory under any sharding, try bfloat16 "
-                            "compute, rematerialisation and gradient accumulation in turn, each compiled first "
-                            "(default); --no-autopilot stops instead")
+    train.add_argument("--autopilot", action=argparse.BooleanOptionalAction, help=AUTOPILOT_HELP)
     train.add_argument("--config", metavar="FILE.toml",
                        help="read these options from a TOML file (keys as the flags, with _); flags override it")
     # None means "not given on the command line", so a --config file's value stands; the defaults
@@ -337,11 +334,17 @@ def _add_ledger_flag(parser: argparse.ArgumentParser) -> None:
                              "job of several processes, each writes its own, FILE.0.json, FILE.1.json ...")
 
 
+# --autopilot means one thing in train, run and launch: the levers of planning/levers.py, each compiled first, for a
+# step that fits no sharding. Which of them can still act depends on who builds the model, and the help says so.
+AUTOPILOT_HELP = ("when a model's training step does not fit the device memory under any sharding, apply the levers "
+                  "in turn, each compiled first: bfloat16 compute and rematerialisation where acceltrain builds the "
+                  "model (train), then gradient accumulation, the global batch kept (a script's models, built before "
+                  "their first fit, take accumulation alone and are told the others) (default); --no-autopilot stops "
+                  "instead (the sharding 'auto' chooses is applied either way)")
+
+
 def _add_autopilot_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--autopilot", action=argparse.BooleanOptionalAction, default=True,
-                        help="when a model's training step does not fit the device memory, train it with a smaller "
-                             "batch per step and gradient accumulation, the global batch kept (default); "
-                             "--no-autopilot stops instead (the sharding 'auto' chooses is still applied)")
+    parser.add_argument("--autopilot", action=argparse.BooleanOptionalAction, default=True, help=AUTOPILOT_HELP)
     parser.add_argument("--verify", type=int, metavar="N",
                         help="before training, run N steps of each model's first fit on its layout and on one device "
                              "from the same weights and batches, print the differences, and stop (exit 1) when they "

@@ -10,6 +10,14 @@ import numpy as np
 
 from acceltrain.errors import UsageError, positive_int
 
+# Keras's own batch where fit, evaluate or predict is given none (batch_size=None; Keras 3.15.1's data adapters).
+KERAS_DEFAULT_BATCH_SIZE = 32
+
+
+def keras_batch(batch_size: int | None) -> int:
+    """The batch Keras trains on for `batch_size`: the one given, else Keras's default. The one place it is resolved."""
+    return batch_size or KERAS_DEFAULT_BATCH_SIZE
+
 
 def is_arrays(x) -> bool:
     """True for a numpy array or a list/tuple/dict of them (what Keras's array adapter takes)."""
@@ -237,7 +245,7 @@ def first_batches(x, y, batch_size: int | None, count: int):
         samples = num_samples(x)
         if samples == 0:
             return None
-        batch = min(batch_size or 32, samples)  # 32: Keras's default
+        batch = min(keras_batch(batch_size), samples)
         available = samples // batch
         cuts = [slice(i % available * batch, (i % available + 1) * batch) for i in range(count)]
         return [(as_float32(take(x, cut)), take(y, cut)) for cut in cuts], batch

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import checks, data, hardware
+from acceltrain import data, hardware
 from acceltrain.errors import UsageError
 
 
@@ -173,13 +173,13 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil((data.num_samples(fit.x) - fit.left_out)
-                                        / (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE))
+                                        / data.keras_batch(batch_size))
     fit.validation_data = _prepare_validation(runtime, fit, validation_data, classes, checked)
     fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, runtime.num_processes)
     if _is_array_set(fit.validation_data) or runtime.num_processes > 1:
         # validation_batch_size defaults to batch_size, as in Keras
         fit.validation_batch_size = _local_batch(
-            fit.validation_batch_size or fit.batch_size or checks.KERAS_DEFAULT_BATCH_SIZE, runtime.num_processes,
+            data.keras_batch(fit.validation_batch_size or fit.batch_size), runtime.num_processes,
             always=True)
     return fit
 
@@ -223,7 +223,7 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
     n = predict.num_samples = data.num_samples(x)
     if runtime.num_processes > 1:
         # Every process takes the same number of full batches, so the joined outputs interleave regularly.
-        predict.batch_size = batch = batch_size or _smallest_multiple(checks.KERAS_DEFAULT_BATCH_SIZE,
+        predict.batch_size = batch = batch_size or _smallest_multiple(data.KERAS_DEFAULT_BATCH_SIZE,
                                                                        runtime.num_replicas)
         padded = math.ceil(n / batch) * batch
     else:
@@ -236,6 +236,14 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
 
 # --- The steps ----------------------------------------------------------------------------------
 
+def global_batch(batch_size: int | None, num_replicas: int, accumulation: int = 1) -> str:
+    """How a fit's global batch is cut, said the same way by Runtime.fit and `run`: "global batch 512 = 2 steps × 32 ×
+    8 replica(s)". `batch_size`: one step's batch (None: Keras's default); `accumulation`: steps a weight update."""
+    batch = data.keras_batch(batch_size)
+    steps = f"{accumulation} steps × " if accumulation > 1 else ""
+    return f"global batch {batch * accumulation} = {steps}{batch // num_replicas} × {num_replicas} replica(s)"
+
+
 def _processes(runtime) -> dict:
     return {"process_index": runtime.process_index, "num_processes": runtime.num_processes}
 
@@ -245,7 +253,7 @@ def _local_batch(batch_size, num_processes: int, always: bool = False):
     multiple of the replicas, checked first). None stays Keras's default with one process."""
     if num_processes == 1 and not always:
         return batch_size
-    return (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE) // num_processes
+    return data.keras_batch(batch_size) // num_processes
 
 
 def _smallest_multiple(at_least: int, of: int) -> int:

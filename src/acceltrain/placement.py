@@ -180,7 +180,7 @@ def _close_to_full_note(runtime, job: dict, needs: int) -> str:
     if needs <= CLOSE_TO_FULL * budget:
         return ""
     return (f"; that is {needs / budget:.0%} of it, and the activations are not counted: "
-            f"`{plan_command(runtime, job)}` compiles the step and counts them")
+            f"`{plan_command(runtime.sharding_request, runtime.hardware, job)}` compiles the step and counts them")
 
 
 # --- Check before renting: the `acceltrain plan` line for this job ---------------------------------
@@ -193,19 +193,18 @@ def job_of(build_model, job: dict | None = None) -> dict:
 
 def check_before_renting(runtime, job: dict) -> str:
     """The sentence a "does not fit" ends with: how to check this job against hardware before renting it."""
-    return (f"Check it against hardware before renting: `{plan_command(runtime, job)}` compiles its "
+    return (f"Check it against hardware before renting: `{plan_command(runtime.sharding_request, runtime.hardware, job)}` compiles its "
             "training step for a --target and says what would fit (tpu-v5e-16, tpu-v4-128, h100-8 ... or here).")
 
 
-def plan_command(runtime, job: dict) -> str:
+def plan_command(request: Request, found, job: dict) -> str:
     """The `acceltrain plan` command line for this job (job_of) on this hardware, or, where the model's function
     is not known (a model built in scope(), a lambda), the acceltrain.plan() call with the job's numbers.
 
     The target is this hardware's rental name (8 "TPU v5 lite" devices: tpu-v5e-8); a CPU, or a kind the
     targets table lacks, is `here`, with the device memory 'auto' used (and, for simulated devices, as many
-    of them).
+    of them). `request`: the runtime's sharding request; `found`: its hardware.Hardware.
     """
-    request, found = runtime.sharding_request, runtime.hardware
     target = None if found.platform == "cpu" else _rental_name(found.device_kind, found.num_devices)
     memory = None
     if target is None or request.memory_source == "device_memory=":

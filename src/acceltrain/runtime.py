@@ -481,8 +481,8 @@ class Runtime:
             log.warn(overridden)
         _set_steps_per_execution(model, steps)
         log.info(
-            f"global batch {prepared.batch_size} = {prepared.batch_size // self.num_replicas} × {self.num_replicas} "
-            f"replicas; steps_per_execution {steps} ({steps_reason})"
+            f"{inputs.global_batch(prepared.batch_size, self.num_replicas)}; steps_per_execution {steps} "
+            f"({steps_reason})"
         )
 
     @staticmethod

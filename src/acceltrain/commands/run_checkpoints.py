@@ -25,7 +25,7 @@ script with the resume hint; the same command plus --resume continues exactly wh
 from dataclasses import dataclass
 from pathlib import Path
 
-from acceltrain import checks, data
+from acceltrain import data
 from acceltrain.errors import UsageError, positive_int
 
 DEFAULT_EVERY = "auto"
@@ -123,7 +123,7 @@ def runtime_fit_arguments(arguments: dict) -> dict:
     for name in ("steps_per_epoch", "initial_epoch"):
         arguments.pop(name, None)
     if data.is_arrays(x) and arguments.get("batch_size") is None:
-        arguments["batch_size"] = checks.KERAS_DEFAULT_BATCH_SIZE  # Keras's default, made explicit
+        arguments["batch_size"] = data.keras_batch(None)  # Keras's default, made explicit
     arguments["callbacks"] = list(arguments.get("callbacks") or ())
     return arguments
 

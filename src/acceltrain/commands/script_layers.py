@@ -334,15 +334,12 @@ class FitGuard:
         if self.placement_told:
             return
         self.placement_told = True
-        replicas = self.runtime.num_replicas
-        batch = batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
         where = ""
         if model.variables:
             spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
-        steps = getattr(getattr(model, "optimizer", None), "gradient_accumulation_steps", None) or 1
-        accumulated = f"{steps} steps × " if steps > 1 else ""  # the autopilot's accumulation (FirstFits)
-        log.info(f"fit: global batch {batch * steps} = {accumulated}{batch // replicas} × {replicas} replica(s){where}")
+        steps = getattr(getattr(model, "optimizer", None), "gradient_accumulation_steps", None) or 1  # FirstFits'
+        log.info(f"fit: {inputs.global_batch(batch_size, self.runtime.num_replicas, steps)}{where}")
 
     # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 

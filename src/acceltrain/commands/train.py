@@ -61,7 +61,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
         from acceltrain.backends import keras_internals
 
         with keras_internals.saving_without_tensorflow():
-            _save_model(runtime, model, job.out_dir)
+            _save_model(runtime.process_index, model, job.out_dir)
             optimizer = optimizer_summary(model)  # what trained, whatever --learning-rate said
         # 5. The records of the run: config.toml and the report (its ledger: the run until the report was drawn),
         # then metrics.json, whose ledger runs to the end of these writes (the CLI then leaves at once).
@@ -87,7 +87,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
         resolved = replace(config, epochs=job.epochs, batch_size=job.batch_size, out=str(job.out_dir),
                            backend=runtime.backend)
         so_far = runtime.timeline.so_far(window)
-        _write_report(runtime, {**metrics, "ledger": so_far.as_json() if so_far else None}, resolved)
+        _write_report(runtime.process_index, {**metrics, "ledger": so_far.as_json() if so_far else None}, resolved)
     # Where the run's time went, from the interpreter's start to here (None with ACCELTRAIN_LEDGER=0).
     metrics["ledger"] = window.ledger.as_json() if window.ledger else None
     if runtime.process_index == 0:
@@ -97,10 +97,10 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     return metrics
 
 
-def _write_report(runtime, metrics: dict, resolved: TrainConfig) -> None:
+def _write_report(process_index: int, metrics: dict, resolved: TrainConfig) -> None:
     """config.toml and the report, each written atomically by process 0 (metrics.json follows, written by the caller
     once the ledger is closed)."""
-    if runtime.process_index > 0:
+    if process_index > 0:
         return
     out_dir = Path(resolved.out)
     config_files.write(out_dir / "config.toml", resolved)
@@ -236,10 +236,10 @@ def job_line(config: TrainConfig, recipe, epochs: int, batch_size: int, samples:
             f"{'s' * (steps != 1)} at global batch {batch_size}{source}; validation: {validation}")
 
 
-def _save_model(runtime, model, out_dir: Path) -> None:
+def _save_model(process_index: int, model, out_dir: Path) -> None:
     """model.keras and model.weights.h5, each written atomically by process 0; the other processes of a job save
     where nobody looks (reading the weights is a step they all take)."""
-    if runtime.process_index > 0:
+    if process_index > 0:
         save_where_nobody_looks(model.save, "model.keras")
         save_where_nobody_looks(model.save_weights, "model.weights.h5")
         return

@@ -20,7 +20,7 @@ off (--no-autopilot, autopilot=False) only the sharding that 'auto' chooses is a
 import weakref
 from dataclasses import dataclass
 
-from acceltrain import checks, data, decisions, log, placement, sharding
+from acceltrain import data, decisions, log, placement, sharding
 from acceltrain.errors import UsageError
 from acceltrain.planning import levers
 
@@ -72,7 +72,7 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
         return FirstFit(batch_size)
     _weighed[model] = 1
     first = data.first_batches(x, y, batch_size, 1)  # None: inputs that cannot be read ahead
-    batch = first[1] if first else batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
+    batch = first[1] if first else data.keras_batch(batch_size)
     replicas = runtime.num_replicas  # fit leaves out the samples that do not divide over them (inputs.py)
     batch = batch // replicas * replicas or batch
     optimizer = getattr(model, "optimizer", None)
@@ -202,7 +202,7 @@ def per_step(x, batch_size: int | None, accumulation: int):
         return x, batch_size
     if data.is_dataset(x):
         return x.rebatch(data.dataset_batch_size(x) // accumulation), batch_size
-    return x, (batch_size or checks.KERAS_DEFAULT_BATCH_SIZE) // accumulation
+    return x, data.keras_batch(batch_size) // accumulation
 
 
 def _candidates(runtime, model) -> dict:

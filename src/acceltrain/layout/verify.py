@@ -142,7 +142,7 @@ def precision_of(model) -> str:
     return max(floats, key=_ROUNDING.get) if floats else "float32"
 
 
-def first_gradients(runtime, model, batch, samples) -> list:
+def first_gradients(framework, model, batch, samples) -> list:
     """The first batch's gradient of each trainable weight, on one device, computed in float32 (in bfloat16 a bias
     before BatchNormalization has round-off a hundredth of the largest gradient): one step of plain SGD at learning
     rate 1 in place of the model's optimizer, so the weights move by minus their gradient (a train_step of the
@@ -156,7 +156,7 @@ def first_gradients(runtime, model, batch, samples) -> list:
         sgd.build(model.trainable_variables)
     before = [np.asarray(v.value, np.float64) for v in model.trainable_variables]
     with keras_internals.computing_in_float32(model), keras_internals.stand_ins(model, sgd, samples):
-        _, after = runtime.backend_module.steps_on_one_device(model, [batch])
+        _, after = framework.steps_on_one_device(model, [batch])
     return [start - np.asarray(end, np.float64) for start, end in zip(before, after)]
 
 
@@ -225,7 +225,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
     verdict = compare(losses, alone, weights, alone_weights, [v.path for v in model.trainable_variables],
                       steps=len(packed), batch_size=batch, layout=runtime.distribution_name,
                       precision=precision_of(model),
-                      gradients=None if model.optimizer is None else first_gradients(runtime, model, packed[0], samples))
+                      gradients=None if model.optimizer is None else first_gradients(runtime.backend_module, model, packed[0], samples))
     if not verdict.passed:
         error = VerificationFailed(
             f"{verdict.line()}. Over the tolerance: under {verdict.layout} the model computes something else than on "
