@@ -86,6 +86,19 @@ def test_simulate_devices_must_be_at_least_one(bad):
         acceltrain.connect(simulate_devices=bad)
 
 
+@pytest.mark.parametrize("bad", ["10.0.0.1:1234", {"coordinator": "10.0.0.1:1234"}])
+def test_cluster_must_be_a_cluster(bad):
+    """The job's coordinator, count and index travel together in acceltrain.Cluster (connect takes at most 10
+    parameters): anything else is refused naming the argument, before any framework starts."""
+    with pytest.raises(UsageError, match=r"Received cluster=.*Valid: an acceltrain\.Cluster, e\.g\. acceltrain\.Cluster\("):
+        acceltrain.connect(cluster=bad)
+
+
+def test_a_cluster_given_in_part_names_what_is_missing():
+    with pytest.raises(UsageError, match=r"without \S*num.processes and \S*process.id"):
+        acceltrain.connect(cluster=acceltrain.Cluster(coordinator="10.0.0.1:1234"))
+
+
 def test_scope_places_variables_over_all_devices(runtime):
     with runtime.scope():
         model = _mlp()

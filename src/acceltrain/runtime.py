@@ -56,6 +56,10 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             "float32" or "mixed_bfloat16". The banner says when it is not Keras's float32.
     """
     # 1. Check the arguments, before any framework starts.
+    if cluster is not None and not isinstance(cluster, Cluster):
+        raise UsageError(f"Received cluster={cluster!r}. Valid: an acceltrain.Cluster, e.g. acceltrain.Cluster("
+                         "coordinator='10.0.0.1:1234', num_processes=2, process_id=0), or None to read the job from "
+                         "the environment.")
     joined = cluster or Cluster()
     tpu = joined.tpu
     _check_simulate_devices(simulate_devices)
