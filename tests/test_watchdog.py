@@ -196,13 +196,16 @@ def _job_watchdog(heartbeats, wall):
     return dog, clock, stream, exits
 
 
-def test_each_step_is_published_and_a_stall_names_the_process_whose_beats_stopped():
+def test_steps_are_published_once_a_poll_and_a_stall_names_the_process_whose_beats_stopped():
     beats, wall = Heartbeats(), Clock()
     dog, clock, stream, exits = _job_watchdog(beats, wall)
     dog.arm("fit")
-    for step in range(1, 6):
+    for step in range(1, 5):  # a poll is 1 s here: within it, only the first step writes to the store
         dog.beat(f"fit, epoch 1, after step {step}")
-    assert beats.published[0]["steps"] == 5 and beats.published[0]["watching"]
+    assert beats.published[0]["steps"] == 1 and beats.published[0]["watching"]
+    clock.now = 1.0
+    dog.beat("fit, epoch 1, after step 5")
+    assert beats.published[0]["steps"] == 5 and beats.published[0]["phase"] == "fit, epoch 1, after step 5"
     beats.published[1] = {"steps": 3, "last_step_at": -1.0, "beat_at": -1.0, "host": "other", "phase": "fit, epoch 1, "
                           "after step 3", "watching": True}  # process 1, frozen since
     clock.now, wall.now = 11, 40

@@ -22,6 +22,7 @@ before fit, writing files after) never trips it.
 
 import contextlib
 import faulthandler
+import math
 import os
 import sys
 import tempfile
@@ -113,6 +114,7 @@ class Watchdog:
         self._slowest: float | None = None  # the longest step measured so far
         self._unmeasured = True  # the next step compiles, or the stretch until it is not a step: not timed
         self._thread: threading.Thread | None = None
+        self._published_at = -math.inf  # when beat() last handed a beat to the heartbeats
 
     @property
     def enabled(self) -> bool:
@@ -166,7 +168,16 @@ class Watchdog:
             self._last_step_at = self._wall()
             if phase is not None:
                 self._phase = phase
-        self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
+            # A step publishes only once a poll has passed since the last it published: the watch thread publishes
+            # the latest beat every poll anyway, and the readers (a stall's _who_stopped, check_stragglers) ask
+            # nothing fresher. Each publish is a write to the coordinator's store (an RPC on the publishing thread,
+            # and on the coordinator's): every step, that was hundreds a second for a millisecond step under launch,
+            # competing for the cores the step runs on (issue 33).
+            publish = now - self._published_at >= self._poll
+            if publish:
+                self._published_at = now
+        if publish:
+            self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
 
     def disarm(self) -> None:
         with self._lock:
