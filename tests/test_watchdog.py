@@ -228,7 +228,7 @@ def test_a_process_outside_any_watched_call_and_an_unreachable_store_are_said():
     assert dog.check() and "heartbeats could not be read" in stream.getvalue()
 
 
-def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_over_a_window():
+def test_process_0_says_a_straggler_once_from_the_median_of_each_processs_own_time_per_step():
     from acceltrain import preemption
 
     beats, wall, cpu = Heartbeats(), Clock(), Clock()
@@ -239,20 +239,27 @@ def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_ov
     dog.arm("fit")
     window = preemption.STRAGGLER_WINDOW_STEPS
 
-    def steps(count, mine, theirs):  # each process's CPU seconds a step over `count` steps
-        for _ in range(count):
-            cpu.now += mine
+    def steps(count, mine, theirs, once=0.0):  # CPU seconds a step; `once`: one step of mine takes that more
+        for step in range(count):
+            cpu.now += mine + (once if step == count // 2 else 0.0)
             dog.beat("fit")
-        other = beats.published.get(1, {"steps": 0, "cpu_seconds": 0.0})
-        beats.published[1] = {"steps": other["steps"] + count, "cpu_seconds": other["cpu_seconds"] + count * theirs,
-                              "last_step_at": 0.0, "beat_at": 0.0, "watching": True}
+        beats.published[1] = {"steps": 0, "cpu_per_step": theirs, "last_step_at": 0.0, "beat_at": 0.0,
+                              "watching": True}
 
-    assert dog.check_stragglers() == []  # the window's start
-    steps(window, 0.010, 0.011)
+    cpu.now = 5.0
+    dog.beat("fit")  # the first step compiled: not measured
+    steps(window - 1, 0.010, 0.011)
+    assert dog.check_stragglers() == []  # not yet a window of this process's own steps
+    steps(1, 0.010, 0.011)
     assert dog.check_stragglers() == [] and "straggler" not in stream.getvalue()  # alike
+    steps(window, 0.010, 0.011, once=1.5)
+    assert dog.check_stragglers() == []  # one step of 1.5 s (a compile): not a straggler
+    beats.published[1]["cpu_per_step"] = None
+    assert dog.check_stragglers() == []  # process 1 has not a window of steps yet
     steps(window, 0.010, 0.030)
     assert dog.check_stragglers() == [1]
     said = stream.getvalue()
-    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×)" in said
+    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×), the " \
+           "median of each process's last 20 steps" in said
     steps(window, 0.010, 0.030)
     assert dog.check_stragglers() == [] and stream.getvalue() == said  # said once a run
