@@ -11,7 +11,10 @@ of 16 features), Adam. Each run is a fresh process and times the second of two e
   `stateless_call` + `optimizer.stateless_apply`, jitted over a mesh of the N devices, the batch split over them,
   a host sync every step as Keras's fit makes on several CPU devices) with N simulated devices;
 - launch: `acceltrain launch --processes 2 --simulate-devices 2`, floor launch: the hand-written step in the same
-  2-process job (acceltrain starts jax.distributed; a loop without fit runs as written), process 0's figure.
+  2-process job (acceltrain starts jax.distributed; a loop without fit runs as written), process 0's figure;
+- keras N / keras launch: plain Keras's own fit with DataParallel set by hand over the same devices, no acceltrain
+  (`--loop keras-dp`); under launch, two processes joined to a jax.distributed job by the script itself (`--job`),
+  each fitting its own share. What Keras's fit costs over the floor there is Keras's, not acceltrain's.
 The variants are interleaved round by round, so the machine's load falls on all alike; a variant's noise is the
 spread of its rounds (benchmarks/_noise.py). Records the section "small-steps" (results/small-steps.json), and the
 LSTM's "small-steps-lstm": two records, so that each run fits in minutes on a loaded machine.
@@ -20,6 +23,7 @@ LSTM's "small-steps-lstm": two records, so that each run fits in minutes on a lo
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -37,27 +41,54 @@ STEPS = {"mlp": 300, "lstm": 40}  # an epoch's steps: the MLP's take about a mil
 GOAL = 1.5  # the issue's: acceltrain's step within 1.5x the hand-written one on the same devices
 
 
+SCRIPT_LOOPS = {"floor": "hand", "keras": "keras-dp", "run": "fit", "plain": "fit"}
+PROCESSES, DEVICES_EACH = 2, 2  # launch's job
+
+
 def command(model: str, place: str, loop: str, steps: int) -> tuple[list, dict]:
-    """The command line of one variant, and its environment's additions."""
+    """The command line of one variant, and its environment's additions (plain Keras's 2-process job: commands())."""
     acceltrain = [sys.executable, "-m", "acceltrain"]
-    script = [str(SCRIPT), "--model", model, "--loop", "hand" if loop == "floor" else "fit", "--steps", str(steps)]
+    script = [str(SCRIPT), "--model", model, "--loop", SCRIPT_LOOPS[loop], "--steps", str(steps)]
     if place == "launch":
-        return [*acceltrain, "launch", "--processes", "2", "--simulate-devices", "2", *script], {}
+        return [*acceltrain, "launch", "--processes", str(PROCESSES), "--simulate-devices", str(DEVICES_EACH),
+                *script], {}
     if loop == "run":
         return [*acceltrain, "run", "--simulate-devices", place, *script], {}
     return [sys.executable, *script], {"XLA_FLAGS": f"--xla_force_host_platform_device_count={place}"}
 
 
+def commands(model: str, place: str, loop: str, steps: int) -> list[tuple[list, dict]]:
+    """Each process's command line and environment additions: one, but for plain Keras in launch's job, where the
+    script starts each of the processes' jax.distributed itself (no acceltrain)."""
+    if not (place == "launch" and loop == "keras"):
+        return [command(model, place, loop, steps)]
+    with socket.socket() as free:  # a port for the job's coordinator, as launch picks one
+        free.bind(("127.0.0.1", 0))
+        coordinator = f"127.0.0.1:{free.getsockname()[1]}"
+    script = [str(SCRIPT), "--model", model, "--loop", SCRIPT_LOOPS[loop], "--steps", str(steps)]
+    return [([sys.executable, *script, "--job", f"{coordinator},{PROCESSES},{index}"],
+             {"XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES_EACH}"}) for index in range(PROCESSES)]
+
+
 def measure(model: str, place: str, loop: str, steps: int) -> float | None:
     """Seconds a step, process 0's (None: the run failed; its end printed)."""
-    args, extra = command(model, place, loop, steps)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", **extra,
-           "PYTHONPATH": os.pathsep.join(p for p in (str(_results.REPO / "src"), os.environ.get("PYTHONPATH")) if p)}
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
-    lines = [line.removeprefix("[0] ") for line in done.stdout.splitlines()
-             if line.startswith(("{", "[0] {"))]
-    if done.returncode != 0 or not lines:
-        print(done.stderr[-2000:], file=sys.stderr)
+    children = []
+    for args, extra in commands(model, place, loop, steps):
+        env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", **extra,
+               "PYTHONPATH": os.pathsep.join(p for p in (str(_results.REPO / "src"), os.environ.get("PYTHONPATH"))
+                                             if p)}
+        children.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        ends = [child.communicate(timeout=900) for child in children]
+    finally:
+        for child in children:  # one process failed or timed out: its partner would wait in the job for ever
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    stdout, stderr = ends[0]
+    lines = [line.removeprefix("[0] ") for line in stdout.splitlines() if line.startswith(("{", "[0] {"))]
+    if any(child.returncode != 0 for child in children) or not lines:
+        print("".join(err for _, err in ends)[-2000:], file=sys.stderr)
         return None
     return json.loads(lines[-1])["step_seconds"]
 
@@ -67,7 +98,7 @@ def variants(models) -> dict:
     for model in models:
         found[f"{model} plain"] = {"model": model, "place": "1", "loop": "plain", "runs": []}
         for place in PLACES:
-            for loop in ("floor", "run"):
+            for loop in ("floor", "run") if place == "1" else ("floor", "keras", "run"):
                 found[f"{model} {loop} {place}"] = {"model": model, "place": place, "loop": loop, "runs": []}
     return found
 
@@ -106,11 +137,18 @@ def summarize(raw: dict) -> dict:
             if not floor or not ours:
                 rows.append({"model": model, "place": place, "failed": True})
                 continue
+            # Plain Keras on the same devices (older records have none): on one device, plain Keras is the plain run.
+            keras = plain if place == "1" else [r for r in by.get((model, place, "keras"), []) if r is not None]
             difference = _noise.compare(floor, ours)
-            rows.append({"model": model, "place": place, "floor": statistics.median(floor),
-                         "run": statistics.median(ours), "plain": statistics.median(plain) if plain else None,
-                         "ratio": difference.ratio, "noise": difference.noise, "verdict": difference.verdict,
-                         "says": difference.says("{:.2f}×"), "within_goal": difference.ratio <= GOAL})
+            row = {"model": model, "place": place, "floor": statistics.median(floor),
+                   "run": statistics.median(ours), "plain": statistics.median(plain) if plain else None,
+                   "ratio": difference.ratio, "noise": difference.noise, "verdict": difference.verdict,
+                   "says": difference.says("{:.2f}×"), "within_goal": difference.ratio <= GOAL}
+            if keras and (place != "1" or (model, "4", "keras") in by):
+                keras_over_floor, ours_over_keras = _noise.compare(floor, keras), _noise.compare(keras, ours)
+                row.update(keras=statistics.median(keras), keras_says=keras_over_floor.says("{:.2f}×"),
+                           ours_over_keras=ours_over_keras.says("{:.2f}×"))
+            rows.append(row)
     return {"rounds": raw["rounds"], "steps": raw["steps"], "loads": raw["loads"], "rows": rows}
 
 
@@ -123,15 +161,34 @@ PLACE_WORDS = {"1": "1 device", "4": "4 simulated devices", "8": "8 simulated de
 
 
 def render(summary: dict, record: dict) -> str:
-    table = ["| model | devices | hand-written floor | acceltrain | acceltrain / floor | within 1.5× | plain Keras, 1 device |",
-             "|---|---|---|---|---|---|---|"]
+    with_keras = any("keras" in row for row in summary["rows"])
+    if with_keras:  # plain Keras on the same devices beside them: which part of the gap is Keras's own fit
+        table = ["| model | devices | hand-written floor | plain Keras, same devices | Keras / floor | acceltrain | "
+                 "acceltrain / floor | within 1.5× | acceltrain / Keras |", "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        table = ["| model | devices | hand-written floor | acceltrain | acceltrain / floor | within 1.5× | "
+                 "plain Keras, 1 device |", "|---|---|---|---|---|---|---|"]
     for row in summary["rows"]:
         if row.get("failed"):
-            table.append(f"| {row['model']} | {PLACE_WORDS[row['place']]} | failed | failed | — | — | — |")
+            table.append(f"| {row['model']} | {PLACE_WORDS[row['place']]} | failed | " +
+                         ("— | — | failed | — | — | — |" if with_keras else "failed | — | — | — |"))
             continue
         verb = "launch" if row["place"] == "launch" else "run"
-        table.append(f"| {row['model']} | {PLACE_WORDS[row['place']]} | {_ms(row['floor'])} | {_ms(row['run'])} "
-                     f"(`{verb}`) | {row['says']} | {'yes' if row['within_goal'] else '**no**'} | {_ms(row['plain'])} |")
+        ours = f"{_ms(row['run'])} (`{verb}`) | {row['says']} | {'yes' if row['within_goal'] else '**no**'}"
+        if with_keras:
+            keras = f"{_ms(row['keras'])} | {row['keras_says']}" if "keras" in row else "— | —"
+            table.append(f"| {row['model']} | {PLACE_WORDS[row['place']]} | {_ms(row['floor'])} | {keras} | {ours} | "
+                         f"{row.get('ours_over_keras', '—')} |")
+        else:
+            table.append(f"| {row['model']} | {PLACE_WORDS[row['place']]} | {_ms(row['floor'])} | {ours} | "
+                         f"{_ms(row['plain'])} |")
+    keras_words = (
+        " Plain Keras is Keras's own fit with `DataParallel` set by hand over the same devices and no acceltrain (on "
+        "one device, plain Keras's fit; under launch, the script joins the same 2-process job by hand, each process "
+        "fitting its own share); like acceltrain, it waits for each step on several CPU devices (without that, "
+        "Keras 3.15 lets steps overlap and the 2-process job waits in gloo for ever). Keras / floor is what Keras's "
+        "fit costs over the hand-written step; acceltrain / Keras, what acceltrain adds to it."
+    ) if with_keras else ""
     loads = ", ".join(f"{load:.1f}" for load in summary["loads"] if load is not None)
     steps = ", ".join(f"{model} {count}" for model, count in summary["steps"].items())
     return (
@@ -142,7 +199,7 @@ def render(summary: dict, record: dict) -> str:
         f"is the larger spread of the two variants' rounds. Load average over the run: {loads} (on a machine "
         "shared with others). The floor is Keras's `stateless_call` + `optimizer.stateless_apply` jitted over the "
         "same devices, a host sync every step (as Keras's fit makes on several CPU devices); under launch, the same "
-        "loop in the same 2-process job.\n\n" + "\n".join(table)
+        "loop in the same 2-process job." + keras_words + "\n\n" + "\n".join(table)
     )
 
 

@@ -14,10 +14,17 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--model", choices=("mlp", "lstm"), default="mlp")
 parser.add_argument("--loop", choices=("fit", "keras-dp", "hand"), default="fit")
 parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--job", metavar="COORDINATOR,PROCESSES,INDEX",
+                    help="join a jax.distributed job by hand, without acceltrain (the plain 2-process job)")
 args = parser.parse_args()
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 import jax  # noqa: E402
+
+if args.job:  # as FACTS.md's 2-process recipe: gloo for CPU collectives, then initialize, before any device is used
+    coordinator, count, index = args.job.split(",")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator, num_processes=int(count), process_id=int(index))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -39,7 +46,9 @@ class MLP(keras.Model):
 def make_model():
     keras.utils.set_random_seed(0)
     if args.loop == "keras-dp":  # plain Keras's own data parallelism, set by hand: what acceltrain sets for it
-        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=jax.devices()))
+        distribution = keras.distribution.DataParallel(devices=jax.devices())
+        distribution.auto_shard_dataset = False  # each process passes its own share (below), as acceltrain's do
+        keras.distribution.set_distribution(distribution)
     if args.model == "mlp":
         model, shape = MLP(), (32,)
     else:
@@ -65,9 +74,22 @@ class StepSeconds(keras.callbacks.Callback):
         self.seconds = (time.perf_counter() - self.started) / args.steps
 
 
+class OneStepAtATime(keras.callbacks.Callback):
+    """Plain Keras over several CPU devices needs it: a batch end that is not async_safe makes fit wait for each step.
+    Without it, Keras 3.15 lets steps overlap and a 2-process job here waits in gloo for ever (as acceltrain's
+    backends/jax.py::_steps_must_not_overlap says; the MLP's keras-dp job hung 1 of 1 without it)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        pass
+
+
 if args.loop in ("fit", "keras-dp"):
     timer = StepSeconds()
-    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[timer])  # the second epoch's steps
+    share = slice(jax.process_index(), None, processes) if args.loop == "keras-dp" else slice(None)
+    # The second epoch's steps; by hand, each process its every process-th sample, a batch of its share of 32.
+    model.fit(x[share], y[share], batch_size=BATCH // (processes if args.loop == "keras-dp" else 1), epochs=2,
+              verbose=0, callbacks=[timer, *([OneStepAtATime()] if args.loop == "keras-dp" and jax.device_count() > 1
+                                             else [])])
     seconds = timer.seconds
 else:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec

@@ -196,13 +196,16 @@ def _job_watchdog(heartbeats, wall):
     return dog, clock, stream, exits
 
 
-def test_each_step_is_published_and_a_stall_names_the_process_whose_beats_stopped():
+def test_steps_are_published_once_a_poll_and_a_stall_names_the_process_whose_beats_stopped():
     beats, wall = Heartbeats(), Clock()
     dog, clock, stream, exits = _job_watchdog(beats, wall)
     dog.arm("fit")
-    for step in range(1, 6):
+    for step in range(1, 5):  # a poll is 1 s here: within it, only the first step writes to the store
         dog.beat(f"fit, epoch 1, after step {step}")
-    assert beats.published[0]["steps"] == 5 and beats.published[0]["watching"]
+    assert beats.published[0]["steps"] == 1 and beats.published[0]["watching"]
+    clock.now = 1.0
+    dog.beat("fit, epoch 1, after step 5")
+    assert beats.published[0]["steps"] == 5 and beats.published[0]["phase"] == "fit, epoch 1, after step 5"
     beats.published[1] = {"steps": 3, "last_step_at": -1.0, "beat_at": -1.0, "host": "other", "phase": "fit, epoch 1, "
                           "after step 3", "watching": True}  # process 1, frozen since
     clock.now, wall.now = 11, 40
@@ -225,7 +228,7 @@ def test_a_process_outside_any_watched_call_and_an_unreachable_store_are_said():
     assert dog.check() and "heartbeats could not be read" in stream.getvalue()
 
 
-def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_over_a_window():
+def test_process_0_says_a_straggler_once_from_the_median_of_each_processs_own_time_per_step():
     from acceltrain import preemption
 
     beats, wall, cpu = Heartbeats(), Clock(), Clock()
@@ -236,20 +239,27 @@ def test_process_0_says_a_straggler_once_from_each_processs_own_time_per_step_ov
     dog.arm("fit")
     window = preemption.STRAGGLER_WINDOW_STEPS
 
-    def steps(count, mine, theirs):  # each process's CPU seconds a step over `count` steps
-        for _ in range(count):
-            cpu.now += mine
+    def steps(count, mine, theirs, once=0.0):  # CPU seconds a step; `once`: one step of mine takes that more
+        for step in range(count):
+            cpu.now += mine + (once if step == count // 2 else 0.0)
             dog.beat("fit")
-        other = beats.published.get(1, {"steps": 0, "cpu_seconds": 0.0})
-        beats.published[1] = {"steps": other["steps"] + count, "cpu_seconds": other["cpu_seconds"] + count * theirs,
-                              "last_step_at": 0.0, "beat_at": 0.0, "watching": True}
+        beats.published[1] = {"steps": 0, "cpu_per_step": theirs, "last_step_at": 0.0, "beat_at": 0.0,
+                              "watching": True}
 
-    assert dog.check_stragglers() == []  # the window's start
-    steps(window, 0.010, 0.011)
+    cpu.now = 5.0
+    dog.beat("fit")  # the first step compiled: not measured
+    steps(window - 1, 0.010, 0.011)
+    assert dog.check_stragglers() == []  # not yet a window of this process's own steps
+    steps(1, 0.010, 0.011)
     assert dog.check_stragglers() == [] and "straggler" not in stream.getvalue()  # alike
+    steps(window, 0.010, 0.011, once=1.5)
+    assert dog.check_stragglers() == []  # one step of 1.5 s (a compile): not a straggler
+    beats.published[1]["cpu_per_step"] = None
+    assert dog.check_stragglers() == []  # process 1 has not a window of steps yet
     steps(window, 0.010, 0.030)
     assert dog.check_stragglers() == [1]
     said = stream.getvalue()
-    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×)" in said
+    assert "warning: straggler: process 1 took 30.0 ms of its own a step, 3.0× the others' 10.0 ms (over 1.5×), the " \
+           "median of each process's last 20 steps" in said
     steps(window, 0.010, 0.030)
     assert dog.check_stragglers() == [] and stream.getvalue() == said  # said once a run

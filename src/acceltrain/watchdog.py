@@ -20,9 +20,12 @@ Neutral: no framework. Armed only inside fit/evaluate/predict, so a script's own
 before fit, writing files after) never trips it.
 """
 
+import collections
 import contextlib
 import faulthandler
+import math
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -101,7 +104,10 @@ class Watchdog:
         self.heartbeats, self._wall = heartbeats, wall_clock
         self._total_steps, self._last_step_at = 0, wall_clock()
         self._straggling_said = False
-        self._window: dict | None = None  # process 0: every process's beat at the start of the straggler window
+        # This process's own CPU seconds of each of its last measured steps (from one beat to the next, the stretch
+        # after a compile or an epoch's end left out), whose median its beat carries for the straggler check.
+        self._step_cpu = collections.deque(maxlen=preemption.STRAGGLER_WINDOW_STEPS)
+        self._cpu_at_beat: float | None = None
         self._clock, self._cpu_clock, self._exit, self._stream = clock, cpu_clock, exit, stream
         self._poll = poll_seconds if poll_seconds is not None else min(max(self.timeout / 20, 0.05), 1.0)
         self._lock = threading.Lock()
@@ -113,6 +119,7 @@ class Watchdog:
         self._slowest: float | None = None  # the longest step measured so far
         self._unmeasured = True  # the next step compiles, or the stretch until it is not a step: not timed
         self._thread: threading.Thread | None = None
+        self._published_at = -math.inf  # when beat() last handed a beat to the heartbeats
 
     @property
     def enabled(self) -> bool:
@@ -157,16 +164,28 @@ class Watchdog:
         with self._lock:
             if self._phase is None:
                 return
-            now = self._clock()
+            now, cpu = self._clock(), self._cpu_clock()
             if not self._unmeasured:
                 self._slowest = max(self._slowest or 0.0, now - self._last)
+                if self._cpu_at_beat is not None:
+                    self._step_cpu.append(cpu - self._cpu_at_beat)
+            self._cpu_at_beat = cpu
             self._last, self._unmeasured = now, False
             self._steps += 1
             self._total_steps += 1
             self._last_step_at = self._wall()
             if phase is not None:
                 self._phase = phase
-        self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
+            # A step publishes only once a poll has passed since the last it published: the watch thread publishes
+            # the latest beat every poll anyway, and the readers (a stall's _who_stopped, check_stragglers) ask
+            # nothing fresher. Each publish is a write to the coordinator's store (an RPC on the publishing thread,
+            # and on the coordinator's): every step, that was hundreds a second for a millisecond step under launch,
+            # competing for the cores the step runs on (issue 33).
+            publish = now - self._published_at >= self._poll
+            if publish:
+                self._published_at = now
+        if publish:
+            self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
 
     def disarm(self) -> None:
         with self._lock:
@@ -178,7 +197,16 @@ class Watchdog:
         with self._lock:
             return {"steps": self._total_steps, "last_step_at": self._last_step_at, "beat_at": self._wall(),
                     "host": _HOST, "phase": self._phase or "its own code, outside fit, evaluate and predict",
-                    "watching": watching and self._phase is not None, "cpu_seconds": self._cpu_clock()}
+                    "watching": watching and self._phase is not None, "cpu_per_step": self._cpu_per_step()}
+
+    def _cpu_per_step(self) -> float | None:
+        """The median of this process's own CPU seconds a step over its last STRAGGLER_WINDOW_STEPS measured steps
+        (None before it has that many). A median, not a mean over a stretch: a one-off in one step (acceltrain's own
+        timing of the step on one device compiles it again, once a process, after 50 steps; a process whose compile
+        missed the cache the other hit) is not a straggler; a process slow at most of its steps is."""
+        if len(self._step_cpu) < preemption.STRAGGLER_WINDOW_STEPS:
+            return None
+        return statistics.median(self._step_cpu)
 
     def _publish(self, watching: bool = True) -> None:
         if self.heartbeats is not None:
@@ -260,32 +288,25 @@ class Watchdog:
 
 
     def check_stragglers(self) -> list[int]:
-        """Process 0, in a job of several processes: once every preemption.STRAGGLER_WINDOW_STEPS steps, each
-        process's own time per step over the window (its CPU time: its host's work and, on CPU devices, the step's
-        compute; a wait in a collective uses none), and the processes over preemption.STRAGGLER_FACTOR × the
-        others' said in one line, once a run. Returns the stragglers found by this call."""
+        """Process 0, in a job of several processes, every poll: each process's own CPU time per step, the median of
+        its last preemption.STRAGGLER_WINDOW_STEPS steps (its host's work and, on CPU devices, the step's compute; a
+        wait in a collective uses none), and the processes over preemption.STRAGGLER_FACTOR × the others' said in one
+        line, once a run. Returns the stragglers found by this call."""
         if self.heartbeats is None or self.process_index != 0 or self._straggling_said:
             return []
-        start = self._window
-        if start is not None and self._total_steps - start[0]["steps"] < preemption.STRAGGLER_WINDOW_STEPS:
-            return []
         read = self.heartbeats.read()
-        if read is None or any(beat is None or "cpu_seconds" not in beat for beat in read.values()):
+        if read is None:
             return []
         read[0] = self.beat_now()
-        self._window = read
-        if start is None:
-            return []
-        own = {index: (beat["cpu_seconds"] - start[index]["cpu_seconds"]) / (beat["steps"] - start[index]["steps"])
-               for index, beat in read.items() if index in start and beat["steps"] > start[index]["steps"]}
-        if len(own) < len(read):
-            return []
+        own = {index: beat.get("cpu_per_step") for index, beat in read.items() if beat is not None}
+        if len(own) < len(read) or any(seconds is None for seconds in own.values()):
+            return []  # a process has not published, or not yet that many steps
         slow, why = preemption.choose_stragglers(own)
         if slow:
             self._straggling_said = True
-            print(f"acceltrain: warning: straggler: {why}, over the last {preemption.STRAGGLER_WINDOW_STEPS}+ steps; "
-                  "every other process waits for it at each step (its input, its host's load, its device)",
-                  file=self._stream or sys.stderr, flush=True)
+            print(f"acceltrain: warning: straggler: {why}, the median of each process's last "
+                  f"{preemption.STRAGGLER_WINDOW_STEPS} steps; every other process waits for it at each step (its "
+                  "input, its host's load, its device)", file=self._stream or sys.stderr, flush=True)
         return slow
 
     def _who_stopped(self) -> str | None:

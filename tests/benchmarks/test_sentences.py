@@ -302,3 +302,47 @@ def test_default_job_says_what_a_checkpoint_every_epoch_costs_beside_auto_and_wh
             "of a 0.80 s epoch > 2% → every 4 epochs (1.9%); a checkpoint took 62 ms") in text
     assert said["every-epoch-vs-train"].startswith("1.100× (beyond")
     assert said["auto-chose"] == "a checkpoint took 62 ms to write, 7.8% of a 0.80 s epoch > 2% → every 4 epochs (1.9%)"
+
+
+# --- small-steps ---------------------------------------------------------------------------------
+
+def small_steps_raw(with_keras: bool) -> dict:
+    """Seconds a step per variant, two rounds each: launch's floor 4 ms, plain Keras 8 ms, acceltrain 12 ms."""
+    from benchmarks import small_steps
+
+    seconds = {"plain": 0.0002, "floor": 0.001, "keras": 0.002, "run": 0.003}
+    variants = []
+    for label, variant in small_steps.variants(["mlp"]).items():
+        if variant["loop"] == "keras" and not with_keras:
+            continue
+        scale = 4 if variant["place"] == "launch" else 1
+        variants.append({"label": label, **variant, "runs": [seconds[variant["loop"]] * scale] * 2})
+    return {"rounds": 2, "steps": {"mlp": 300}, "batch": 32, "loads": [0.5, 0.6], "variants": variants}
+
+
+def test_small_steps_shows_plain_keras_on_the_same_devices_beside_the_floor():
+    text, _ = rendered("small-steps", small_steps_raw(with_keras=True))
+    assert ("| mlp | launch, 2 processes × 2 devices | 4.00 ms | 8.00 ms | 2.00× (beyond this run's noise, ±0%) | "
+            "12.00 ms (`launch`) | 3.00× (beyond this run's noise, ±0%) | **no** | 1.50× (beyond this run's noise, ±0%) |"
+            in text)
+    assert "| mlp | 1 device | 1.00 ms | 0.20 ms | 0.20×" in text  # on one device, plain Keras is the plain run
+    assert "acceltrain / Keras, what acceltrain adds to it" in text
+
+
+def test_small_steps_renders_a_record_without_plain_keras_beside_it_as_before():
+    text, _ = rendered("small-steps", small_steps_raw(with_keras=False))
+    assert ("| mlp | launch, 2 processes × 2 devices | 4.00 ms | 12.00 ms (`launch`) | 3.00× (beyond this run's noise, "
+            "±0%) | **no** | 0.20 ms |" in text)
+    assert "acceltrain / Keras" not in text
+
+
+def test_plain_keras_in_launchs_job_is_two_processes_joined_by_hand_without_acceltrain():
+    from benchmarks import small_steps
+
+    (alone,) = small_steps.commands("mlp", "4", "keras", 20)
+    assert "acceltrain" not in alone[0] and alone[1]["XLA_FLAGS"].endswith("device_count=4")
+    job = small_steps.commands("mlp", "launch", "keras", 20)
+    assert len(job) == small_steps.PROCESSES == 2 and all("acceltrain" not in args for args, _ in job)
+    joined = [args[args.index("--job") + 1].split(",") for args, _ in job]
+    assert joined[0][0] == joined[1][0] and [j[1:] for j in joined] == [["2", "0"], ["2", "1"]]
+    assert all(extra["XLA_FLAGS"].endswith("device_count=2") for _, extra in job)
