@@ -163,20 +163,57 @@ def test_a_generator_is_shared_batch_by_batch_so_each_sample_is_fed_once(n, batc
         assert rows % replicas == 0 and len({len(ids) for _, ids in batches}) == 1
 
 
-def test_a_py_dataset_keeps_its_length_and_serves_each_process_its_rows():
+def _py_dataset(n, batch, reads):
     import keras
 
     class Batches(keras.utils.PyDataset):
         def __len__(self):
-            return 3
+            return -(-n // batch)
 
         def __getitem__(self, i):
-            return _batches(40, 16)[i]
+            reads.append(i)
+            return _batches(n, batch)[i]
 
+    return Batches()
+
+
+@pytest.mark.parametrize("n, read_by_both", [
+    (72, [4]),     # batches 16, 16, 16, 16, 8: groups (0, 1), (2, 3) and the pass's last, (4,)
+    (64, [2, 3]),  # four batches: the last group (2, 3) holds the pass's last batch
+])
+def test_a_py_dataset_is_read_by_share_each_process_whole_batches_of_its_own(n, read_by_both):
+    """2 processes, 4 replicas, batches of 16: process p reads batch 2g + p of each group once and feeds half of it at
+    each of the group's two steps; the group holding the pass's last batch is read by both. Every sample is fed once,
+    and at each step both processes feed as many rows (the global batch: 16, each a multiple of the replicas)."""
+    reads, shares, notes = [[], []], [], []
+    for process in (0, 1):
+        x = _py_dataset(n, 16, reads[process])
+        assert inputs.stream_batch_size(x, process, 2) == 16  # its first read, kept for the share's
+        shared = inputs.share_stream(_runtime(4, 2, process), x, notes)
+        shares.append([shared[i] for i in range(len(shared))])
+        assert len(shared) == len(x)
+    assert sorted(reads[0] + reads[1]) == sorted(list(range(-(-n // 16))) + read_by_both)
+    assert set(reads[0]) & set(reads[1]) == set(read_by_both)
+    assert sorted(_fed(shares[0]) + _fed(shares[1])) == list(range(n))
+    for batches in zip(*shares):
+        assert len({len(ids) for _, ids in batches}) == 1 and sum(len(ids) for _, ids in batches) % 4 == 0
+    first_step = sorted(int(i) for _, ids in (shares[0][0], shares[1][0]) for i in ids)
+    assert first_step == list(range(0, 16, 2)) + list(range(16, 32, 2))  # rows 0, 2, ... of batches 0 and 1
+    assert "each process reads whole batches 1, 3, ..." in dict(notes)["share:x:a keras.utils.PyDataset"]
+
+
+def test_a_py_dataset_in_one_process_is_cut_and_its_probed_batch_is_not_read_again():
+    reads = []
+    x = _py_dataset(70, 16, reads)
+    inputs.stream_batch_size(x)
+    shared = inputs.share_stream(_runtime(4), x, [])
+    assert [len(shared[i][1]) for i in range(len(shared))] == [16, 16, 16, 16, 4] and reads == [0, 1, 2, 3, 4]
+
+
+def test_a_generator_is_read_whole_by_every_process_said_with_the_way_to_read_it_once():
     notes = []
-    shared = inputs.share_stream(_runtime(4, 2, 1), Batches(), notes)
-    assert len(shared) == 3 and _fed([shared[i] for i in range(3)]) == list(range(1, 40, 2))
-    assert [key.split(":")[0] for key, _ in notes] == ["share", "cut"]
+    inputs.share_stream(_runtime(4, 2), iter(_batches(64, 16)), notes)
+    assert "every process reads every batch whole" in notes[0][1] and "pass a keras.utils.PyDataset" in notes[0][1]
 
 
 def test_a_stream_nobody_can_share_is_refused_with_the_fix():
@@ -211,11 +248,35 @@ def _grain_loader(shards):
                             operations=[grain.Batch(8, drop_remainder=False)])
 
 
-def test_a_grain_loader_is_rebuilt_with_each_batch_cut_and_this_processs_rows_and_stays_re_iterable():
+def test_a_grain_loader_is_rebuilt_with_grain_s_shard_options_reading_only_this_processs_records():
+    """21 records, batches of 8, 2 processes of 2 replicas each: process 1 reads records 10-19 only (Grain's shard 1
+    of 2, its remainder dropped so both take as many steps), in batches of 4, the last cut to the local replicas; the
+    loader stays re-iterable (each iter() a new pass)."""
     grain = pytest.importorskip("grain.python")
-    shared = inputs.share_stream(_runtime(4, 2, 1), _grain_loader(grain.NoSharding()), [])
-    for _ in range(2):  # two epochs: each iter() a new pass
-        assert [batch.tolist() for batch in shared] == [[1, 3, 5, 7], [9, 11, 13, 15], [17, 19]]
+    read = []
+
+    class Records:
+        def __len__(self):
+            return 21
+
+        def __getitem__(self, i):
+            read.append(int(i))
+            return np.float32(i)
+
+    sampler = grain.IndexSampler(num_records=21, shard_options=grain.NoSharding(), shuffle=False, num_epochs=1)
+    loader = grain.DataLoader(data_source=Records(), sampler=sampler, worker_count=0,
+                              operations=[grain.Batch(8, drop_remainder=False)])
+    notes = []
+    shared = inputs.share_stream(_runtime(4, 2, 1), loader, notes)
+    for _ in range(2):
+        read.clear()
+        assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13], [14, 15, 16, 17], [18, 19]]
+        assert sorted(read) == list(range(10, 20))
+    assert "rebuilt with Grain's ShardOptions (shard 1 of 2" in dict(notes)["share:x:a Grain loader"]
+    other = grain.DataLoader(data_source=Records(), sampler=sampler, worker_count=0,
+                             operations=[grain.Batch(7, drop_remainder=False)])  # 7 rows: no half for each
+    inputs.share_stream(_runtime(2, 2, 1), other, notes)
+    assert any("every process reads every batch whole" in message for _, message in notes)
 
 
 def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise_is_refused():

@@ -17,6 +17,8 @@ the functions that wrap a Grain loader or a PyDataset).
 """
 
 import math
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -163,9 +165,8 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
                              "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
         (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
                                                                                    validation_split)
-    if is_stream(fit.x):
-        # Runtime.fit's datasets are whole batches already (_batch_training_dataset): only shared
-        fit.x = share_stream(runtime, fit.x, fit.notes, cut=not (checked and fit.is_dataset))
+    if is_stream(fit.x) and not (checked and fit.is_dataset):  # Runtime.fit's datasets: _batch_training_dataset
+        fit.x = share_stream(runtime, fit.x, fit.notes)
     if is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
             and not (checked and data.is_dataset(validation_data)):
         *validation_data, weights = stream_to_arrays(validation_data, validation_steps, "validation_data", fit.notes)
@@ -287,8 +288,10 @@ def _batch_training_dataset(runtime, fit: Fit, checked: bool) -> None:
         return
     fit.batch_size = data.check_dataset(fit.x, fit.batch_size, runtime.num_replicas)
     fit.steps_per_epoch = data.num_batches(fit.x)
+    if runtime.num_processes > 1:  # this process's share first (read at the source where it can be), then made full
+        fit.x = share_stream(runtime, fit.x, fit.notes, cut=False)
     if runtime.num_replicas > 1 or hardware.kind(runtime.platform).STATIC_SHAPES:
-        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size)
+        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size // runtime.num_processes)
         if changed:
             fit.notes.append(("dropped", f"training batches all full ({fit.batch_size}): at most "
                               f"{fit.batch_size - 1} samples at the end of each pass are left out, so every batch "
@@ -366,31 +369,52 @@ def _map_outputs(fn, outputs):
 
 # --- Streams: tf.data, keras.utils.PyDataset, generators, Grain's loaders ------------------------------------
 # The arrays' rules, batch by batch (data.batch_part): in fit, a batch that does not divide over the replicas loses
-# its last few rows (only a pass's last, partial batch has any); in a job of several processes each process feeds
-# its rows of every batch (every num_processes-th), so global batch k is the script's batch k and each sample is
-# computed once. A Grain loader sharded by process (grain.ShardByJaxProcess) already reads only its share: only
-# cut. evaluate and predict read a stream whole into arrays (in_memory) and take the arrays' rules from there.
+# its last rows (only a pass's last, partial batch has any). In a job of P processes, each process reads only its
+# share of the samples, and feeds batch / P rows a step, so the global batch stays the script's:
+# - a tf.data pipeline: read at its source (data.source_share): process p's pipeline reads samples p, p + P, ... and
+#   batches batch / P of them; with no shuffle, global batch k is the pipeline's batch k;
+# - a PyDataset: by index, in groups of P batches: process p reads batch g·P + p of group g whole and feeds 1/P of it
+#   (rows q, q + P, ...) at each of the group's P steps, so global step g·P + q holds rows of each of the group's
+#   batches. The group holding the pass's last batch (it may be shorter) is read by every process, which keeps its
+#   rows of each batch: the processes' steps must have as many rows;
+# - a Grain DataLoader: rebuilt with Grain's own ShardOptions (one shard a process, as ShardByJaxProcess) and its
+#   Batch by batch / P; one sharded by process already reads only its share;
+# - what cannot be read by share (a generator, a pipeline that does not start at from_tensor_slices or range, a
+#   Grain dataset): every process reads every batch whole and keeps its rows (every P-th), so each sample is still
+#   computed once; said in one line with the reason.
+# evaluate and predict read a stream whole into arrays (in_memory) and take the arrays' rules from there.
 
 def is_stream(x) -> bool:
     return x is not None and not data.is_arrays(x)
 
 
-def stream_batch_size(x) -> int | None:
+def stream_batch_size(x, process_index: int = 0, num_processes: int = 1) -> int | None:
     """The rows of a stream's first batch, where it can be read without using up what fit is about to read (a
-    generator's cannot: None)."""
+    generator's cannot: None). A PyDataset's is the batch this process reads first, kept for that read (_read)."""
     if data.is_dataset(x):
         return data.dataset_batch_size(x)
     if data.is_py_dataset(x) and (x.num_batches or 0) > 0:
-        return data.batch_rows(data.tensors_as_numpy(x[0]))
+        index = process_index if x.num_batches > num_processes else 0  # its first group is not its last (_py_dataset_share)
+        _PROBED[x] = (index, x[index])
+        return data.batch_rows(data.tensors_as_numpy(_PROBED[x][1]))
     if data.is_grain(x) and not _grain_sharded(x):
         for batch in x:  # a new pass: Grain's loaders start over at each iter()
             return data.batch_rows(batch)
     return None
 
 
+_PROBED = weakref.WeakKeyDictionary()  # a PyDataset's batch read by stream_batch_size: (index, batch), read once
+
+
+def _read(x, index: int):
+    """Batch `index` of a PyDataset: the one stream_batch_size read, the first time it is asked for."""
+    probed = _PROBED.pop(x, None)
+    return probed[1] if probed and probed[0] == index else x[index]
+
+
 def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
     """A training stream by the rules above: each batch made to divide over the replicas (`cut`: where it may not
-    already), this process's rows of it. Raises UsageError where no share can be taken (said with the fix)."""
+    already), this process's share of it. Raises UsageError where no share can be taken (said with the fix)."""
     replicas, index, processes = runtime.num_replicas, runtime.process_index, runtime.num_processes
     if runtime.backend_module.SPLITS_UNEVEN_BATCHES and processes == 1:
         replicas = 1  # TensorFlow splits an uneven batch itself
@@ -402,20 +426,23 @@ def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
         if count != processes:
             raise UsageError(f"Received {name}, a Grain loader sharded {count} ways, in a job of {processes} "
                              f"process(es). Shard it by process: shard_options=grain.sharding.ShardByJaxProcess().")
-        index, processes, replicas = 0, 1, replicas // count  # its share already: cut to the local replicas
+        return _cut(x, replicas // count, cut, name, kind, notes)  # its share already: cut to the local replicas
     if processes > 1:
-        notes.append((f"share:{name}:{kind}", f"{name} ({kind}): each process feeds its rows of every batch (one row "
-                                              f"in {processes}), so each sample is computed once and the metrics are "
-                                              "the job's"))
+        shared, how = _read_by_share(x, index, processes, replicas)
+        if shared is not None:
+            notes.append((f"share:{name}:{kind}", f"{name} ({kind}): {how}, so each sample is read and computed once "
+                                                  "an epoch and the metrics are the job's"))
+            return _cut(shared, replicas // processes, cut, name, kind, notes)
+        notes.append((f"share:{name}:{kind}", f"{name} ({kind}): every process reads every batch whole and feeds its "
+                                              f"rows of it (one row in {processes}), so each sample is computed once "
+                                              f"and the metrics are the job's; {how}"))
     if replicas > 1 and cut:
-        notes.append((f"cut:{name}:{kind}", f"{name} ({kind}): a batch that does not divide over {replicas} replicas (a "
-                                     f"pass's last) loses its last rows, at most {replicas - 1}, so it does (as "
-                                     "arrays' final batch is trimmed)"))
+        notes.append(_cut_note(name, kind, replicas))
     if data.is_dataset(x):
         return data.dataset_part(x, replicas, index, processes)
     part = lambda batch: data.batch_part(data.tensors_as_numpy(batch), replicas, index, processes)  # noqa: E731
     if data.is_py_dataset(x):
-        return _py_dataset_part(x, part)
+        return _py_dataset_part(x, lambda i: part(_read(x, i)))
     if data.is_grain(x):
         return _grain_part(x, part)
     if data.is_generator(x):
@@ -423,6 +450,54 @@ def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
     raise UsageError(f"Received {name} of type {type(x).__name__} on {replicas} replicas: acceltrain cannot take a "
                      "share of its batches. Pass numpy arrays, a tf.data.Dataset, a keras.utils.PyDataset, a "
                      "generator or a Grain loader.")
+
+
+def _read_by_share(x, index: int, processes: int, replicas: int):
+    """(this process's share of `x`, read by share, and how; or None and why it cannot be)."""
+    if data.is_dataset(x):
+        shared = data.source_share(x, index, processes)
+        if shared is None:
+            return None, ("its source is not from_tensor_slices or range, or it has no single batch op of a size "
+                          f"dividing by {processes} before a static shape or a filter: to read each sample once, "
+                          "build it as from_tensor_slices(...)[.map/.shuffle/...].batch(global batch)")
+        return shared, (f"each process's pipeline reads every {_nth(processes)} sample of its source (from its own "
+                        f"index) and batches 1/{processes} of the global batch")
+    if data.is_py_dataset(x):
+        return _py_dataset_share(x, index, processes, replicas), (
+            f"each process reads whole batches {index}, {index + processes}, ... (the pass's last group of up to "
+            f"{processes} batches: every process) and feeds 1/{processes} of one a step")
+    if data.is_grain(x):
+        shared = _grain_share(x, index, processes)
+        if shared is None:
+            return None, ("Grain shares only a DataLoader with an IndexSampler and one grain.Batch dividing by the "
+                          f"processes: build it so, or pass shard_options=grain.sharding.ShardByJaxProcess() with a "
+                          "Batch of 1/processes of the global batch")
+        return shared, (f"rebuilt with Grain's ShardOptions (shard {index} of {processes}, as ShardByJaxProcess) and "
+                        f"batches of 1/{processes} of the global batch")
+    return None, ("a generator cannot be read by index: pass a keras.utils.PyDataset to read each batch once"
+                  if data.is_generator(x) else f"{type(x).__name__} has no share to take")
+
+
+def _nth(n: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def _cut(x, local_replicas: int, cut: bool, name: str, kind: str, notes: list):
+    """This process's share with each batch cut to a multiple of the local replicas (the share's last, partial)."""
+    if local_replicas <= 1 or not cut:
+        return x
+    notes.append(_cut_note(name, kind, local_replicas, " of each process"))
+    if data.is_py_dataset(x):
+        return x  # _py_dataset_share cut each batch to the replicas before its parts
+    if data.is_dataset(x):
+        return data.dataset_part(x, local_replicas)
+    return _grain_part(x, lambda batch: data.batch_part(data.tensors_as_numpy(batch), local_replicas))
+
+
+def _cut_note(name: str, kind: str, replicas: int, whose: str = "") -> tuple:
+    return (f"cut:{name}:{kind}", f"{name} ({kind}): a batch{whose} that does not divide over {replicas} replicas (a "
+                                  f"pass's last) loses its last rows, at most {replicas - 1}, so it does (as arrays' "
+                                  "final batch is trimmed)")
 
 
 def stream_to_arrays(x, steps=None, name: str = "x", notes: list | None = None):
@@ -474,8 +549,63 @@ def _grain_part(x, part):
                             shard_options=x._shard_options, read_options=x._read_options)
 
 
-def _py_dataset_part(x, part):
-    """A keras.utils.PyDataset serving `part` of each of `x`'s batches, with its workers and its epoch ends."""
+def _grain_share(x, index: int, processes: int):
+    """An unsharded Grain DataLoader rebuilt to read only this process's records: its IndexSampler and the loader
+    given ShardOptions(index, processes, drop_remainder=True) (every process as many records: as many steps), its one
+    Batch of batch B given B / processes. None where the loader is not made so.
+
+    Relies on: grain.DataLoader's parts as Keras's grain adapter reads them (`_data_source`, `_sampler`, `_operations`,
+    `_multiprocessing_options`, `_read_options`), and IndexSampler's (`_num_records`, `_shuffle`, `_num_epochs`,
+    `_seed`), grain 0.2."""
+    import grain.python as grain
+
+    if not hasattr(x, "_data_source") or type(x._sampler) is not grain.IndexSampler:
+        return None
+    batches = [i for i, op in enumerate(x._operations) if isinstance(op, grain.Batch)]
+    if len(batches) != 1 or x._operations[batches[0]].batch_size % processes:
+        return None
+    shards = grain.ShardOptions(shard_index=index, shard_count=processes, drop_remainder=True)
+    sampler = x._sampler
+    sampler = grain.IndexSampler(num_records=sampler._num_records, shard_options=shards, shuffle=sampler._shuffle,
+                                 num_epochs=sampler._num_epochs, seed=sampler._seed)
+    operations = list(x._operations)
+    batch = operations[batches[0]]
+    operations[batches[0]] = grain.Batch(batch.batch_size // processes, drop_remainder=batch.drop_remainder,
+                                         batch_fn=batch.batch_fn)
+    options = x._multiprocessing_options
+    return grain.DataLoader(data_source=x._data_source, sampler=sampler, operations=operations,
+                            worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
+                            shard_options=shards, read_options=x._read_options)
+
+
+def _py_dataset_share(x, index: int, processes: int, replicas: int):
+    """A keras.utils.PyDataset read by share (see "Streams" above): as many steps as x has batches; step s of group
+    g = s // processes reads x's batch g·processes + index once (kept until its last part is fed) and feeds part
+    q = s % processes of it (data.batch_part: cut to the replicas, rows q, q + processes, ...)."""
+    length = len(x)
+    last_group = (length - 1) // processes * processes
+    kept, lock = {}, threading.Lock()
+    read = lambda i: _read(x, i)  # noqa: E731
+    def part(step):
+        group = step // processes * processes
+        if group == last_group:  # the pass's last group: every process reads each batch, keeps its rows
+            return data.batch_part(data.tensors_as_numpy(read(step)), replicas, index, processes)
+        mine = group + index
+        with lock:
+            if mine not in kept:
+                kept[mine] = [data.tensors_as_numpy(read(mine)), processes]
+            batch = kept[mine]
+            batch[1] -= 1
+            if not batch[1]:
+                del kept[mine]
+        return data.batch_part(batch[0], replicas, step - group, processes)
+
+    return _py_dataset_part(x, part, on_epoch_end=kept.clear)
+
+
+def _py_dataset_part(x, serve, on_epoch_end=None):
+    """A keras.utils.PyDataset of `x`'s length serving `serve(index)` (a batch, None where nothing is left of it), with
+    x's workers and its epoch ends."""
     import keras
 
     class Part(keras.utils.PyDataset):
@@ -491,14 +621,15 @@ def _py_dataset_part(x, part):
             return x.num_batches
 
         def __getitem__(self, index):
-            batch = x[index]
-            cut = part(batch)
+            cut = serve(index)
             if cut is None:
-                raise UsageError(f"Batch {index} of the PyDataset has {data.batch_rows(batch)} rows, fewer than the "
-                                 "replicas: serve batches of at least as many rows as replicas.")
+                raise UsageError(f"Batch {index} of the PyDataset has fewer rows than the replicas: serve batches of at "
+                                 "least as many rows as replicas.")
             return cut
 
         def on_epoch_end(self):
+            if on_epoch_end:
+                on_epoch_end()
             x.on_epoch_end()
 
     return Part()

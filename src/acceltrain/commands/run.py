@@ -588,7 +588,7 @@ class FitGuard:
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
-        batch = inputs.stream_batch_size(arguments["x"])
+        batch = inputs.stream_batch_size(arguments["x"], runtime.process_index, runtime.num_processes)
         split, why = ("split", "") if batch is None else decisions.choose_batch_split(
             "fit", batch, batch, runtime.num_replicas, runtime.backend_module.SPLITS_UNEVEN_BATCHES)
         op_by_op = self._op_by_op_in_processes(call.model)
