@@ -17,6 +17,7 @@ the functions that wrap a Grain loader or a PyDataset).
 """
 
 import math
+import random
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class Fit(Prepared):
     validation_data: object = None  # already this process's share
     validation_batch_size: int | None = None  # per process; None: Keras's default
     is_dataset: bool = False
+    shuffles_itself: bool = False  # a PyDataset read by share shuffles its groups of batches: Keras's shuffle off
 
     def epoch(self, order, first_step: int = 0) -> dict:
         """Keras's fit arguments for one epoch (x, y, sample_weight, batch_size), this process's share: the samples
@@ -143,14 +145,16 @@ class Predict(Prepared):
 
 def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                 validation_data=None, validation_split=0.0, validation_batch_size=None, validation_steps=None,
-                checked: bool = True, trim: bool = True) -> Fit:
+                checked: bool = True, trim: bool = True, shuffle: bool = False) -> Fit:
     """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
     checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
     training sample: each epoch leaves out its own `left_out`, after its shuffle (Fit.epoch). `validation_split`
     is made here, once, as Keras makes it (the last fraction, before any shuffle, where no validation_data). A stream
     (a dataset, PyDataset, generator, Grain loader) is taken batch by batch (share_stream); a validation stream, on
-    several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules."""
+    several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules.
+    `shuffle`: fit's; where the prepared stream shuffles itself (a PyDataset read by share), `shuffles_itself` says
+    so, and the caller passes shuffle=False to Keras."""
     x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
@@ -166,7 +170,8 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
         (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
                                                                                    validation_split)
     if is_stream(fit.x) and not (checked and fit.is_dataset):  # Runtime.fit's datasets: _batch_training_dataset
-        fit.x = share_stream(runtime, fit.x, fit.notes)
+        fit.x = share_stream(runtime, fit.x, fit.notes, shuffle=shuffle)
+        fit.shuffles_itself = shuffle and runtime.num_processes > 1 and data.is_py_dataset(fit.x)
     if is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
             and not (checked and data.is_dataset(validation_data)):
         *validation_data, weights = stream_to_arrays(validation_data, validation_steps, "validation_data", fit.notes)
@@ -398,6 +403,9 @@ def stream_batch_size(x, process_index: int = 0, num_processes: int = 1) -> int 
         _PROBED[x] = (index, x[index])
         return data.batch_rows(data.tensors_as_numpy(_PROBED[x][1]))
     if data.is_grain(x) and not _grain_sharded(x):
+        batch_op = _grain_batch(x)
+        if batch_op is not None:
+            return batch_op.batch_size  # its one Batch's: nothing read
         for batch in x:  # a new pass: Grain's loaders start over at each iter()
             return data.batch_rows(batch)
     return None
@@ -412,9 +420,11 @@ def _read(x, index: int):
     return probed[1] if probed and probed[0] == index else x[index]
 
 
-def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
+def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True, shuffle: bool = False):
     """A training stream by the rules above: each batch made to divide over the replicas (`cut`: where it may not
-    already), this process's share of it. Raises UsageError where no share can be taken (said with the fix)."""
+    already), this process's share of it. `shuffle`: fit's, for a PyDataset read by share (it then shuffles its batches
+    itself: Keras's shuffle must be turned off, Fit.shuffles_itself). Raises UsageError where no share can be
+    taken (said with the fix)."""
     replicas, index, processes = runtime.num_replicas, runtime.process_index, runtime.num_processes
     if runtime.backend_module.SPLITS_UNEVEN_BATCHES and processes == 1:
         replicas = 1  # TensorFlow splits an uneven batch itself
@@ -428,7 +438,7 @@ def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
                              f"process(es). Shard it by process: shard_options=grain.sharding.ShardByJaxProcess().")
         return _cut(x, replicas // count, cut, name, kind, notes)  # its share already: cut to the local replicas
     if processes > 1:
-        shared, how = _read_by_share(x, index, processes, replicas)
+        shared, how = _read_by_share(x, index, processes, replicas, shuffle)
         if shared is not None:
             notes.append((f"share:{name}:{kind}", f"{name} ({kind}): {how}, so each sample is read and computed once "
                                                   "an epoch and the metrics are the job's"))
@@ -452,7 +462,7 @@ def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
                      "generator or a Grain loader.")
 
 
-def _read_by_share(x, index: int, processes: int, replicas: int):
+def _read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
     """(this process's share of `x`, read by share, and how; or None and why it cannot be)."""
     if data.is_dataset(x):
         shared = data.source_share(x, index, processes)
@@ -463,9 +473,10 @@ def _read_by_share(x, index: int, processes: int, replicas: int):
         return shared, (f"each process's pipeline reads every {_nth(processes)} sample of its source (from its own "
                         f"index) and batches 1/{processes} of the global batch")
     if data.is_py_dataset(x):
-        return _py_dataset_share(x, index, processes, replicas), (
+        return _py_dataset_share(x, index, processes, replicas, shuffle), (
             f"each process reads whole batches {index}, {index + processes}, ... (the pass's last group of up to "
-            f"{processes} batches: every process) and feeds 1/{processes} of one a step")
+            f"{processes} batches: every process) and feeds 1/{processes} of one a step"
+            f"{f'; shuffled by groups of {processes} batches' if shuffle else ''}")
     if data.is_grain(x):
         shared = _grain_share(x, index, processes)
         if shared is None:
@@ -559,48 +570,67 @@ def _grain_share(x, index: int, processes: int):
     `_seed`), grain 0.2."""
     import grain.python as grain
 
-    if not hasattr(x, "_data_source") or type(x._sampler) is not grain.IndexSampler:
-        return None
-    batches = [i for i, op in enumerate(x._operations) if isinstance(op, grain.Batch)]
-    if len(batches) != 1 or x._operations[batches[0]].batch_size % processes:
+    batch = _grain_batch(x)
+    if batch is None or type(x._sampler) is not grain.IndexSampler or batch.batch_size % processes:
         return None
     shards = grain.ShardOptions(shard_index=index, shard_count=processes, drop_remainder=True)
     sampler = x._sampler
     sampler = grain.IndexSampler(num_records=sampler._num_records, shard_options=shards, shuffle=sampler._shuffle,
                                  num_epochs=sampler._num_epochs, seed=sampler._seed)
-    operations = list(x._operations)
-    batch = operations[batches[0]]
-    operations[batches[0]] = grain.Batch(batch.batch_size // processes, drop_remainder=batch.drop_remainder,
-                                         batch_fn=batch.batch_fn)
+    operations = [grain.Batch(batch.batch_size // processes, drop_remainder=batch.drop_remainder,
+                              batch_fn=batch.batch_fn) if op is batch else op for op in x._operations]
     options = x._multiprocessing_options
     return grain.DataLoader(data_source=x._data_source, sampler=sampler, operations=operations,
                             worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
                             shard_options=shards, read_options=x._read_options)
 
 
-def _py_dataset_share(x, index: int, processes: int, replicas: int):
+def _grain_batch(x):
+    """A Grain DataLoader's one grain.Batch operation (None: a dataset, or not one Batch)."""
+    import grain.python as grain
+
+    batches = [op for op in getattr(x, "_operations", ()) if isinstance(op, grain.Batch)]
+    return batches[0] if len(batches) == 1 and hasattr(x, "_data_source") else None
+
+
+def _py_dataset_share(x, index: int, processes: int, replicas: int, shuffle: bool):
     """A keras.utils.PyDataset read by share (see "Streams" above): as many steps as x has batches; step s of group
-    g = s // processes reads x's batch g·processes + index once (kept until its last part is fed) and feeds part
-    q = s % processes of it (data.batch_part: cut to the replicas, rows q, q + processes, ...)."""
+    g = s // processes reads x's batch g·processes + index once (kept until each of its parts is fed) and feeds part
+    q = s % processes of it (data.batch_part: cut to the replicas, rows q, q + processes, ...).
+
+    `shuffle` (fit's, which the caller then turns off for Keras): the groups come in a new order each epoch, drawn
+    from Python's `random` as Keras's own shuffle of a PyDataset's batches is (the same in every process: a launched
+    job's processes share its seed), each group's steps together, so that its batches are read once and kept
+    briefly. Keras's shuffle would scatter a group's steps over the epoch: each batch read again at each step."""
     length = len(x)
     last_group = (length - 1) // processes * processes
-    kept, lock = {}, threading.Lock()
+    kept, lock, steps = {}, threading.Lock(), []
     read = lambda i: _read(x, i)  # noqa: E731
-    def part(step):
+
+    def new_epoch():
+        kept.clear()
+        starts = list(range(0, length, processes))
+        if shuffle:
+            random.shuffle(starts)
+        steps[:] = [start + q for start in starts for q in range(min(processes, length - start))]
+
+    def part(position):
+        step = steps[position]
         group = step // processes * processes
         if group == last_group:  # the pass's last group: every process reads each batch, keeps its rows
             return data.batch_part(data.tensors_as_numpy(read(step)), replicas, index, processes)
         mine = group + index
-        with lock:
+        with lock:  # Keras's workers ask for steps in threads; its first fit asks for step 0 twice (a peek)
             if mine not in kept:
-                kept[mine] = [data.tensors_as_numpy(read(mine)), processes]
-            batch = kept[mine]
-            batch[1] -= 1
-            if not batch[1]:
+                kept[mine] = (data.tensors_as_numpy(read(mine)), set())
+            batch, served = kept[mine]
+            served.add(step)
+            if len(served) == processes:
                 del kept[mine]
-        return data.batch_part(batch[0], replicas, step - group, processes)
+        return data.batch_part(batch, replicas, step - group, processes)
 
-    return _py_dataset_part(x, part, on_epoch_end=kept.clear)
+    new_epoch()
+    return _py_dataset_part(x, part, on_epoch_end=new_epoch)
 
 
 def _py_dataset_part(x, serve, on_epoch_end=None):

@@ -409,8 +409,10 @@ class Runtime:
                                       validation_data=validation_data,
                                       validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
-                                      trim=checkpoint_dir is None)
+                                      trim=checkpoint_dir is None, shuffle=fit_kwargs.get("shuffle", True) is not False)
         _tell(prepared.notes)
+        if prepared.shuffles_itself:
+            fit_kwargs["shuffle"] = False
         if verify:
             x_local, y_local, _ = prepared.local()
             verification.verify(self, model, x_local, y_local, prepared.local_batch_size, verify,

@@ -597,8 +597,11 @@ class FitGuard:
         fit = inputs.prepare_fit(runtime, arguments["x"], arguments.get("y"),
                                  validation_data=arguments.get("validation_data"),
                                  validation_batch_size=arguments.get("validation_batch_size"),
-                                 validation_steps=arguments.get("validation_steps"), checked=False)
+                                 validation_steps=arguments.get("validation_steps"), checked=False,
+                                 shuffle=arguments.get("shuffle", True) is not False)
         self._tell(fit.notes)
+        if fit.shuffles_itself:
+            arguments["shuffle"] = False
         if fit.validation_data is not arguments.get("validation_data"):
             arguments.pop("validation_steps", None)  # read whole into memory: its steps are its batches
             arguments["validation_batch_size"] = fit.validation_batch_size
