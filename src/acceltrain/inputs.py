@@ -157,8 +157,13 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
               num_replicas=runtime.num_replicas, **_processes(runtime))
     if data.is_dataset(x):
         _batch_training_dataset(runtime, fit, checked)
-    elif checked:
+    elif checked and data.is_arrays(x):
         data.check_batch_size(batch_size, runtime.num_replicas)
+    elif data.is_py_dataset(x):  # its batch is its first's (read once: the share's first read, streams._read)
+        fit.steps_per_epoch = len(x)
+        fit.batch_size = streams.stream_batch_size(x, runtime.process_index, runtime.num_processes)
+        if checked:
+            data.check_batch_size(fit.batch_size, runtime.num_replicas)
     if validation_split and validation_data is None:
         if not data.is_arrays(x):
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "

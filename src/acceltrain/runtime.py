@@ -409,7 +409,8 @@ class Runtime:
                                       validation_data=validation_data,
                                       validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
-                                      trim=checkpoint_dir is None, shuffle=fit_kwargs.get("shuffle", True) is not False)
+                                      trim=checkpoint_dir is None,
+                                      shuffle=checkpoint_dir is None and fit_kwargs.get("shuffle", True) is not False)
         _tell(prepared.notes)
         if prepared.shuffles_itself:
             fit_kwargs["shuffle"] = False

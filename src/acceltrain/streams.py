@@ -42,7 +42,8 @@ def stream_batch_size(x, process_index: int = 0, num_processes: int = 1) -> int 
         return data.dataset_batch_size(x)
     if data.is_py_dataset(x) and (x.num_batches or 0) > 0:
         index = process_index if x.num_batches > num_processes else 0  # its first group is not its last
-        _PROBED[x] = (index, x[index])
+        if _PROBED.get(x, (None,))[0] != index:
+            _PROBED[x] = (index, x[index])
         return data.batch_rows(data.tensors_as_numpy(_PROBED[x][1]))
     if data.is_grain(x) and not _grain_sharded(x):
         batch_op = _grain_batch(x)
@@ -251,10 +252,10 @@ def _py_dataset_share(x, index: int, processes: int, replicas: int, shuffle: boo
 
     def new_epoch():
         kept.clear()
-        starts = list(range(0, length, processes))
+        order = list(range(num_groups(length, processes)))
         if shuffle:
-            random.shuffle(starts)
-        steps[:] = [start + q for start in starts for q in range(min(processes, length - start))]
+            random.shuffle(order)
+        steps[:] = group_steps(length, processes, order)
 
     def part(position):
         step = steps[position]
@@ -275,9 +276,29 @@ def _py_dataset_share(x, index: int, processes: int, replicas: int, shuffle: boo
     return _py_dataset_part(x, part, on_epoch_end=new_epoch)
 
 
-def _py_dataset_part(x, serve, on_epoch_end=None):
-    """A keras.utils.PyDataset of `x`'s length serving `serve(index)` (a batch, None where nothing is left of it), with
-    x's workers and its epoch ends."""
+def num_groups(length: int, processes: int) -> int:
+    """The groups of `processes` batches of a PyDataset of `length` read by share (the last may be shorter)."""
+    return -(-length // processes)
+
+
+def group_steps(length: int, processes: int, order=None) -> list:
+    """A pass's steps, group by group (each group's steps together, in order), the groups in `order` (a permutation
+    of range(num_groups); None: in order). With one process, each batch its own group."""
+    starts = list(range(0, length, processes))
+    starts = starts if order is None else [starts[int(i)] for i in order]
+    return [start + q for start in starts for q in range(min(processes, length - start))]
+
+
+def py_dataset_steps(x, steps):
+    """`x` (a PyDataset) serving its batches `steps`, in that order: one epoch of a resumable fit, from the step it
+    reached on (training/resumable.py); its epoch's end is x's."""
+    steps = list(steps)
+    return _py_dataset_part(x, lambda i: x[steps[i]], length=len(steps))
+
+
+def _py_dataset_part(x, serve, on_epoch_end=None, length=None):
+    """A keras.utils.PyDataset of `length` batches (default: x's) serving `serve(index)` (a batch, None where nothing is
+    left of it), with x's workers and its epoch ends."""
     import keras
 
     class Part(keras.utils.PyDataset):
@@ -286,11 +307,11 @@ def _py_dataset_part(x, serve, on_epoch_end=None):
                              max_queue_size=x.max_queue_size)
 
         def __len__(self):
-            return len(x)
+            return len(x) if length is None else length
 
         @property
         def num_batches(self):
-            return x.num_batches
+            return len(self)
 
         def __getitem__(self, index):
             cut = serve(index)

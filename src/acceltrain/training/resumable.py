@@ -18,7 +18,7 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, decisions, ledger, log, preemption
+from acceltrain import data, decisions, ledger, log, preemption, streams
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
 from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
@@ -53,6 +53,9 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
         checkpoints.open()
     steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
+    if data.is_py_dataset(prepared.x):
+        for _ in range(state.epoch):  # its own epoch ends, as the run stopped had called them
+            prepared.x.on_epoch_end()
     reached = _Reached(checkpoints.folder, writer=prepared.process_index == 0)
     redo = _Redo(timeline, reached.read() if resume else None, state.epoch * steps_per_epoch + state.step)
     if prepared.left_out:
@@ -84,6 +87,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
                 if feed:  # a dataset: the next batches of the one iterator the run reads
                     inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+                elif data.is_py_dataset(prepared.x):  # its batches by index, in groups of the processes' (streams.py)
+                    inputs = {"x": _py_dataset_epoch(prepared, state.seed, epoch, first_step, shuffle)}
                 else:  # arrays: this epoch's order, from the step reached on
                     n = data.num_samples(prepared.x)
                     inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
@@ -169,6 +174,15 @@ def _epoch_inputs(prepared, order, first_step: int) -> dict:
     if keras.backend.backend() != "jax":
         return prepared.epoch(order, first_step)
     return {"x": _Batches(prepared.epoch_batches(order, first_step))}
+
+
+def _py_dataset_epoch(prepared, seed: int, epoch: int, first_step: int, shuffle: bool):
+    """One epoch of a keras.utils.PyDataset from `first_step` on: its groups of batches (one batch each in one process;
+    streams.group_steps) in the order epoch_order(seed, epoch) draws, the same after a resume."""
+    length = len(prepared.x)
+    groups = streams.num_groups(length, prepared.num_processes)
+    order = epoch_order(seed, epoch, groups) if shuffle else None
+    return streams.py_dataset_steps(prepared.x, streams.group_steps(length, prepared.num_processes, order)[first_step:])
 
 
 class _Batches(keras.utils.PyDataset):
