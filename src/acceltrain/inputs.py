@@ -159,10 +159,10 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
         _batch_training_dataset(runtime, fit, checked)
     elif checked and data.is_arrays(x):
         data.check_batch_size(batch_size, runtime.num_replicas)
-    elif data.is_py_dataset(x):  # its batch is its first's (read once: the share's first read, streams._read)
-        fit.steps_per_epoch = len(x)
+    elif data.is_py_dataset(x) or data.is_grain(x):  # a PyDataset's batch: its first's (read once, streams._read)
+        fit.steps_per_epoch = len(x) if data.is_py_dataset(x) else None
         fit.batch_size = streams.stream_batch_size(x, runtime.process_index, runtime.num_processes)
-        if checked:
+        if checked and fit.batch_size is not None:
             data.check_batch_size(fit.batch_size, runtime.num_replicas)
     if validation_split and validation_data is None:
         if not data.is_arrays(x):

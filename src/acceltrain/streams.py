@@ -45,10 +45,9 @@ def stream_batch_size(x, process_index: int = 0, num_processes: int = 1) -> int 
         if _PROBED.get(x, (None,))[0] != index:
             _PROBED[x] = (index, x[index])
         return data.batch_rows(data.tensors_as_numpy(_PROBED[x][1]))
+    if data.is_grain(x) and _grain_batch(x) is not None:  # its one Batch's: nothing read
+        return _grain_batch(x).batch_size * (_grain_shard_options(x).shard_count if _grain_sharded(x) else 1)
     if data.is_grain(x) and not _grain_sharded(x):
-        batch_op = _grain_batch(x)
-        if batch_op is not None:
-            return batch_op.batch_size  # its one Batch's: nothing read
         for batch in x:  # a new pass: Grain's loaders start over at each iter()
             return data.batch_rows(batch)
     return None
@@ -226,6 +225,24 @@ def _grain_share(x, index: int, processes: int):
     return grain.DataLoader(data_source=x._data_source, sampler=sampler, operations=operations,
                             worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
                             shard_options=shards, read_options=x._read_options)
+
+
+def grain_num_batches(x) -> int | None:
+    """The batches of one pass of a Grain DataLoader in this process, counted from its parts without reading it (it
+    reads sampler indices shard_index, shard_index + shard_count, ... below the sampler's length); None where its
+    sampler is not an IndexSampler of one epoch, or its operations are not one grain.Batch among maps.
+
+    Relies on: the parts _grain_share names, and IndexSampler's length as Grain 0.2 counts it (its records, less a
+    sharded remainder dropped)."""
+    import grain.python as grain
+
+    batch = _grain_batch(x)
+    if batch is None or type(x._sampler) is not grain.IndexSampler or x._sampler._num_epochs != 1 \
+            or any(isinstance(op, grain.FilterTransform) for op in x._operations):
+        return None
+    shards = x._shard_options or grain.NoSharding()
+    records = max(0, -(-(len(x._sampler) - shards.shard_index) // shards.shard_count))
+    return records // batch.batch_size if batch.drop_remainder else -(-records // batch.batch_size)
 
 
 def _grain_batch(x):

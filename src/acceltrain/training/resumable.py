@@ -21,7 +21,7 @@ import numpy as np
 from acceltrain import data, decisions, ledger, log, preemption, streams
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
-from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
+from acceltrain.training.dataset_position import DatasetFeed, GrainFeed, end_of_pass_expected
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -47,7 +47,8 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
-    feed = DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset else None
+    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset
+            else GrainFeed(prepared.x, positions) if data.is_grain(prepared.x) else None)
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
@@ -78,14 +79,15 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
-                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0))
+                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0),
+                           positions=feed)
         cadence = _EpochCadence(every, checkpoints, timeline, last_epoch, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
             first_step = state.step if epoch == state.epoch else 0
             saver.start_epoch(epoch, first_step)
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
-                if feed:  # a dataset: the next batches of the one iterator the run reads
+                if feed:  # a dataset or a Grain loader: the next batches of the pass's iterator, from its saved start
                     inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
                 elif data.is_py_dataset(prepared.x):  # its batches by index, in groups of the processes' (streams.py)
                     inputs = {"x": _py_dataset_epoch(prepared, state.seed, epoch, first_step, shuffle)}
@@ -288,8 +290,9 @@ class _StepSaver(keras.callbacks.Callback):
     (_StepTimer)."""
 
     def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
-                 notices=None):
+                 notices=None, positions=None):
         super().__init__()
+        self.positions = positions  # a DatasetFeed/GrainFeed: told of each checkpoint within an epoch
         self.notices = notices or preemption.EngineNotices({})
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
@@ -341,6 +344,8 @@ class _StepSaver(keras.callbacks.Callback):
         for whole: the process exits next), as preemption."""
         with self.timeline.timed("preemption" if notice else "checkpoint"):
             saved = self.checkpoints.save(model, state)
+            if self.positions is not None and state.step:
+                self.positions.saved_at(state.epoch, state.step)
             if notice:
                 self.checkpoints.close()
         self.timeline.count("checkpoints")
