@@ -148,7 +148,23 @@ class GrainFeed(DatasetFeed):
         (folder / "position.json").write_bytes(self._before[step] if step else self._iterator.get_state())
 
     def _read(self, folder: Path) -> None:
-        self._iterator.set_state((folder / "position.json").read_bytes())
+        self._iterator.set_state(_same_default_repr((folder / "position.json").read_bytes(),
+                                                    repr(self.dataset._data_source)))
+
+
+def _same_default_repr(state: bytes, source: str) -> bytes:
+    """Grain's state with its data source's repr made the resumed one's where both are Python's default repr of the
+    same class ("<module.Class object at 0x...>"): Grain checks a restored source by its repr, and a default repr holds
+    the object's address, which no new process repeats, so a source without a __repr__ of its own could never resume.
+    Another repr, or another class, stays as saved, for Grain to refuse."""
+    import json
+
+    saved = json.loads(state)
+    default = re.compile(r"^<(.+) object at 0x[0-9a-f]+>$")
+    was, now = default.match(saved.get("data_source", "")), default.match(source)
+    if was and now and was.group(1) == now.group(1):
+        saved["data_source"] = source
+    return json.dumps(saved, indent=4).encode()
 
 
 def _rest_of(iterator):
