@@ -380,7 +380,10 @@ def _graph(dataset) -> _Graph:
     import tensorflow as tf
 
     policy = tf.data.experimental.ExternalStatePolicy.WARN  # a py_function's state stays in this process
-    graph_def = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph(external_state_policy=policy).numpy())
+    try:
+        graph_def = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph(external_state_policy=policy).numpy())
+    except (ValueError, tf.errors.OpError):  # not serializable (over protobuf's 2 GB? not tried here): no share
+        return _Graph(None, [])
     nodes = {node.name: node for node in graph_def.node}
     datasets = {node.name for node in graph_def.node if "Dataset" in node.op}
     sources = [node for node in graph_def.node
