@@ -146,7 +146,7 @@ SHAPES = [
     Shape("py_dataset_remainder.py", "`keras.utils.PyDataset` with a remainder, for fit, validation, evaluate and "
           "predict", notes_at={**{mode: (f"x (a keras.utils.PyDataset): a batch that does not divide over {replicas} "
                                          "replicas",) for mode, replicas in REPLICAS_OF.items() if mode != "launch-2x2"},
-                               "launch-2x2": ("x (a keras.utils.PyDataset): each process reads whole batches",
+                               "launch-2x2": ("x (a keras.utils.PyDataset): process p reads whole batches",
                                               "x (a keras.utils.PyDataset): a batch of each process that does not "
                                               "divide over 2 replicas")}),
     Shape("grain_loader.py", "Grain's `DataLoader` (`grain.python`) with a remainder, for fit, validation and evaluate",

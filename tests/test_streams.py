@@ -78,7 +78,7 @@ def test_a_py_dataset_is_read_by_share_each_process_whole_batches_of_its_own(n, 
         assert len({len(ids) for _, ids in batches}) == 1 and sum(len(ids) for _, ids in batches) % 4 == 0
     first_step = sorted(int(i) for _, ids in (shares[0][0], shares[1][0]) for i in ids)
     assert first_step == list(range(0, 16, 2)) + list(range(16, 32, 2))  # rows 0, 2, ... of batches 0 and 1
-    assert "each process reads whole batches 1, 3, ..." in dict(notes)["share:x:a keras.utils.PyDataset"]
+    assert "process p reads whole batches p, p + 2, ..." in dict(notes)["share:x:a keras.utils.PyDataset"]
 
 
 def test_a_py_dataset_in_one_process_is_cut_and_its_probed_batch_is_not_read_again():
@@ -141,7 +141,7 @@ def test_a_grain_loader_is_rebuilt_with_grain_s_shard_options_reading_only_this_
         read.clear()
         assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13], [14, 15, 16, 17], [18, 19]]
         assert sorted(read) == list(range(10, 20))
-    assert "rebuilt with Grain's ShardOptions (shard 1 of 2" in dict(notes)["share:x:a Grain loader"]
+    assert "rebuilt with Grain's ShardOptions (process p reads shard p of 2" in dict(notes)["share:x:a Grain loader"]
     other = grain.DataLoader(data_source=Records(), sampler=sampler, worker_count=0,
                              operations=[grain.Batch(7, drop_remainder=False)])  # 7 rows: no half for each
     streams.share_stream(_runtime(2, 2, 1), other, notes)

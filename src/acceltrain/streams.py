@@ -116,8 +116,8 @@ def _read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
                         f"index) and batches 1/{processes} of the global batch")
     if data.is_py_dataset(x):
         return _py_dataset_share(x, index, processes, replicas, shuffle), (
-            f"each process reads whole batches {index}, {index + processes}, ... (the pass's last group of up to "
-            f"{processes} batches: every process) and feeds 1/{processes} of one a step"
+            f"process p reads whole batches p, p + {processes}, ... (the pass's last group of up to {processes} "
+            f"batches: every process) and feeds 1/{processes} of one a step"
             f"{f'; shuffled by groups of {processes} batches' if shuffle else ''}")
     if data.is_grain(x):
         shared = _grain_share(x, index, processes)
@@ -125,8 +125,8 @@ def _read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
             return None, ("Grain shares only a DataLoader with an IndexSampler and one grain.Batch dividing by the "
                           f"processes: build it so, or pass shard_options=grain.sharding.ShardByJaxProcess() with a "
                           "Batch of 1/processes of the global batch")
-        return shared, (f"rebuilt with Grain's ShardOptions (shard {index} of {processes}, as ShardByJaxProcess) and "
-                        f"batches of 1/{processes} of the global batch")
+        return shared, (f"rebuilt with Grain's ShardOptions (process p reads shard p of {processes}, as "
+                        f"ShardByJaxProcess) and batches of 1/{processes} of the global batch")
     return None, ("a generator cannot be read by index: pass a keras.utils.PyDataset to read each batch once"
                   if data.is_generator(x) else f"{type(x).__name__} has no share to take")
 

@@ -710,8 +710,8 @@ def test_a_two_process_fit_stopped_midway_resumes_from_the_next_sample(tmp_path,
     assert "resuming from epoch-" in resumed.stderr
     assert _seen(resumed.stdout, 0)[kind] == [6] * 320 == _seen(resumed.stdout, 1)[kind]
     shared = {"tfdata": "each process's pipeline reads every 2nd sample of its source",
-              "pydataset": "each process reads whole batches",
-              "grain": "rebuilt with Grain's ShardOptions (shard"}[kind]
+              "pydataset": "process p reads whole batches",
+              "grain": "rebuilt with Grain's ShardOptions (process p reads shard p of 2"}[kind]
     assert shared in resumed.stderr
 
 
