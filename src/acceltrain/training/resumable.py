@@ -3,7 +3,8 @@
 Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
 `checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
 would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
-s × batch_size of the same order. A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
+s × batch_size of the same order (a PyDataset: its batches by index, their groups in an order drawn from (seed, e);
+a tf.data dataset or a Grain DataLoader: where its iterator stood, dataset_position.py). A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
 SIGINT finish the current step, write a checkpoint and raise Interrupted (exit 42 for a notice: preemption.py);
 in a job of several processes every process stops at one agreed step (sharded_checkpoint.preempted_at). Imports keras: import only after connect().
 """
