@@ -133,19 +133,27 @@ SHAPES = [
           warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
     Shape("multi_input_weighted_losses.py", "three inputs, two outputs, losses weighted 1.0 and 0.2 (the functional "
           "API guide's ticket model)", warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
-    # Issue 33's input shapes: every stream by the arrays' rules, batch by batch; under launch each process its rows.
+    # Issue 33's input shapes: every stream by the arrays' rules, batch by batch; under launch each process reads its
+    # share (streams.py), and a batch of each process is cut to its 2 replicas.
     Shape("tf_data_remainder.py", "`tf.data` with a last batch that divides over no device count, `class_weight` on "
           "the dataset, evaluate on a dataset, predict on a `tf.Tensor` and a dataset",
           notes_at={**{mode: (f"x (a tf.data.Dataset): a batch that does not divide over {replicas} replicas",
                               "validation_data (a tf.data.Dataset): read into memory (250 samples)")
-                       for mode, replicas in REPLICAS_OF.items()},
-                    "launch-2x2": ("x (a tf.data.Dataset): each process feeds its rows of every batch",)}),
+                       for mode, replicas in REPLICAS_OF.items() if mode != "launch-2x2"},
+                    "launch-2x2": ("x (a tf.data.Dataset): each process's pipeline reads every 2nd sample of its source",
+                                   "x (a tf.data.Dataset): a batch of each process that does not divide over 2 replicas",
+                                   "validation_data (a tf.data.Dataset): read into memory (250 samples)")}),
     Shape("py_dataset_remainder.py", "`keras.utils.PyDataset` with a remainder, for fit, validation, evaluate and "
-          "predict", notes_at={mode: (f"x (a keras.utils.PyDataset): a batch that does not divide over {replicas} "
-                                      "replicas",) for mode, replicas in REPLICAS_OF.items()}),
+          "predict", notes_at={**{mode: (f"x (a keras.utils.PyDataset): a batch that does not divide over {replicas} "
+                                         "replicas",) for mode, replicas in REPLICAS_OF.items() if mode != "launch-2x2"},
+                               "launch-2x2": ("x (a keras.utils.PyDataset): process p reads whole batches",
+                                              "x (a keras.utils.PyDataset): a batch of each process that does not "
+                                              "divide over 2 replicas")}),
     Shape("grain_loader.py", "Grain's `DataLoader` (`grain.python`) with a remainder, for fit, validation and evaluate",
-          notes_at={mode: (f"x (a Grain loader): a batch that does not divide over {replicas} replicas",)
-                    for mode, replicas in REPLICAS_OF.items()}),
+          notes_at={**{mode: (f"x (a Grain loader): a batch that does not divide over {replicas} replicas",)
+                       for mode, replicas in REPLICAS_OF.items() if mode != "launch-2x2"},
+                    "launch-2x2": ("x (a Grain loader): rebuilt with Grain's ShardOptions",
+                                   "x (a Grain loader): a batch of each process that does not divide over 2 replicas")}),
     # validation_data=[x, y] as a list of 167 images: reached JAX whole (IndivisibleError) under run -4 before.
     Shape("augment_attention_split.py", "a small ViT: Normalization adapted, random flip/rotation/zoom in the model, "
           "MultiHeadAttention, `validation_data` as a list of 167 images",

@@ -107,3 +107,54 @@ def test_first_batches_reads_a_grain_dataset_ahead_without_using_up_its_batches(
     assert batches[0][0].dtype == np.float32
     assert [b[1].tolist() for b in iter(dataset)][0] == [0, 1, 2, 3]  # fit's own pass starts at the first batch
     assert data.first_batches(grain.MapDataset.source(source).batch(4), None, None, 5)[0][3][1].tolist() == [0, 1, 2, 3]
+
+
+def _read_where_it_starts(pipeline_after_source, samples=21):
+    """(the dataset, the sample ids its py_function saw): a count where each sample is read."""
+    read = []
+
+    def note(i):
+        read.append(int(i))
+        return i
+
+    source = tf.data.Dataset.from_tensor_slices((X[:samples], np.arange(samples)))
+    counted = source.map(lambda x, i: (x, tf.py_function(note, [i], tf.int64)))
+    return pipeline_after_source(counted), read
+
+
+@pytest.mark.parametrize("process", [0, 1])
+def test_a_pipeline_is_shared_at_its_source_each_process_reading_only_its_samples(process):
+    """21 samples batched by 8, 2 processes: process p's pipeline reads samples p, p + 2, ... (the 21st left out, so
+    both have 10), in batches of 4; global batch k (both processes' batch k) is the pipeline's batch k."""
+    dataset, read = _read_where_it_starts(lambda d: d.batch(8).prefetch(2))
+    assert data.dataset_batch_size(dataset) == 8 and read == []  # the batch from its graph: nothing read
+    shared = data.source_share(dataset, process, 2)
+    batches = [list(ids) for _, ids in shared.as_numpy_iterator()]
+    assert batches == [list(range(process, 20, 2))[k:k + 4] for k in (0, 4, 8)]
+    assert sorted(read) == list(range(process, 20, 2)) and data.num_batches(shared) == 3
+
+
+def test_a_shuffled_pipeline_is_shared_at_its_source_into_disjoint_shares():
+    shares = []
+    for process in (0, 1):
+        dataset, read = _read_where_it_starts(lambda d: d.shuffle(21, seed=1).batch(6).map(lambda x, i: (x * 2, i)),
+                                              samples=20)
+        shares.append(sorted(i for _, ids in data.source_share(dataset, process, 2).as_numpy_iterator() for i in ids))
+        assert sorted(read) == shares[-1]
+    assert sorted(shares[0] + shares[1]) == list(range(20)) and not set(shares[0]) & set(shares[1])
+
+
+@pytest.mark.parametrize("pipeline", [
+    lambda d: d.filter(lambda x, i: i > 2).batch(8),      # a length per process TensorFlow does not know
+    lambda d: d.batch(8, drop_remainder=True),            # a static batch
+    lambda d: d.batch(7),                                 # no half for each process
+    lambda d: d.batch(4).unbatch().batch(8),              # two batch ops
+])
+def test_a_pipeline_whose_share_cannot_be_taken_at_its_source_is_none(pipeline):
+    dataset, read = _read_where_it_starts(pipeline)
+    assert data.source_share(dataset, 0, 2) is None
+
+
+def test_a_generator_source_has_no_share():
+    dataset = tf.data.Dataset.from_generator(lambda: iter(X), output_signature=tf.TensorSpec((2,), tf.float32))
+    assert data.source_share(dataset.batch(4), 0, 2) is None

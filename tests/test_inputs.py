@@ -136,63 +136,6 @@ def test_predict_keeps_the_structure_of_several_outputs():
     assert outputs["a"].shape == (3, 2) and outputs["b"][0].shape == (3,)
 
 
-def _batches(n, batch):
-    ids = np.arange(n)
-    return [({"x": ids[i:i + batch, None] * 1.0}, ids[i:i + batch]) for i in range(0, n, batch)]
-
-
-def _fed(batches):
-    return sorted(int(i) for _, ids in batches for i in ids)
-
-
-@pytest.mark.parametrize("n, batch, replicas, processes, fed", [
-    (64, 16, 4, 2, 64),   # whole batches: every sample once, over the processes
-    (70, 16, 4, 2, 68),   # a last batch of 6: 4 of them kept, as arrays' final batch is trimmed
-    (66, 16, 4, 1, 64),   # one process, a last batch of 2 (fewer than the replicas): left out
-    (66, 16, 1, 1, 66),   # one replica: as it is
-])
-def test_a_generator_is_shared_batch_by_batch_so_each_sample_is_fed_once(n, batch, replicas, processes, fed):
-    """The arrays' rules batch by batch: each process feeds its rows of every batch (every P-th), each batch cut to
-    a multiple of the replicas; the processes' shares together are each kept sample once."""
-    shares = [list(inputs.share_stream(_runtime(replicas, processes, p), iter(_batches(n, batch)), []))
-              for p in range(processes)]
-    every = sorted(sum((_fed(share) for share in shares), []))
-    assert every == list(range(fed)) if replicas > 1 else every == list(range(n))
-    for batches in zip(*shares):  # global batch k: the script's batch k, its rows split evenly
-        rows = sum(len(ids) for _, ids in batches)
-        assert rows % replicas == 0 and len({len(ids) for _, ids in batches}) == 1
-
-
-def test_a_py_dataset_keeps_its_length_and_serves_each_process_its_rows():
-    import keras
-
-    class Batches(keras.utils.PyDataset):
-        def __len__(self):
-            return 3
-
-        def __getitem__(self, i):
-            return _batches(40, 16)[i]
-
-    notes = []
-    shared = inputs.share_stream(_runtime(4, 2, 1), Batches(), notes)
-    assert len(shared) == 3 and _fed([shared[i] for i in range(3)]) == list(range(1, 40, 2))
-    assert [key.split(":")[0] for key, _ in notes] == ["share", "cut"]
-
-
-def test_a_stream_nobody_can_share_is_refused_with_the_fix():
-    with pytest.raises(UsageError, match="Received x of type range on 4 replicas.*Pass numpy arrays, a tf.data"):
-        inputs.share_stream(_runtime(4, 2), range(3), [])
-
-
-def test_a_stream_is_read_whole_for_evaluate_and_predict():
-    notes = []
-    x, y, weights = inputs.stream_to_arrays(iter(_batches(10, 4)), notes=notes)
-    assert x["x"].shape == (10, 1) and list(y) == list(range(10)) and weights is None
-    assert "read into memory (10 samples)" in notes[0][1]
-    prepared = inputs.prepare_predict(_runtime(4, 2), iter([np.ones((3, 2)), np.ones((2, 2))]))
-    assert prepared.num_samples == 5 and "in_memory:x" in dict(prepared.notes)
-
-
 @pytest.mark.parametrize("given", [tuple, list])
 def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
     """A list [x, y] is unpacked by Keras as a tuple is: it takes the same rule (167 rows over 4 replicas: the
@@ -201,30 +144,6 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
     fit = inputs.prepare_fit(_runtime(4), x, y, batch_size=128, validation_data=given((x[:167], y[:167])),
                              checked=False)
     assert isinstance(fit.validation_data, tuple) and len(fit.validation_data[0]) == 4 * 167
-
-
-def _grain_loader(shards):
-    grain = pytest.importorskip("grain.python")
-    records = np.arange(21, dtype="float32")
-    sampler = grain.IndexSampler(num_records=21, shard_options=shards, shuffle=False, num_epochs=1)
-    return grain.DataLoader(data_source=records, sampler=sampler, shard_options=shards, worker_count=0,
-                            operations=[grain.Batch(8, drop_remainder=False)])
-
-
-def test_a_grain_loader_is_rebuilt_with_each_batch_cut_and_this_processs_rows_and_stays_re_iterable():
-    grain = pytest.importorskip("grain.python")
-    shared = inputs.share_stream(_runtime(4, 2, 1), _grain_loader(grain.NoSharding()), [])
-    for _ in range(2):  # two epochs: each iter() a new pass
-        assert [batch.tolist() for batch in shared] == [[1, 3, 5, 7], [9, 11, 13, 15], [17, 19]]
-
-
-def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise_is_refused():
-    grain = pytest.importorskip("grain.python")
-    mine = grain.ShardOptions(shard_index=1, shard_count=2, drop_remainder=True)  # records 10-19 (ShardByJaxProcess's)
-    shared = inputs.share_stream(_runtime(4, 2, 1), _grain_loader(mine), [])
-    assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13, 14, 15, 16, 17], [18, 19]]
-    with pytest.raises(UsageError, match="a Grain loader sharded 3 ways, in a job of 2 process.*ShardByJaxProcess"):
-        inputs.share_stream(_runtime(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
 
 
 @pytest.mark.parametrize("batch_size, replicas, accumulation, said", [

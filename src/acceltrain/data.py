@@ -5,6 +5,7 @@ UsageError naming the value and the fix, so bad input ends before anything is tr
 """
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -168,7 +169,8 @@ def _batch_dims(dataset) -> list:
 
 
 def dataset_batch_size(dataset, *, name: str = "x") -> int:
-    """The global batch of a batched dataset: its static batch dimension, else the size of its first batch.
+    """The global batch of a batched dataset: its static batch dimension, else its one batch op's size where its
+    length is known, else the size of its first batch.
 
     Reading the first batch runs the pipeline up to it once (a shuffle fills its buffer).
     """
@@ -181,9 +183,16 @@ def dataset_batch_size(dataset, *, name: str = "x") -> int:
         )
     if known:
         return known.pop()
+    empty = UsageError(f"{name} is an empty tf.data.Dataset: there is nothing to train or evaluate on.")
+    count = int(dataset.cardinality())
+    if count == 0:
+        raise empty
+    batch = _graph(dataset).batch_size if count != -2 else None  # -2: unknown (a filter may have left none)
+    if batch:
+        return batch  # its one batch op's: nothing read (a process reading its share at the source reads no more)
     for element in dataset.take(1):
         return int(leaves(element)[0].shape[0])
-    raise UsageError(f"{name} is an empty tf.data.Dataset: there is nothing to train or evaluate on.")
+    raise empty
 
 
 def check_dataset(dataset, batch_size, num_replicas: int, *, name: str = "x") -> int:
@@ -350,6 +359,100 @@ def dataset_part(dataset, num_replicas: int, process_index: int = 0, num_process
     parted = dataset.map(part, deterministic=True)
     # whole batches of a known size (checked to divide) stay whole: no filter, so the dataset keeps its length
     return parted if has_static_batch(dataset) else parted.filter(not_empty)
+
+
+# --- A tf.data pipeline read at its source ------------------------------------------------------------------------
+# Each process of a job reads its own share of the samples where the pipeline starts: a shard put after the dataset's
+# source, not at its end (tf.data's own dataset.shard() at the end, like its DATA auto-shard policy, runs the whole
+# pipeline in every process and drops the rest). Done on the dataset's graph, as tf.data's auto-shard rewrite is.
+
+# The sources whose length the graph holds (from_tensor_slices, range), and the attribute naming their types.
+_SOURCES = {"TensorSliceDataset": "Toutput_types", "RangeDataset": "output_types"}
+_BATCHES = ("BatchDatasetV2", "ParallelBatchDataset", "PaddedBatchDatasetV2")  # input 1: the batch size
+
+
+@dataclass
+class _Graph:
+    """A dataset's graph and what the share needs of it: its sources, its one batch op and that op's batch."""
+
+    graph_def: object
+    sources: list
+    batch_node: object = None
+    batch_size: int | None = None
+    drop_remainder: bool = False
+
+
+def _graph(dataset) -> _Graph:
+    """Relies on: tf.data.Dataset._as_serialized_graph (TensorFlow's own; tf.distribute's auto-shard and the tf.data
+    service serialize a dataset with it), and its nodes' ops and attributes as TensorFlow 2.21 writes them."""
+    import tensorflow as tf
+
+    policy = tf.data.experimental.ExternalStatePolicy.WARN  # a py_function's state stays in this process
+    try:
+        graph_def = tf.compat.v1.GraphDef.FromString(dataset._as_serialized_graph(external_state_policy=policy).numpy())
+    except (ValueError, tf.errors.OpError):  # not serializable (over protobuf's 2 GB? not tried here): no share
+        return _Graph(None, [])
+    nodes = {node.name: node for node in graph_def.node}
+    datasets = {node.name for node in graph_def.node if "Dataset" in node.op}
+    sources = [node for node in graph_def.node
+               if node.name in datasets and not any(name.split(":")[0] in datasets for name in node.input)]
+    batches = [node for node in graph_def.node if node.op in _BATCHES or node.op.startswith("Rebatch")]
+    found = _Graph(graph_def, sources)
+    if len(batches) == 1 and batches[0].op in _BATCHES and nodes[batches[0].input[1]].op == "Const":
+        found.batch_node = batches[0]
+        found.batch_size = int(tf.make_ndarray(nodes[batches[0].input[1]].attr["value"].tensor))
+        last = nodes[batches[0].input[-1]]  # drop_remainder, each batch op's last input
+        found.drop_remainder = last.op != "Const" or bool(tf.make_ndarray(last.attr["value"].tensor))
+    return found
+
+
+def source_share(dataset, process_index: int, num_processes: int):
+    """This process's share of a batched tf.data pipeline, read at its source: every num_processes-th sample of each
+    source (from its index; the last length % num_processes left out, so every process has as many), batched by
+    batch / num_processes where the pipeline batched by the global batch. So process p's pipeline reads samples p,
+    p + P, ... only, and global batch k (each process's batch k) holds, with no shuffle, the pipeline's batch k.
+
+    None where no such share can be taken: a source other than from_tensor_slices or range (a generator, files), other
+    than one batch op of a known size not dividing by the processes, a static batch (drop_remainder=True: the map
+    functions after it were traced for that size), or a length per process TensorFlow does not know (a filter: the
+    processes could take different numbers of steps)."""
+    import tensorflow as tf
+
+    found = _graph(dataset)
+    batch = found.batch_size
+    if (not found.sources or any(node.op not in _SOURCES for node in found.sources) or not batch
+            or batch % num_processes or found.drop_remainder or has_static_batch(dataset)):
+        return None
+    graph_def, nodes = found.graph_def, {node.name: node for node in found.graph_def.node}
+
+    def const(name: str, value: int) -> str:
+        node = graph_def.node.add(name=name, op="Const")
+        node.attr["dtype"].type = tf.int64.as_datatype_enum
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, tf.int64))
+        return name
+
+    found.batch_node.input[1] = const("acceltrain/batch", batch // num_processes)
+    for source in found.sources:
+        values = [tf.make_ndarray(nodes[name].attr["value"].tensor) for name in source.input]
+        length = len(values[0]) if source.op == "TensorSliceDataset" else len(range(*map(int, values)))
+        readers = [node for node in graph_def.node if source.name in node.input]
+        take = graph_def.node.add(name=f"{source.name}/acceltrain/take", op="TakeDataset", input=[
+            source.name, const(f"{source.name}/acceltrain/count", length - length % num_processes)])
+        shard = graph_def.node.add(name=f"{source.name}/acceltrain/shard", op="ShardDataset", input=[
+            take.name, const(f"{source.name}/acceltrain/shards", num_processes),
+            const(f"{source.name}/acceltrain/index", process_index)])
+        for node in (take, shard):
+            node.attr["output_types"].CopyFrom(source.attr[_SOURCES[source.op]])
+            node.attr["output_shapes"].CopyFrom(source.attr["output_shapes"])
+        shard.attr["require_non_empty"].b = False
+        for reader in readers:
+            reader.input[:] = [shard.name if name == source.name else name for name in reader.input]
+    variant = tf.raw_ops.DatasetFromGraph(graph_def=graph_def.SerializeToString())
+    shared = tf.data.experimental.from_variant(variant, structure=dataset.element_spec)
+    if int(shared.cardinality()) == -2:  # tf.data.UNKNOWN_CARDINALITY
+        return None
+    shared._acceltrain_pipeline = dataset  # its py_functions stay registered as long as the share is read
+    return shared
 
 
 def stream_batches(x, steps: int | None = None):

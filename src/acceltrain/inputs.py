@@ -10,10 +10,9 @@ small dataclass; printing is the caller's (`notes`), so a script's guard can say
 - predict: the set padded with its own first samples, and the outputs cut back to it;
 - in a job of several processes, each feeds its own share (every num_processes-th sample) and batches
   `global batch / num_processes` of it: Keras joins the shares into the global batch;
-- a stream (a tf.data dataset, a PyDataset, a generator, a Grain loader) takes the same rules batch by batch
-  (see "Streams" below); a tensor is read into numpy.
-numpy only: no framework is imported here (a stream's own methods are used; Grain and Keras are imported inside
-the functions that wrap a Grain loader or a PyDataset).
+- a stream (a tf.data dataset, a PyDataset, a generator, a Grain loader) takes the same rules batch by batch, each
+  process reading only its share (streams.py); a tensor is read into numpy.
+numpy only: no framework is imported here.
 """
 
 import math
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import data, hardware
+from acceltrain import data, hardware, streams
 from acceltrain.errors import UsageError
 
 
@@ -74,7 +73,7 @@ class Prepared:
         """This process's share of each array of a tuple (of a single array), whole with one process."""
         if isinstance(arrays, tuple):
             return tuple(self.share(a) for a in arrays)
-        if is_stream(arrays):
+        if streams.is_stream(arrays):
             return arrays  # a stream is shared batch by batch (share_stream)
         return data.process_share(arrays, self.process_index, self.num_processes)
 
@@ -91,6 +90,7 @@ class Fit(Prepared):
     validation_data: object = None  # already this process's share
     validation_batch_size: int | None = None  # per process; None: Keras's default
     is_dataset: bool = False
+    shuffles_itself: bool = False  # a PyDataset read by share shuffles its groups of batches: Keras's shuffle off
 
     def epoch(self, order, first_step: int = 0) -> dict:
         """Keras's fit arguments for one epoch (x, y, sample_weight, batch_size), this process's share: the samples
@@ -141,34 +141,42 @@ class Predict(Prepared):
 
 def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                 validation_data=None, validation_split=0.0, validation_batch_size=None, validation_steps=None,
-                checked: bool = True, trim: bool = True) -> Fit:
+                checked: bool = True, trim: bool = True, shuffle: bool = False) -> Fit:
     """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
     checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
     training sample: each epoch leaves out its own `left_out`, after its shuffle (Fit.epoch). `validation_split`
     is made here, once, as Keras makes it (the last fraction, before any shuffle, where no validation_data). A stream
     (a dataset, PyDataset, generator, Grain loader) is taken batch by batch (share_stream); a validation stream, on
-    several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules."""
+    several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules.
+    `shuffle`: fit's; where the prepared stream shuffles itself (a PyDataset read by share), `shuffles_itself` says
+    so, and the caller passes shuffle=False to Keras."""
     x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
               num_replicas=runtime.num_replicas, **_processes(runtime))
     if data.is_dataset(x):
         _batch_training_dataset(runtime, fit, checked)
-    elif checked:
+    elif checked and data.is_arrays(x):
         data.check_batch_size(batch_size, runtime.num_replicas)
+    elif data.is_py_dataset(x) or data.is_grain(x):  # a PyDataset's batch: its first's (read once, streams._read)
+        fit.steps_per_epoch = len(x) if data.is_py_dataset(x) else None
+        fit.batch_size = streams.stream_batch_size(x, runtime.process_index, runtime.num_processes)
+        if checked and fit.batch_size is not None:
+            data.check_batch_size(fit.batch_size, runtime.num_replicas)
     if validation_split and validation_data is None:
         if not data.is_arrays(x):
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
                              "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
         (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
                                                                                    validation_split)
-    if is_stream(fit.x):
-        # Runtime.fit's datasets are whole batches already (_batch_training_dataset): only shared
-        fit.x = share_stream(runtime, fit.x, fit.notes, cut=not (checked and fit.is_dataset))
-    if is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
+    if streams.is_stream(fit.x) and not (checked and fit.is_dataset):  # Runtime.fit's datasets: _batch_training_dataset
+        fit.x = streams.share_stream(runtime, fit.x, fit.notes, shuffle=shuffle)
+        fit.shuffles_itself = shuffle and runtime.num_processes > 1 and data.is_py_dataset(fit.x)
+    if streams.is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
             and not (checked and data.is_dataset(validation_data)):
-        *validation_data, weights = stream_to_arrays(validation_data, validation_steps, "validation_data", fit.notes)
+        *validation_data, weights = streams.stream_to_arrays(validation_data, validation_steps, "validation_data",
+                                                             fit.notes)
         validation_data = (*validation_data, weights) if weights is not None else tuple(validation_data)
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
@@ -213,8 +221,8 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
     several replicas is read into memory first (stream_to_arrays)."""
     x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
-    if is_stream(x) and (runtime.num_replicas > 1 or runtime.num_processes > 1):
-        x = stream_to_arrays(x, name="x", notes=notes)[0]
+    if streams.is_stream(x) and (runtime.num_replicas > 1 or runtime.num_processes > 1):
+        x = streams.stream_to_arrays(x, name="x", notes=notes)[0]
     if batch_size is not None:
         data.check_batch_size(batch_size, runtime.num_replicas)
     predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(runtime))
@@ -295,8 +303,10 @@ def _batch_training_dataset(runtime, fit: Fit, checked: bool) -> None:
         return
     fit.batch_size = data.check_dataset(fit.x, fit.batch_size, runtime.num_replicas)
     fit.steps_per_epoch = data.num_batches(fit.x)
+    if runtime.num_processes > 1:  # this process's share first (read at the source where it can be), then made full
+        fit.x = streams.share_stream(runtime, fit.x, fit.notes, cut=False)
     if runtime.num_replicas > 1 or hardware.kind(runtime.platform).STATIC_SHAPES:
-        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size)
+        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size // runtime.num_processes)
         if changed:
             fit.notes.append(("dropped", f"training batches all full ({fit.batch_size}): at most "
                               f"{fit.batch_size - 1} samples at the end of each pass are left out, so every batch "
@@ -370,143 +380,3 @@ def _map_outputs(fn, outputs):
     if isinstance(outputs, (list, tuple)):
         return type(outputs)(_map_outputs(fn, value) for value in outputs)
     return fn(np.asarray(outputs))
-
-
-# --- Streams: tf.data, keras.utils.PyDataset, generators, Grain's loaders ------------------------------------
-# The arrays' rules, batch by batch (data.batch_part): in fit, a batch that does not divide over the replicas loses
-# its last few rows (only a pass's last, partial batch has any); in a job of several processes each process feeds
-# its rows of every batch (every num_processes-th), so global batch k is the script's batch k and each sample is
-# computed once. A Grain loader sharded by process (grain.ShardByJaxProcess) already reads only its share: only
-# cut. evaluate and predict read a stream whole into arrays (in_memory) and take the arrays' rules from there.
-
-def is_stream(x) -> bool:
-    return x is not None and not data.is_arrays(x)
-
-
-def stream_batch_size(x) -> int | None:
-    """The rows of a stream's first batch, where it can be read without using up what fit is about to read (a
-    generator's cannot: None)."""
-    if data.is_dataset(x):
-        return data.dataset_batch_size(x)
-    if data.is_py_dataset(x) and (x.num_batches or 0) > 0:
-        return data.batch_rows(data.tensors_as_numpy(x[0]))
-    if data.is_grain(x) and not _grain_sharded(x):
-        for batch in x:  # a new pass: Grain's loaders start over at each iter()
-            return data.batch_rows(batch)
-    return None
-
-
-def share_stream(runtime, x, notes: list, name: str = "x", cut: bool = True):
-    """A training stream by the rules above: each batch made to divide over the replicas (`cut`: where it may not
-    already), this process's rows of it. Raises UsageError where no share can be taken (said with the fix)."""
-    replicas, index, processes = runtime.num_replicas, runtime.process_index, runtime.num_processes
-    if runtime.backend_module.SPLITS_UNEVEN_BATCHES and processes == 1:
-        replicas = 1  # TensorFlow splits an uneven batch itself
-    if replicas == 1 and processes == 1:
-        return x
-    kind = _kind(x)
-    if data.is_grain(x) and _grain_sharded(x):
-        count = _grain_shard_options(x).shard_count
-        if count != processes:
-            raise UsageError(f"Received {name}, a Grain loader sharded {count} ways, in a job of {processes} "
-                             f"process(es). Shard it by process: shard_options=grain.sharding.ShardByJaxProcess().")
-        index, processes, replicas = 0, 1, replicas // count  # its share already: cut to the local replicas
-    if processes > 1:
-        notes.append((f"share:{name}:{kind}", f"{name} ({kind}): each process feeds its rows of every batch (one row "
-                                              f"in {processes}), so each sample is computed once and the metrics are "
-                                              "the job's"))
-    if replicas > 1 and cut:
-        notes.append((f"cut:{name}:{kind}", f"{name} ({kind}): a batch that does not divide over {replicas} replicas (a "
-                                     f"pass's last) loses its last rows, at most {replicas - 1}, so it does (as "
-                                     "arrays' final batch is trimmed)"))
-    if data.is_dataset(x):
-        return data.dataset_part(x, replicas, index, processes)
-    part = lambda batch: data.batch_part(data.tensors_as_numpy(batch), replicas, index, processes)  # noqa: E731
-    if data.is_py_dataset(x):
-        return _py_dataset_part(x, part)
-    if data.is_grain(x):
-        return _grain_part(x, part)
-    if data.is_generator(x):
-        return (batch for batch in map(part, x) if batch is not None)
-    raise UsageError(f"Received {name} of type {type(x).__name__} on {replicas} replicas: acceltrain cannot take a "
-                     "share of its batches. Pass numpy arrays, a tf.data.Dataset, a keras.utils.PyDataset, a "
-                     "generator or a Grain loader.")
-
-
-def stream_to_arrays(x, steps=None, name: str = "x", notes: list | None = None):
-    """A finite stream read whole (its first `steps` batches) as (x, y, sample_weight) arrays."""
-    arrays = data.batches_to_arrays(data.stream_batches(x, steps), name=name)
-    if notes is not None:
-        notes.append((f"in_memory:{name}", f"{name} ({_kind(x)}): read into memory ({data.num_samples(arrays[0])} "
-                                           "samples), so every batch divides over the replicas with none dropped"))
-    return arrays
-
-
-def _kind(x) -> str:
-    return ("a tf.data.Dataset" if data.is_dataset(x) else "a keras.utils.PyDataset" if data.is_py_dataset(x)
-            else "a Grain loader" if data.is_grain(x) else "a generator" if data.is_generator(x)
-            else type(x).__name__)
-
-
-def _grain_shard_options(x):
-    """A Grain DataLoader's shard options (None for its datasets, which shard by their own slicing).
-
-    Relies on: grain.DataLoader keeps them as `_shard_options` (Keras's grain adapter reads the same).
-    """
-    return getattr(x, "_shard_options", None)
-
-
-def _grain_sharded(x) -> bool:
-    options = _grain_shard_options(x)
-    return options is not None and options.shard_count > 1
-
-
-def _grain_part(x, part):
-    """The Grain loader with `part` applied to each batch, as its last operation (a DataLoader rebuilt from its
-    own parts, as Keras's grain adapter rebuilds it; a dataset mapped)."""
-    import grain
-
-    class Part(grain.transforms.Map):
-        def map(self, batch):
-            cut = part(batch)
-            if cut is None:
-                raise UsageError(f"A batch of {data.batch_rows(batch)} rows from the Grain loader is smaller than the "
-                                 "replicas: batch it with drop_remainder=True, or by more rows.")
-            return cut
-
-    if not hasattr(x, "_data_source"):
-        return x.map(Part())
-    options = x._multiprocessing_options
-    return grain.DataLoader(data_source=x._data_source, sampler=x._sampler, operations=[*x._operations, Part()],
-                            worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
-                            shard_options=x._shard_options, read_options=x._read_options)
-
-
-def _py_dataset_part(x, part):
-    """A keras.utils.PyDataset serving `part` of each of `x`'s batches, with its workers and its epoch ends."""
-    import keras
-
-    class Part(keras.utils.PyDataset):
-        def __init__(self):
-            super().__init__(workers=x.workers, use_multiprocessing=x.use_multiprocessing,
-                             max_queue_size=x.max_queue_size)
-
-        def __len__(self):
-            return len(x)
-
-        @property
-        def num_batches(self):
-            return x.num_batches
-
-        def __getitem__(self, index):
-            batch = x[index]
-            cut = part(batch)
-            if cut is None:
-                raise UsageError(f"Batch {index} of the PyDataset has {data.batch_rows(batch)} rows, fewer than the "
-                                 "replicas: serve batches of at least as many rows as replicas.")
-            return cut
-
-        def on_epoch_end(self):
-            x.on_epoch_end()
-
-    return Part()

@@ -378,13 +378,16 @@ class Runtime:
 
         `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
-        tf.data.Dataset brings its own batch, checked the same way. Raises TrainingDiverged if the loss
-        becomes NaN or sticks at chance level.
+        tf.data.Dataset brings its own batch, checked the same way; so do a keras.utils.PyDataset (its first batch)
+        and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
+        (streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
 
         With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
         the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
         training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
-        choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch). SIGTERM and
+        choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch)
+        (arrays, a PyDataset's batches), or is restored from where the iterator stood (a tf.data dataset, a Grain
+        DataLoader: dataset_position.py). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
@@ -437,8 +440,11 @@ class Runtime:
                                       validation_data=validation_data,
                                       validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
                                       validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
-                                      trim=checkpoint_dir is None)
+                                      trim=checkpoint_dir is None,
+                                      shuffle=checkpoint_dir is None and fit_kwargs.get("shuffle", True) is not False)
         _tell(prepared.notes)
+        if prepared.shuffles_itself:
+            fit_kwargs["shuffle"] = False
         if verify:
             x_local, y_local, _ = prepared.local()
             verification.verify(self, model, x_local, y_local, prepared.local_batch_size, verify,

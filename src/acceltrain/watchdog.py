@@ -280,8 +280,6 @@ class Watchdog:
         print("\n".join(lines), file=stream, flush=True)
         sys.stdout.flush()
         if launcher is not None:
-            import signal
-
             os.kill(launcher, STALL_SIGNAL)
             time.sleep(LAUNCHER_STACKS_SECONDS)
         self._exit(EXIT_STALLED)

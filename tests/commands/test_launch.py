@@ -625,20 +625,37 @@ def test_tensorflow_in_a_job_of_several_processes_is_refused_naming_what_chose_i
 
 # --- Streams (inputs.py): each process feeds its share, each sample computed once an epoch ----------------------
 
-def _seen(stdout: str, process: int) -> dict:
-    """{kind: each sample's count} from counts_samples.py's "[process] seen KIND: [...]" lines."""
+def _seen(stdout: str, process: int, what: str = "seen") -> dict:
+    """{kind: each sample's count} from counts_samples.py's "[process] seen KIND: [...]" lines (what="read": its
+    "read KIND" lines, each sample's reads in that process)."""
     found = {}
     for line in support.per_process(stdout).splitlines():  # both processes print the same counts: "[all] seen"
-        if line.startswith(f"[{process}] seen "):
-            kind, counts = line.removeprefix(f"[{process}] seen ").split(": ", 1)
+        if line.startswith(f"[{process}] {what} "):
+            kind, counts = line.removeprefix(f"[{process}] {what} ").split(": ", 1)
             found[kind] = json.loads(counts)
     return found
+
+
+def _reads(stdout: str, kind: str) -> list:
+    """Each sample's reads in the whole job: the processes' own counts added."""
+    return [a + b for a, b in zip(_seen(stdout, 0, "read")[kind], _seen(stdout, 1, "read")[kind])]
+
+
+def _plain_reads(stdout: str) -> dict:
+    """{kind: each sample's reads} from a plain run of counts_samples.py (one process, no prefix)."""
+    return {line.split(":")[0].removeprefix("read "): json.loads(line.split(": ", 1)[1])
+            for line in stdout.splitlines() if line.startswith("read ")}
 
 
 @pytest.mark.multi_device
 def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sample_once_an_epoch():
     """330 samples in batches of 32 over 4 replicas, 2 epochs: the job computes each sample at most once an epoch
-    and 328 of them each epoch (the last batch of 10 cut to 8, as arrays' final batch is), whichever input."""
+    and 328 of them each epoch (a share's last batch of 5 cut to 4, as arrays' final batch is), whichever input.
+    And it reads each sample, where the input reads it (a tf.data map right after the source, the PyDataset's
+    __getitem__, the Grain source's __getitem__), every epoch and as often as one plain process does: the tf.data
+    pipeline exactly as often, the others at most once more (Keras looks at a first batch before training: the plain
+    run at one, each process at its own); the PyDataset's last batch (samples 320-329, the pass's last group) is read
+    by both processes, once more an epoch. Reading every batch whole in each process, as before, read each twice."""
     kinds = ["tfdata", "pydataset", "grain", "grain_by_process"]
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
                           support.SCRIPTS / "counts_samples.py", ",".join(kinds), "2", "330", timeout=400)
@@ -647,18 +664,33 @@ def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sam
     assert set(seen) == set(kinds) and _seen(job.stdout, 1) == seen  # one job: both hold the global counts
     for kind, counts in seen.items():
         assert len(counts) == 330 and max(counts) <= 2 and sum(counts) == 2 * 328, (kind, counts)
-    assert "x (a tf.data.Dataset): each process feeds its rows of every batch (one row in 2)" in job.stderr
+    plain = support.python(support.SCRIPTS / "counts_samples.py", "tfdata,pydataset,grain", "2", "330", timeout=300,
+                           KERAS_BACKEND="jax")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    plain_reads = _plain_reads(plain.stdout)
+    plain_reads["grain_by_process"] = plain_reads["grain"]  # in one process, the same loader
+    for kind in kinds:
+        reads, once_more = _reads(job.stdout, kind), [0] * 320 + [2] * 10 if kind == "pydataset" else [0] * 330
+        assert min(reads) >= 2, (kind, reads)  # every sample, every epoch
+        assert all(read <= alone + 1 + more for read, alone, more in zip(reads, plain_reads[kind], once_more)), \
+            (kind, reads, plain_reads[kind])
+    assert _reads(job.stdout, "tfdata") == plain_reads["tfdata"]
+    assert sum(_seen(job.stdout, 0, "read")["tfdata"][1::2]) == 0  # process 0 read none of process 1's samples
+    assert "x (a tf.data.Dataset): each process's pipeline reads every 2nd sample of its source" in job.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.multi_device
-def test_a_two_process_tf_data_fit_stopped_midway_resumes_from_the_next_sample(tmp_path):
-    """6 epochs of 10 batches, each process its rows of every batch, SIGTERMed once the first checkpoint is written,
-    then resumed: the counts are those of one uninterrupted run (6 each), so the resumed job neither fed again a
-    batch trained before the stop nor skipped one (each process's iterator restored from its own saved position)."""
+@pytest.mark.parametrize("kind", ["tfdata", "pydataset", "grain"])
+def test_a_two_process_fit_stopped_midway_resumes_from_the_next_sample(tmp_path, kind):
+    """6 epochs of 10 batches, each process reading its share, SIGTERMed once the first checkpoint is written, then
+    resumed: the counts are those of one uninterrupted run (6 each), so the resumed job neither fed again a batch
+    trained before the stop nor skipped one (tf.data: each process's iterator restored from its own saved position;
+    a PyDataset: its batches by index, from the step after the last trained; Grain: each process's iterator state at
+    the checkpoint's step, set back)."""
     folder = tmp_path / "checkpoints"
     args = ["launch", "--processes", "2", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every",
-            "10 steps", support.SCRIPTS / "counts_samples.py", "tfdata", "6", "320", "0.1"]
+            "10 steps", support.SCRIPTS / "counts_samples.py", kind, "6", "320", "0.1"]
     stopped = subprocess.Popen(support.command(*args), env=support.env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -672,12 +704,17 @@ def test_a_two_process_tf_data_fit_stopped_midway_resumes_from_the_next_sample(t
         if stopped.poll() is None:
             stopped.kill()
     assert stopped.returncode == 42 and "a checkpoint is saved in" in stderr, stderr[-3000:]
-    assert sorted(path.name for path in (folder / "fit-1").glob("data-*")) == ["data-0", "data-1"]
+    if kind != "pydataset":
+        assert sorted(path.name for path in (folder / "fit-1").glob("data-*")) == ["data-0", "data-1"]
 
     resumed = support.run_cli(*args[:-5], "--resume", *args[-5:], timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from epoch-" in resumed.stderr
-    assert _seen(resumed.stdout, 0)["tfdata"] == [6] * 320 == _seen(resumed.stdout, 1)["tfdata"]
+    assert _seen(resumed.stdout, 0)[kind] == [6] * 320 == _seen(resumed.stdout, 1)[kind]
+    shared = {"tfdata": "each process's pipeline reads every 2nd sample of its source",
+              "pydataset": "process p reads whole batches",
+              "grain": "rebuilt with Grain's ShardOptions (process p reads shard p of 2"}[kind]
+    assert shared in resumed.stderr
 
 
 @pytest.mark.slow

@@ -1,8 +1,11 @@
-"""Counts how many times the job computes each training sample: a layer adds each batch's one-hot sample ids into a
-non-trainable weight (summed over the global batch, so the count is the whole job's).
+"""Counts how many times the job computes each training sample, and how many times each process reads it: a layer adds
+each batch's one-hot sample ids into a non-trainable weight (summed over the global batch, so the count is the whole
+job's); the input counts each sample where it is read (a tf.data map right after the source, a PyDataset's
+__getitem__, a Grain source's __getitem__), in this process.
     python counts_samples.py KINDS [EPOCHS] [SAMPLES] [SLEEP]   KINDS: tfdata,pydataset,grain,grain_by_process
-For each kind, a fresh model: prints "seen KIND: [...]" (each sample's count) and "metrics: {...}" (the last
-kind's). SLEEP: seconds each batch takes more (a run slow enough to be stopped midway)."""
+For each kind, a fresh model: prints "seen KIND: [...]" (each sample's count), "read KIND: [...]" (each sample's
+reads in this process) and "metrics: {...}" (the last kind's). SLEEP: seconds each batch takes more (a run slow
+enough to be stopped midway)."""
 
 import json
 import math
@@ -22,6 +25,12 @@ rng = np.random.default_rng(0)
 x = rng.random((samples, 4), dtype=np.float32)
 y = (x.sum(1) > 2).astype("int32")
 ids = np.arange(samples, dtype="int32")
+read = np.zeros(samples, dtype="int64")  # this process's reads of each sample, where the input reads it
+
+
+def note_read(which):
+    np.add.at(read, np.asarray(which, dtype="int64"), 1)
+    return which
 
 
 class Seen(keras.layers.Layer):
@@ -41,6 +50,7 @@ class Batches(keras.utils.PyDataset):
 
     def __getitem__(self, i):
         cut = slice(i * batch, (i + 1) * batch)
+        note_read(ids[cut])
         return {"x": x[cut], "id": ids[cut]}, y[cut]
 
 
@@ -59,7 +69,13 @@ def train(kind):
     if kind == "tfdata":
         import tensorflow as tf
 
-        inputs = tf.data.Dataset.from_tensor_slices(({"x": x, "id": ids}, y)).shuffle(samples, seed=1).batch(batch)
+        def noted(features, label):
+            features["id"] = tf.py_function(note_read, [features["id"]], tf.int32)
+            features["id"].set_shape(())
+            return features, label
+
+        inputs = (tf.data.Dataset.from_tensor_slices(({"x": x, "id": ids}, y)).map(noted)
+                  .shuffle(samples, seed=1).batch(batch))
     elif kind == "pydataset":
         inputs = Batches()
     elif kind in ("grain", "grain_by_process"):  # the second reads only its process's records (16 a batch each)
@@ -70,6 +86,7 @@ def train(kind):
                 return samples
 
             def __getitem__(self, i):
+                note_read([i])
                 return {"x": x[i], "id": ids[i]}, y[i]
 
         by_process = kind == "grain_by_process" and jax_processes() > 1
@@ -81,9 +98,11 @@ def train(kind):
         raise SystemExit(f"unknown kind {kind}")
 
     slowly = [keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: time.sleep(sleep))] if sleep else []
+    read[:] = 0
     history = model.fit(inputs, epochs=epochs, verbose=0, callbacks=slowly)
     seen = next(layer for layer in model.layers if isinstance(layer, Seen)).seen.numpy()
     print(f"seen {kind}:", json.dumps([int(count) for count in np.rint(seen)]))
+    print(f"read {kind}:", json.dumps(read.tolist()), flush=True)
     return history
 
 

@@ -272,3 +272,52 @@ def test_resume_on_an_empty_or_missing_folder_starts_and_then_continues(runtime,
     history = runtime.fit(again, x, y, batch_size=32, epochs=2, verbose=0, checkpoint_dir=folder, resume=True)
     assert "resuming from epoch-0001-step-00000: 1 epochs and 0 steps done" in capsys.readouterr().err
     assert len(history.history["loss"]) == 2
+
+
+def _py_dataset(reads: list):
+    """16 batches of 16 (the last of 8), each read noted."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(248, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 16
+
+        def __getitem__(self, i):
+            reads.append(i)
+            return x[i * 16:(i + 1) * 16], y[i * 16:(i + 1) * 16]
+
+    return Batches()
+
+
+def test_a_py_dataset_run_stopped_mid_epoch_resumes_bit_identical_from_the_next_batch(runtime, tmp_path, capsys):
+    """A PyDataset is rewound by index: its batches in an order drawn from (seed, epoch), so a run stopped at step 21
+    (epoch 1, step 5) and resumed reads on from the batch after the last it trained (the rest of epoch 1 as the
+    whole run read it) and ends with the whole run's weights."""
+    import keras
+
+    from tests.training.test_dataset_position import _model, _sigterm_at
+    from acceltrain.training.resumable import Interrupted
+
+    fit = dict(epochs=2, verbose=0, checkpoint_every="3 steps")
+    whole_reads, stopped_reads, resumed_reads = [], [], []
+    whole = _model(runtime)
+    runtime.fit(whole, _py_dataset(whole_reads), checkpoint_dir=tmp_path / "whole", **fit)
+    stopped = _model(runtime)
+    with pytest.raises(Interrupted):
+        runtime.fit(stopped, _py_dataset(stopped_reads), checkpoint_dir=tmp_path / "stopped",
+                    callbacks=[_sigterm_at(20)], **fit)
+    resumed = _model(runtime, seed=7)
+    try:
+        runtime.fit(resumed, _py_dataset(resumed_reads), checkpoint_dir=tmp_path / "stopped", resume=True, **fit)
+    finally:
+        runtime.seed(0)
+    assert "resuming from epoch-0001-step-00005: 1 epochs and 5 steps done" in capsys.readouterr().err
+    for got, expected in zip(resumed.get_weights(), whole.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    epoch_1 = whole_reads[-16:]  # the whole run's second epoch, batch by batch (Keras's first look at fit's start aside)
+    assert sorted(epoch_1) == list(range(16)) and epoch_1 != list(range(16))  # shuffled, each batch once
+    assert resumed_reads[-11:] == epoch_1[5:]  # on from the batch after the fifth

@@ -11,7 +11,7 @@ script with the resume hint; the same command plus --resume continues exactly wh
   stopped continues, those that had not started start. So a script with several fits (pretraining,
   then fine-tuning) resumes too, provided it makes them in the same order each run.
 - What exact resume cannot honour is refused before training, naming the argument: inputs that cannot
-  be rewound (a generator, a keras.utils.PyDataset), `steps_per_epoch`, `initial_epoch`,
+  be rewound (a generator, a Grain dataset), `steps_per_epoch`, `initial_epoch`,
   `shuffle="batch"`. The way out is to run without --checkpoint-dir. (`sample_weight` follows its samples
   through each epoch's order; `validation_split` is made once, before the first epoch.)
 - Differences from the script's plain fit, all of Runtime.fit's path: each epoch's order is drawn
@@ -108,10 +108,11 @@ def runtime_fit_arguments(arguments: dict) -> dict:
     arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")
                       if data.has_tensors(arguments.get(name))})  # a tf.Tensor: numpy arrays, rewound as they are
     x = arguments.get("x")
-    if not (data.is_arrays(x) or data.is_dataset(x)):
-        _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays or a tf.data.Dataset to the "
-                "step a checkpoint was written at; a generator, a keras.utils.PyDataset or a Grain loader cannot be "
-                "rewound by acceltrain: pass arrays or a tf.data.Dataset, or run without --checkpoint-dir")
+    if not (data.is_arrays(x) or data.is_dataset(x) or data.is_py_dataset(x) or _is_grain_loader(x)):
+        _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays, a tf.data.Dataset, a "
+                "keras.utils.PyDataset or a Grain DataLoader to the step a checkpoint was written at; a generator or a "
+                "Grain dataset (MapDataset, IterDataset) cannot be rewound by acceltrain: pass one of those, or run "
+                "without --checkpoint-dir")
     given = {"steps_per_epoch": arguments.get("steps_per_epoch") is not None,
              "initial_epoch": arguments.get("initial_epoch", 0) != 0}
     for name in (name for name, is_given in given.items() if is_given):
@@ -126,6 +127,10 @@ def runtime_fit_arguments(arguments: dict) -> dict:
         arguments["batch_size"] = data.keras_batch(None)  # Keras's default, made explicit
     arguments["callbacks"] = list(arguments.get("callbacks") or ())
     return arguments
+
+
+def _is_grain_loader(x) -> bool:
+    return data.is_grain(x) and hasattr(x, "_data_source")  # a DataLoader (its checkpointable iterator), not a dataset
 
 
 _WHY = {

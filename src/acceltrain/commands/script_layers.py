@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from acceltrain import checks, data, decisions, inputs, log, placement
+from acceltrain import checks, data, decisions, inputs, log, placement, streams
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import predict_prepared
 from acceltrain.layout import autopilot
@@ -189,7 +189,7 @@ class FitGuard:
             placement.report(self.runtime, call.model)  # what was sharded, once per model
         call = self._watched(call)
         call, arguments = self._tensors_as_arrays(call)
-        if inputs.is_stream(arguments.get("x")):
+        if streams.is_stream(arguments.get("x")):
             return self._stream(call, arguments, proceed)
         split, why = decisions.choose_batch_split(call.name, self._training_samples(arguments),
                                                   arguments.get("batch_size"), self.runtime.num_replicas,
@@ -243,11 +243,11 @@ class FitGuard:
             return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
         if call.name != "fit":
             notes = []
-            x, y, weights = inputs.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
+            x, y, weights = streams.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
-        batch = inputs.stream_batch_size(arguments["x"])
+        batch = streams.stream_batch_size(arguments["x"], runtime.process_index, runtime.num_processes)
         split, why = ("split", "") if batch is None else decisions.choose_batch_split(
             "fit", batch, batch, runtime.num_replicas, runtime.backend_module.SPLITS_UNEVEN_BATCHES)
         op_by_op = self._op_by_op_in_processes(call.model)
@@ -256,8 +256,11 @@ class FitGuard:
         fit = inputs.prepare_fit(runtime, arguments["x"], arguments.get("y"),
                                  validation_data=arguments.get("validation_data"),
                                  validation_batch_size=arguments.get("validation_batch_size"),
-                                 validation_steps=arguments.get("validation_steps"), checked=False)
+                                 validation_steps=arguments.get("validation_steps"), checked=False,
+                                 shuffle=arguments.get("shuffle", True) is not False)
         self._tell(fit.notes)
+        if fit.shuffles_itself:
+            arguments["shuffle"] = False
         if fit.validation_data is not arguments.get("validation_data"):
             arguments.pop("validation_steps", None)  # read whole into memory: its steps are its batches
             arguments["validation_batch_size"] = fit.validation_batch_size

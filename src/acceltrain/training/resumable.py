@@ -3,7 +3,8 @@
 Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over the samples in
 `checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
 would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
-s × batch_size of the same order. A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
+s × batch_size of the same order (a PyDataset: its batches by index, their groups in an order drawn from (seed, e);
+a tf.data dataset or a Grain DataLoader: where its iterator stood, dataset_position.py). A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
 SIGINT finish the current step, write a checkpoint and raise Interrupted (exit 42 for a notice: preemption.py);
 in a job of several processes every process stops at one agreed step (sharded_checkpoint.preempted_at). Imports keras: import only after connect().
 """
@@ -18,10 +19,10 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, decisions, ledger, log, preemption
+from acceltrain import data, decisions, ledger, log, preemption, streams
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
-from acceltrain.training.dataset_position import DatasetFeed, end_of_pass_expected
+from acceltrain.training.dataset_position import DatasetFeed, GrainFeed, end_of_pass_expected
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -47,12 +48,16 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
-    feed = DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset else None
+    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset
+            else GrainFeed(prepared.x, positions) if data.is_grain(prepared.x) else None)
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
         checkpoints.open()
     steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
+    if data.is_py_dataset(prepared.x):
+        for _ in range(state.epoch):  # its own epoch ends, as the run stopped had called them
+            prepared.x.on_epoch_end()
     reached = _Reached(checkpoints.folder, writer=prepared.process_index == 0)
     redo = _Redo(timeline, reached.read() if resume else None, state.epoch * steps_per_epoch + state.step)
     if prepared.left_out:
@@ -75,15 +80,18 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
             _one_training_run(callbacks, last_logs):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
-                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0))
+                           says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0),
+                           positions=feed)
         cadence = _EpochCadence(every, checkpoints, timeline, last_epoch, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
             first_step = state.step if epoch == state.epoch else 0
             saver.start_epoch(epoch, first_step)
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
-                if feed:  # a dataset: the next batches of the one iterator the run reads
+                if feed:  # a dataset or a Grain loader: the next batches of the pass's iterator, from its saved start
                     inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+                elif data.is_py_dataset(prepared.x):  # its batches by index, in groups of the processes' (streams.py)
+                    inputs = {"x": _py_dataset_epoch(prepared, state.seed, epoch, first_step, shuffle)}
                 else:  # arrays: this epoch's order, from the step reached on
                     n = data.num_samples(prepared.x)
                     inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
@@ -169,6 +177,15 @@ def _epoch_inputs(prepared, order, first_step: int) -> dict:
     if keras.backend.backend() != "jax":
         return prepared.epoch(order, first_step)
     return {"x": _Batches(prepared.epoch_batches(order, first_step))}
+
+
+def _py_dataset_epoch(prepared, seed: int, epoch: int, first_step: int, shuffle: bool):
+    """One epoch of a keras.utils.PyDataset from `first_step` on: its groups of batches (one batch each in one process;
+    streams.group_steps) in the order epoch_order(seed, epoch) draws, the same after a resume."""
+    length = len(prepared.x)
+    groups = streams.num_groups(length, prepared.num_processes)
+    order = epoch_order(seed, epoch, groups) if shuffle else None
+    return streams.py_dataset_steps(prepared.x, streams.group_steps(length, prepared.num_processes, order)[first_step:])
 
 
 class _Batches(keras.utils.PyDataset):
@@ -274,8 +291,9 @@ class _StepSaver(keras.callbacks.Callback):
     (_StepTimer)."""
 
     def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
-                 notices=None):
+                 notices=None, positions=None):
         super().__init__()
+        self.positions = positions  # a DatasetFeed/GrainFeed: told of each checkpoint within an epoch
         self.notices = notices or preemption.EngineNotices({})
         self.checkpoints, self.every, self.state = checkpoints, every, state
         self.steps_per_epoch, self.received = steps_per_epoch, received
@@ -327,6 +345,8 @@ class _StepSaver(keras.callbacks.Callback):
         for whole: the process exits next), as preemption."""
         with self.timeline.timed("preemption" if notice else "checkpoint"):
             saved = self.checkpoints.save(model, state)
+            if self.positions is not None and state.step:
+                self.positions.saved_at(state.epoch, state.step)
             if notice:
                 self.checkpoints.close()
         self.timeline.count("checkpoints")
