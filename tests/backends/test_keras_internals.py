@@ -158,9 +158,9 @@ def test_watch_train_steps_sees_each_executions_next_and_unwatch_gives_the_funct
     model.fit(np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32"), batch_size=4, epochs=2, verbose=0,
               callbacks=[Watch()])
     assert pulled == [(4, 3), (4, 3), (2, 3)] * 2  # one next() an execution, in the train function's call
-    assert model.train_function.acceltrain_watched
+    assert keras_internals.train_function_wrappers(model) == 1
     keras_internals.unwatch_train_steps(model)
-    assert not hasattr(model.train_function, "acceltrain_watched")
+    assert keras_internals.train_function_wrappers(model) == 0
 
 
 def test_jitted_train_step_is_the_step_keras_compiled_and_its_flops_are_counted():
@@ -400,11 +400,52 @@ def test_keep_last_batch_keeps_the_batch_the_train_function_took_and_gives_it_ba
     def batch_and_stop(model, kept):
         x, y = kept["batch"][:2]
         kept["stop"]()
-        return x.shape, y.shape, model.train_function.__qualname__
+        return x.shape, y.shape, keras_internals.train_function_wrappers(model)
 
-    model, (x_shape, y_shape, function) = _at_batch_end(batch_and_stop)
+    model, (x_shape, y_shape, wrappers) = _at_batch_end(batch_and_stop)
     assert (tuple(x_shape), tuple(y_shape)) == ((8, 3), (8, 2))
-    assert "keep_last_batch" not in function and "keep_last_batch" not in model.train_function.__qualname__
+    assert wrappers == 0 and keras_internals.train_function_wrappers(model) == 0
+
+
+def test_the_ledgers_watch_and_the_kept_batch_share_the_train_functions_one_door():
+    """Both hooks at once (a fit on several CPU devices under the ledger): one wrapper over Keras's train function,
+    each hook seeing every batch; each stops alone, and the last gives Keras's own back. Two stacked wrappers broke
+    once (the ledger read the FLOPs of the wrong one)."""
+    import keras
+
+    pulled, seen = [], []
+
+    class Pulling:
+        def __init__(self, iterator):
+            self.iterator = iterator
+
+        def __next__(self):
+            batch = next(self.iterator)
+            pulled.append(np.shape(batch[0]))
+            return batch
+
+    class Both(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.kept = keras_internals.keep_last_batch(self.model)
+
+        def on_epoch_begin(self, epoch, logs=None):
+            assert keras_internals.watch_train_steps(self.model, lambda state, iterator: Pulling(iterator))
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append((keras_internals.train_function_wrappers(self.model), tuple(self.kept["batch"][0].shape)))
+
+        def on_train_end(self, logs=None):
+            self.kept["stop"]()
+            seen.append(keras_internals.train_function_wrappers(self.model))
+
+    model = _model()
+    model.fit(np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32"), batch_size=4, epochs=2, verbose=0,
+              callbacks=[Both()])
+    assert seen == [(1, (4, 3)), (1, (4, 3)), (1, (2, 3))] * 2 + [1]
+    assert pulled == [(4, 3), (4, 3), (2, 3)] * 2
+    assert keras_internals.jitted_train_step(model) is not None  # read through the door
+    keras_internals.unwatch_train_steps(model)
+    assert keras_internals.train_function_wrappers(model) == 0
 
 
 # --- A model's first fit, prepared ahead (training/autopilot.py, training/verify.py) ----------------------

@@ -276,10 +276,63 @@ def gathering_predictions(model, gather):
 
 # --- The time ledger's view of a fit (training/ledger_watch.py) ------------------------------------
 
+# The one door into a model's train function: acceltrain's hooks on the batches it pulls, outermost first. Each
+# name is a slot a hook fills while it applies (watch_train_steps, keep_last_batch); one wrapper holds them all, so
+# no two wrappers ever stack on a model's train function (two stacked once broke the ledger's FLOPs count).
+TRAIN_FUNCTION_HOOKS = (
+    "ledger",      # the time ledger: each next() timed (training/ledger_watch.py)
+    "last_batch",  # the batch the step took, kept: the step timed again on one device (backends/jax.py)
+)
+
+
+class _TrainFunctionDoor:
+    """A model's train function with acceltrain's hooks: each execution's iterator passes the filled hooks in
+    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it."""
+
+    def __init__(self, own):
+        self.__wrapped__ = own
+        self.hooks = {}  # slot -> wrap_iterator(state, iterator)
+
+    def __call__(self, state, iterator):
+        for slot in TRAIN_FUNCTION_HOOKS:
+            if slot in self.hooks:
+                iterator = self.hooks[slot](state, iterator)
+        return self.__wrapped__(state, iterator)
+
+
+def _hook_train_function(model, slot: str, wrap_iterator) -> None:
+    """`wrap_iterator` in `slot` of the model's train function's one door (made on the function Keras made now:
+    a function rebuilt since, after a recompile, gets a new door)."""
+    door = model.train_function
+    if not isinstance(door, _TrainFunctionDoor):
+        door = model.train_function = _TrainFunctionDoor(door)
+    door.hooks[slot] = wrap_iterator
+
+
+def _unhook_train_function(model, slot: str, wrap_iterator=None) -> None:
+    """`slot` emptied (only while it holds `wrap_iterator`, where given); the last hook out gives Keras's own back."""
+    door = getattr(model, "train_function", None)
+    if not isinstance(door, _TrainFunctionDoor) or slot not in door.hooks:
+        return
+    if wrap_iterator is None or door.hooks[slot] is wrap_iterator:
+        del door.hooks[slot]
+    if not door.hooks:
+        model.train_function = door.__wrapped__
+
+
+def train_function_wrappers(model) -> int:
+    """How many of acceltrain's wrappers stand over the model's train function (at most one: its door)."""
+    function, count = getattr(model, "train_function", None), 0
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+        function, count = function.__wrapped__, count + 1
+    return count
+
+
 def watch_train_steps(model, wrap_iterator) -> bool:
     """Inside this fit, each call of the model's train function pulls its batches through
-    `wrap_iterator(state, iterator)` (the ledger times each `next()`). Returns False where it cannot (TensorFlow:
-    the step takes its input inside the graph; a model not compiled for a fit yet). `unwatch_train_steps` undoes it.
+    `wrap_iterator(state, iterator)` (the ledger times each `next()`): slot "ledger" of its one door. Returns False
+    where it cannot (TensorFlow: the step takes its input inside the graph; a model not compiled for a fit yet).
+    `unwatch_train_steps` undoes it.
 
     Relies on: JAXTrainer.fit calls make_train_function() before the callbacks' on_train_begin and on_epoch_begin,
     and make_train_function keeps an existing `model.train_function`; then each execution is
@@ -288,31 +341,25 @@ def watch_train_steps(model, wrap_iterator) -> bool:
     """
     if keras.backend.backend() != "jax" or model.train_function is None:
         return False
-    own = _unwatched(model.train_function)
-
-    def watched(state, iterator):
-        return own(state, wrap_iterator(state, iterator))
-
-    watched.__wrapped__ = own
-    watched.acceltrain_watched = watched.acceltrain_wrapper = True
-    model.train_function = watched
+    _hook_train_function(model, "ledger", wrap_iterator)
     return True
 
 
 def unwatch_train_steps(model) -> None:
-    if getattr(model, "train_function", None) is not None:
-        model.train_function = _unwatched(model.train_function)
-
-
-def _unwatched(function):
-    return function.__wrapped__ if getattr(function, "acceltrain_watched", False) else function
+    _unhook_train_function(model, "ledger")
 
 
 def _keras_own(function):
-    """Keras's train function under every wrapper acceltrain put around it (the ledger's, keep_last_batch's)."""
-    while getattr(function, "acceltrain_wrapper", False):
+    """Keras's train function under acceltrain's door (and any wrapper marked acceltrain_wrapper)."""
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
         function = function.__wrapped__
     return function
+
+
+def keras_train_function(model):
+    """The model's train function as Keras made it (None before its first fit): what is compiled, whoever hooks it."""
+    function = getattr(model, "train_function", None)
+    return None if function is None else _keras_own(function)
 
 
 def jitted_train_step(model):
@@ -495,12 +542,28 @@ SAVING_METHODS = ("save", "save_weights")
 
 
 @contextlib.contextmanager
-def saving_replaced(replace):
-    """Inside, keras.Model.save and save_weights are `replace(name, original)`; restored on exit.
+def saving_replaced(*replacements):
+    """Inside, keras.Model.save and save_weights are one door: each call passes `replacements` in order, outermost
+    first, then Keras's own. A replacement is `replace(name, method)` returning the method that stands for `method`
+    (the next one in, or Keras's own). One patch, however many there are; restored on exit.
 
     Relies on: every model's save/save_weights are keras.Model's (subclasses rarely override them).
     """
-    with patched(keras.Model, SAVING_METHODS, replace):
+    def door(name, keras_own):
+        method = keras_own
+        for replace in reversed(replacements):
+            method = replace(name, method)
+        return method
+
+    with patched(keras.Model, SAVING_METHODS, door):
+        yield
+
+
+@contextlib.contextmanager
+def set_backend_replaced(replace):
+    """Inside, keras.config.set_backend is `replace(original)`; restored on exit: its one door (acceltrain run keeps a
+    script's call from reloading Keras). Public API, patched here beside the other doors into Keras."""
+    with patched(keras.config, ["set_backend"], lambda _, keras_own: replace(keras_own)):
         yield
 
 
@@ -645,12 +708,12 @@ def training_state(model) -> tuple:
 
 def keep_last_batch(model) -> dict:
     """From now on, `kept["batch"]` is the last batch the model's train function took (a reference: nothing is
-    copied), until `kept["stop"]()` gives the train function back.
+    copied), until `kept["stop"]()` empties its slot ("last_batch") of the train function's one door.
 
     Relies on: JAXTrainer.fit calls `self.train_function(state, iterator)` each step (make_train_function keeps an
     existing one), and that function takes `next(iterator)` as the batch of `train_step(state, batch)`.
     """
-    step, kept = model.train_function, {}
+    kept = {}
 
     class Kept:
         def __init__(self, iterator):
@@ -663,13 +726,9 @@ def keep_last_batch(model) -> dict:
             kept["batch"] = next(self.iterator)
             return kept["batch"]
 
-    def train_function(state, iterator):
-        return step(state, Kept(iterator))
+    def last_batch(state, iterator):
+        return Kept(iterator)
 
-    def stop():
-        if model.train_function is train_function:
-            model.train_function = step
-
-    train_function.__wrapped__, train_function.acceltrain_wrapper = step, True
-    model.train_function, kept["stop"] = train_function, stop
+    _hook_train_function(model, "last_batch", last_batch)
+    kept["stop"] = lambda: _unhook_train_function(model, "last_batch", last_batch)
     return kept

@@ -86,10 +86,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         first_fits = FirstFits(runtime, autopilot, verify, cut_batches=not checkpointed)  # else Runtime.fit cuts them
         stack.enter_context(keras_internals.layers(ledger=watch, script_calls=calls, autopilot=first_fits,
                                                    checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
-        if runtime.num_processes > 1:
-            stack.enter_context(_saving_whole(runtime))
-        if runtime.backend == "jax":
-            stack.enter_context(keras_internals.saving_replaced(_without_tensorflow))
+        stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
     return code
@@ -167,11 +164,9 @@ def _no_reload_of_keras(backend: str):
     """Inside, the script's keras.config.set_backend(NAME) does not reload Keras: Keras's own drops every keras
     module, and what the script built after it would bypass acceltrain. NAME was read from the source and loaded
     before the script ran (_keep_the_scripts_backend): nothing to do; another one is refused, naming the flag."""
-    import keras
-
     from acceltrain.backends import keras_internals
 
-    def kept(_, keras_own):
+    def kept(keras_own):
         def set_backend(name):
             if name != backend:
                 raise UsageError(f"Received keras.config.set_backend({name!r}) from the script, with Keras loaded on "
@@ -180,7 +175,7 @@ def _no_reload_of_keras(backend: str):
 
         return set_backend
 
-    with keras_internals.patched(keras.config, ["set_backend"], kept):
+    with keras_internals.set_backend_replaced(kept):
         yield
 
 
@@ -252,7 +247,19 @@ def _exit_code(code) -> int:
 
 
 @contextlib.contextmanager
-def _saving_whole(runtime):
+def _saving(runtime):
+    """The script's model.save/save_weights through their one door (keras_internals.saving_replaced), outermost
+    first: without the TensorFlow import (JAX: _without_tensorflow), then each process's own whole copy (a job of
+    several processes: _whole, which reads Keras's own signature)."""
+    from acceltrain.backends import keras_internals
+
+    savers = [*([_without_tensorflow] if runtime.backend == "jax" else []),
+              *([_whole(runtime)] if runtime.num_processes > 1 else [])]
+    with keras_internals.saving_replaced(*savers) if savers else contextlib.nullcontext():
+        yield
+
+
+def _whole(runtime):
     """In a job of several processes every process writes its own model.save/save_weights, as each host of
     a plain multi-host script does, so each reads back what it saved (load_model after a ModelCheckpoint
     into a TemporaryDirectory, whose path differs from process to process).
@@ -291,8 +298,7 @@ def _saving_whole(runtime):
 
         return save
 
-    with keras_internals.saving_replaced(whole):
-        yield
+    return whole
 
 
 def _without_tensorflow(name, method):

@@ -62,7 +62,7 @@ class LedgerWatch(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         self._executing = batch
         self._dispatched[batch] = self.timeline.clock()  # the batch is pulled next (JAX): _timed_iterator moves it
-        if not self.timeline.compile_events and self.timeline.first_seen(self.model.train_function):
+        if not self.timeline.compile_events and self.timeline.first_seen(keras_internals.keras_train_function(self.model)):
             self._compiles_first.add(batch)
 
     def on_train_batch_end(self, batch, logs=None):
