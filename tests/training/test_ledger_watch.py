@@ -137,7 +137,7 @@ def test_the_ledger_off_gives_no_ledger_and_adds_no_callback(monkeypatch):
     with acceltrain.connect(distribution="none", verbose=False) as runtime:
         from acceltrain.training.ledger_watch import LedgerWatch
 
-        assert not any(isinstance(c, LedgerWatch) for c in runtime._watched(runtime.watchdog))
+        assert not any(isinstance(c, LedgerWatch) for c in runtime.watched_callbacks(runtime.watchdog))
         with runtime.scope():
             model = _mlp()
         x, y = _toy_data(64)
@@ -148,13 +148,13 @@ def test_the_ledger_off_gives_no_ledger_and_adds_no_callback(monkeypatch):
 
 
 def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_published_peak(one_device, monkeypatch):
-    """A CPU has no published peak: the devices' peak reaches the ledger through Runtime._peak_flops (a seam here;
+    """A CPU has no published peak: the devices' peak reaches the ledger through Runtime.peak_flops (a seam here;
     the tables are hardware/gpu.py's and tpu.py's), and an H200's is read from its table, for every device."""
     from types import SimpleNamespace
 
     from acceltrain.runtime import Runtime
 
-    monkeypatch.setattr(one_device, "_peak_flops", lambda model: 1e12)
+    monkeypatch.setattr(one_device, "peak_flops", lambda model: 1e12)
     with one_device.scope():
         model = _mlp()
     x, y = _toy_data(128)
@@ -166,8 +166,8 @@ def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_pu
     h200s = SimpleNamespace(hardware=SimpleNamespace(simulated=False), platform="gpu", device_kind="NVIDIA H200",
                             num_devices=2)
     bf16 = SimpleNamespace(dtype_policy=SimpleNamespace(compute_dtype="bfloat16"))
-    assert Runtime._peak_flops(h200s, bf16) == 2 * 989e12
-    assert Runtime._peak_flops(SimpleNamespace(**{**vars(h200s), "hardware": SimpleNamespace(simulated=True)}),
+    assert Runtime.peak_flops(h200s, bf16) == 2 * 989e12
+    assert Runtime.peak_flops(SimpleNamespace(**{**vars(h200s), "hardware": SimpleNamespace(simulated=True)}),
                                bf16) is None  # simulated devices share one CPU
 
 

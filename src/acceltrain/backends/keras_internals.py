@@ -101,17 +101,18 @@ def patched(owner, names, wrap):
 
 # --- The one interception of fit/evaluate/predict (see the module docstring) -------------------------
 
-# The layers a call passes, outermost first: the order is this list's.
+# The layers a call passes, outermost first: the order is this list's. Every fit passes them (training/assembly.py
+# draws the walks): a script's through the interception, Runtime.fit's through assemble().
 LAYERS = (
     "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
     "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
-    "autopilot",      # a model's first fit weighed, laid out, levers applied: run's (commands/run.py), else a runtime's
-    "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
+    "autopilot",      # a model's first fit weighed, laid out, verified; each fit's batch cut (training/assembly.FirstFits)
     "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
+    "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (training/assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
+SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)
 CALLS = ("fit", "evaluate", "predict")
-
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
 _open: list = []  # a share per open runtime: the interception is installed while there is one
 _installed = contextlib.ExitStack()
@@ -194,24 +195,58 @@ def _intercepted(name: str, keras_own):
     def method(model, *args, **kwargs):
         if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit validating, inside a call past the layers
             return keras_own(model, *args, **kwargs)  # Relies on: fit calls evaluate(..., _use_cached_eval_dataset=True)
-        return _through([_layers[slot] for slot in LAYERS if _layers[slot] is not None],
+        return _through([(slot, _layers[slot]) for slot in LAYERS if _layers[slot] is not None],
                         Call(name, model, args, kwargs, keras_own))
 
     return method
 
 
+def assemble(call: Call, **filled):
+    """`call` through the slots of LAYERS given here (not the interception's: acceltrain's own calls, such as
+    Runtime.fit's, pass the layers they name, in LAYERS's order), then Keras's own method."""
+    _check_slots(filled)
+    return _through([(slot, filled[slot]) for slot in LAYERS if filled.get(slot) is not None], call)
+
+
 def _through(layers, call: Call):
     if not layers:
         return call.keras(call.model, *call.args, **call.kwargs)
-    return layers[0](call, lambda passed: _through(layers[1:], passed))
+    (slot, layer), below = layers[0], layers[1:]
+    for walk in _walks:
+        walk.append((slot, _named(layer)))
+    return layer(call, lambda passed: _through(below, passed))
+
+
+_walks: list = []  # the walks being recorded (walking())
+
+
+@contextlib.contextmanager
+def walking():
+    """Inside, each layer a call enters is appended to the list yielded, as (slot, the layer's function or class by
+    its qualified name), in the order entered: the walk of a fit (tests compare Runtime.fit's with a script's)."""
+    walk = []
+    _walks.append(walk)
+    try:
+        yield walk
+    finally:
+        _walks.remove(walk)
+
+
+def _named(layer) -> str:
+    own = layer if inspect.isfunction(layer) or inspect.ismethod(layer) else type(layer)
+    return f"{own.__module__}.{own.__qualname__}"
+
+
+def _check_slots(filled) -> None:
+    unknown = sorted(set(filled) - set(LAYERS))
+    if unknown:
+        raise ValueError(f"Received layers {unknown}: no such slot. Name each in keras_internals.LAYERS, at its place.")
 
 
 @contextlib.contextmanager
 def layers(**filled):
     """Inside, the named slots of LAYERS hold these layers (None: left empty); as they were on exit."""
-    unknown = sorted(set(filled) - set(LAYERS))
-    if unknown:
-        raise ValueError(f"Received layers {unknown}: no such slot. Name each in keras_internals.LAYERS, at its place.")
+    _check_slots(filled)
     before = {slot: _layers[slot] for slot in filled}
     _layers.update(filled)
     try:
@@ -223,8 +258,13 @@ def layers(**filled):
 def keras_method(model, name: str):
     """Keras's own fit/evaluate/predict of `model`, bound, passing no layer: what acceltrain's own code calls.
     (The trainer's: a subclass's own `fit` is the script's way in, which has passed the layers already.)"""
+    return functools.partial(keras_own(name), model)
+
+
+def keras_own(name: str):
+    """Keras's own fit/evaluate/predict, unbound (the trainer class's, under the interception): a Call's `keras`."""
     method = getattr(trainer_class(keras.backend.backend()), name)
-    return functools.partial(method.__wrapped__ if _open else method, model)  # the interception wraps Keras's own
+    return method.__wrapped__ if _open else method  # the interception wraps Keras's own
 
 
 def bound_arguments(method, model, args, kwargs) -> dict:

@@ -28,7 +28,6 @@ from acceltrain import checks, data, decisions, inputs, log, placement, user_mod
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import connect, predict_prepared
-from acceltrain.training import autopilot
 
 
 def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devices: int | None = None,
@@ -67,12 +66,10 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         # script that seeds itself overrides this.
         runtime.seed(0)
     from acceltrain.backends import keras_internals
-    from acceltrain.training import ledger_watch
+    from acceltrain.training import assembly, ledger_watch
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))
-    checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
-        runtime, checkpointing, _resume_command(checkpointing, script, argv))
     window = None
     with _ledger_told_when_preempted(lambda: window, ledger_file, runtime), contextlib.ExitStack() as stack:
         stack.callback(runtime.close)  # last out: Keras's fit is its own again
@@ -81,11 +78,16 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
+        # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
         watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
             if runtime.timeline.enabled else None
-        first_fits = FirstFits(runtime, autopilot, verify, cut_batches=not checkpointed)  # else Runtime.fit cuts them
-        stack.enter_context(keras_internals.layers(ledger=watch, script_calls=calls, autopilot=first_fits,
-                                                   checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
+        trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
+            checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),
+            keep_steps_per_execution=True, flags=True))  # the script's own steps_per_execution, as a plain fit keeps it
+        stack.enter_context(keras_internals.layers(
+            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify,
+                                                                           flags=True),
+            script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
         stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
@@ -470,51 +472,6 @@ def _listed(counts) -> str:
     return ", ".join(f"{counts[name]} {name}" for name in ("fit", "evaluate", "predict") if counts[name])
 
 
-class FirstFits:
-    """Layer "autopilot" (keras_internals.LAYERS): before each model's first fit, the model weighed, laid out and the
-    levers applied (Runtime.first_fit, its messages naming the flags), and with --verify N compared with one device
-    (training/verify.py); every later call of the model runs under the distribution it was laid out for, and each
-    fit's batch is cut as its first was (gradient accumulation keeps the global batch)."""
-
-    def __init__(self, runtime, autopilot: bool = True, verify: int | None = None, cut_batches: bool = True):
-        """cut_batches: cut each fit's batch for the steps accumulated (False where the layer below trains the fit
-        through Runtime.fit, which cuts it: --checkpoint-dir)."""
-        import weakref
-
-        self.runtime, self.autopilot, self.verify, self.cut_batches = runtime, autopilot, verify, cut_batches
-        self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
-
-    def __call__(self, call, proceed):
-        framework = self.runtime.backend_module
-        if not hasattr(framework, "relayout"):
-            return proceed(call)  # TensorFlow: the strategy's scope places everything; nothing to weigh
-        if call.name == "fit" and call.model not in self.placed:
-            self._first(call)
-        distribution, accumulation = self.placed.get(call.model), autopilot.accumulation_of(call.model)
-        if call.name == "fit" and accumulation > 1 and self.cut_batches:
-            arguments = call.arguments()
-            arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
-                                                                         accumulation)
-            if arguments.get("steps_per_epoch"):
-                arguments["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
-            call = call.replace(args=(), kwargs=arguments)
-        with framework.scope(distribution):
-            return proceed(call)
-
-    def _first(self, call) -> None:
-        from acceltrain.training import verify
-
-        arguments = call.arguments()
-        x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")
-        decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot, flags=True)
-        self.placed[call.model] = self.runtime.distribution
-        if self.verify:
-            x, batch_size = autopilot.per_step(x, batch_size, decision.accumulation)
-            with self.runtime.backend_module.scope(self.runtime.distribution):
-                verify.verify(self.runtime, call.model, x, y, batch_size, self.verify,
-                              accumulation=decision.accumulation, flag="--verify")
-
-
 class FitGuard:
     """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
     its inputs prepared.
@@ -526,12 +483,15 @@ class FitGuard:
     loaders take the same rules batch by batch (_stream).
     """
 
-    def __init__(self, runtime):
-        self.runtime = runtime
+    def __init__(self, runtime, fits: bool = True):
+        """fits: False where the runtime's own loop prepares each fit (slot "trained": --checkpoint-dir)."""
+        self.runtime, self.fits = runtime, fits
         self.warned: set[str] = set()
         self.placement_told = False
 
     def __call__(self, call, proceed):
+        if call.name == "fit" and not self.fits:
+            return proceed(call)
         if call.name == "fit":
             placement.report(self.runtime, call.model)  # what was sharded, once per model
         call = self._watched(call)
@@ -681,15 +641,14 @@ class FitGuard:
         if self.placement_told:
             return
         self.placement_told = True
-        replicas = self.runtime.num_replicas
+        from acceltrain.training import assembly
+
         batch = batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
         where = ""
         if model.variables:
             spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
-        steps = getattr(getattr(model, "optimizer", None), "gradient_accumulation_steps", None) or 1
-        accumulated = f"{steps} steps × " if steps > 1 else ""  # the autopilot's accumulation (FirstFits)
-        log.info(f"fit: global batch {batch * steps} = {accumulated}{batch // replicas} × {replicas} replica(s){where}")
+        log.info(f"fit: {assembly.batch_said(batch, self.runtime.num_replicas, assembly.accumulated(model))}{where}")
 
     # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 
