@@ -12,7 +12,7 @@ Small batches and many steps (batch 32) on N simulated CPU devices (XLA_FLAGS
   the machine's load falls on both alike, and the ratio of their epoch times is what N devices cost under that
   rule. `keras`: plain Keras, `fit(verbose=0)` with no callbacks, so Keras dispatches steps without waiting
   (several in flight; on several CPU devices this is what can deadlock: XLA aborts, exit 134); `one_step`:
-  acceltrain's rule (backends/jax.py::_steps_must_not_overlap), a batch-end callback that is not `async_safe`,
+  acceltrain's rule (backends/jax/steps.py::_steps_must_not_overlap), a batch-end callback that is not `async_safe`,
   so Keras waits for each step's metrics; `in_flight_K`: at most K steps dispatched and not finished (public
   callback API only).
 - floor: as many parameters in a hand-written jitted JAX step (no Keras, a host sync every 4 steps), on N
@@ -225,7 +225,7 @@ def child_op_by_op(treatment: str, steps: int, rounds: int) -> dict:
     """A convnet holding RandomCrop (Keras runs its step op by op) with no distribution, op by op, against the
     same model on every device under `treatment`, epochs alternating: steps/s of each.
 
-    "compiled": acceltrain's treatment of it (backends/jax.py::op_by_op_made_safe compiles the step);
+    "compiled": acceltrain's treatment of it (backends/jax/op_by_op.py::op_by_op_made_safe compiles the step);
     "one_device": acceltrain's treatment of the same model compiled with run_eagerly=True (the call on one
     device); "op_by_op": plain Keras, distributed, one step at a time (can deadlock); "op_by_op_async": plain
     Keras, distributed, steps dispatched without waiting (can deadlock)."""

@@ -114,4 +114,4 @@ def test_each_runtime_method_named_exists(name):
 def test_the_map_reads_the_folders_it_claims():
     """The parser itself: a nested entry gets its folder, a comma list each file (a check that can fail)."""
     paths = _mapped_paths()
-    assert {"src/acceltrain/hardware/tpu.py", "src/acceltrain/backends/jax.py", "docs/runnable.py"} <= paths
+    assert {"src/acceltrain/hardware/tpu.py", "src/acceltrain/backends/jax/steps.py", "docs/runnable.py"} <= paths

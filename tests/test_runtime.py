@@ -266,11 +266,12 @@ def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime
     from keras.src.backend.jax.trainer import JAXTrainer
 
     from acceltrain.backends import jax as jax_backend
+    from acceltrain.backends.jax import distribution
 
-    meshes = len(jax_backend._distributions_by_mesh)
+    meshes = len(distribution._distributions_by_mesh)
     patched_fit = JAXTrainer.fit
     with acceltrain.connect(simulate_devices=8, verbose=False) as again:
-        assert len(jax_backend._distributions_by_mesh) == meshes  # the same devices: the same entry
+        assert len(distribution._distributions_by_mesh) == meshes  # the same devices: the same entry
         with again.scope():
             model = _mlp()
     assert JAXTrainer.fit is patched_fit  # the session's runtime is still open: its models still follow

@@ -9,7 +9,7 @@ Job / JobSet pod; a SkyPilot node; a Slurm step; Open MPI. Each engine's variabl
 environments.py (the TPU VM, Slurm and Open MPI here).
 
 Plain data in, plain data out, so a table test covers every environment with none of them here. The
-backend then starts jax.distributed from the result (`backends/jax.py::start_processes`).
+backend then starts jax.distributed from the result (`backends/jax/processes.py::start_processes`).
 """
 
 import importlib.util

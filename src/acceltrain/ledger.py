@@ -9,7 +9,7 @@ The parts (PARTS):
   connecting, jax.distributed) until connect() returned (commands only: a library's Runtime.fit starts its window
   at the call);
 - compilation: each function traced, lowered and compiled (a persistent-cache hit included), from JAX's own
-  monitoring events (backends/jax.py::watch_compiles), with the cache's hits and misses counted. TensorFlow
+  monitoring events (backends/jax/compiles.py::watch_compiles), with the cache's hits and misses counted. TensorFlow
   reports none: there the first step of each new train function (its tracing, compiling, and the step) is
   booked here;
 - input_wait: the host fetching the next batch (the `next()` of Keras's iterator, on JAX; acceltrain preparing

@@ -65,10 +65,10 @@ def check_against_hardware(request: Request, kind: str, framework, found) -> Req
                          f"{found.num_devices}, or leave mesh_shape out to have the model axis chosen.")
     if request.layout_map is not None and not framework.is_layout_map(request.layout_map):
         raise UsageError(f"Received distribution={request.layout_map!r}: not a keras.distribution.LayoutMap.")
-    if request.device_memory is not None and not hasattr(framework, "abstract_state"):
+    if request.device_memory is not None and not framework.SHARDS:
         log.warn(f"device_memory={sharding.format_bytes(request.device_memory)} is not used on the {framework.NAME} "
                  "backend: it shards nothing, so 'auto' stays data parallel. Use --backend jax to fit a model to it.")
-    if request.device_memory is None and hasattr(framework, "device_memory"):
+    if request.device_memory is None and framework.SHARDS:
         memory = framework.device_memory(found.platform)
         request = replace(request, device_memory=memory, memory_source="the hardware" if memory else "unknown")
     return replace(request, chosen=kind)
@@ -87,7 +87,7 @@ def _born_within(request: Request, framework, found) -> int | None:
     """'auto' with a device memory over several devices, on JAX: the training state bytes a device may hold of
     variables born whole (the budget: the memory less its headroom), before a model's first fit weighs it."""
     if (request.kind != "auto" or request.chosen != "data" or request.device_memory is None
-            or not hasattr(framework, "relayout") or found.num_devices < 2):
+            or not framework.SHARDS or found.num_devices < 2):
         return None
     return int(request.device_memory * (1 - sharding.DEFAULT_HEADROOM))
 
@@ -108,7 +108,7 @@ def choose_for_model(runtime, build_model, layout_map=None, job: dict | None = N
     (fsdp if it does not fit one device); 'model' takes the model's own layout map and the model axis.
     Returns (kind, distribution, reason) to use instead of connect()'s, or None to keep it (Runtime.build)."""
     request, framework = runtime.sharding_request, runtime.backend_module
-    if request.layout_map is not None or not hasattr(framework, "abstract_state"):
+    if request.layout_map is not None or not framework.SHARDS:
         return None  # the user's own layout stands; TensorFlow has no sharding to choose
     job = job_of(build_model, job)
     memory_known = request.device_memory is not None
@@ -261,7 +261,7 @@ def report(runtime, model) -> None:
     training/autopilot.py.)"""
     request = getattr(runtime, "sharding_request", None)  # None: a stand-in runtime (tests of run's layers)
     framework = getattr(runtime, "backend_module", None)
-    if request is None or model in request.reported or not hasattr(framework, "variable_layouts"):
+    if request is None or model in request.reported or not getattr(framework, "SHARDS", False):
         return
     request.reported.add(model)
     if request.chosen not in decisions.SHARDED:

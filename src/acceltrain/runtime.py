@@ -292,7 +292,7 @@ class Runtime:
 
         found = None
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
-                and self.sharding_request.layout_map is None and hasattr(self._framework, "relayout"):
+                and self.sharding_request.layout_map is None and self._framework.SHARDS:
             found = autopilots.for_build(self, build_model, positive_int(batch_size, "batch_size"), enabled=autopilot,
                                          naming=autopilots.BUILDING, job=job)
         if found is not None:
@@ -514,8 +514,8 @@ def _runtime_of(model):
     for runtime in list(_open_runtimes):
         distribution = runtime.distribution
         if distribution is not None and (distribution is in_force
-                                         or getattr(runtime.backend_module, "distribution_of", lambda m: None)(model)
-                                         is distribution):
+                                         or runtime.backend_module.SHARDS
+                                         and runtime.backend_module.distribution_of(model) is distribution):
             return runtime
     return None
 

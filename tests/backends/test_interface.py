@@ -12,10 +12,11 @@ import inspect, json, importlib
 names = {}
 for backend in ("jax", "tensorflow"):
     module = importlib.import_module(f"acceltrain.backends.{backend}")
+    ours = (module.__name__, module.__name__ + ".")  # a package's functions live in its modules
     functions = {name for name, value in vars(module).items()
-                 if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")}
+                 if inspect.isfunction(value) and value.__module__.startswith(ours) and not name.startswith("_")}
     names[backend] = {"functions": sorted(functions), "own": list(module.OWN), "NAME": module.NAME,
-                      "SPLITS_UNEVEN_BATCHES": module.SPLITS_UNEVEN_BATCHES}
+                      "SPLITS_UNEVEN_BATCHES": module.SPLITS_UNEVEN_BATCHES, "SHARDS": module.SHARDS}
 print(json.dumps(names))
 """
 
@@ -25,12 +26,30 @@ def test_both_backends_define_the_same_public_functions():
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     names = json.loads(done.stdout.strip().splitlines()[-1])
-    shared = {backend: set(found["functions"]) - set(found["own"]) for backend, found in names.items()}
+    sharding = {backend: set(backends.SHARDING) if found["SHARDS"] else set() for backend, found in names.items()}
+    shared = {backend: set(found["functions"]) - set(found["own"]) - sharding[backend]
+              for backend, found in names.items()}
     assert shared["jax"] == shared["tensorflow"] == set(backends.INTERFACE), {
         "only jax": shared["jax"] - shared["tensorflow"], "only tensorflow": shared["tensorflow"] - shared["jax"]}
     for backend, found in names.items():
         assert set(found["own"]) <= set(found["functions"]), f"{backend}.OWN names a function it lacks"
         assert found["NAME"] == backend and isinstance(found["SPLITS_UNEVEN_BATCHES"], bool)
+    # The one capability flag: JAX shards and has every name of SHARDING; TensorFlow has none of them.
+    assert (names["jax"]["SHARDS"], names["tensorflow"]["SHARDS"]) == (True, False)
+    assert set(backends.SHARDING) <= set(names["jax"]["functions"])
+    assert not set(backends.SHARDING) & set(names["tensorflow"]["functions"])
+
+
+def test_neutral_code_asks_the_capability_flag_not_for_a_sharding_name():
+    """Whether a backend shards is asked one way, `backend_module.SHARDS` (issue 36: it was asked 10 ways under 6
+    names, hasattr(framework, "relayout"), "abstract_state", "verify_steps" ...)."""
+    import re
+
+    asked = re.compile(r"(?:hasattr|getattr)\([^,()]+, \"(?P<name>\w+)\"")
+    found = sorted(f"{path.relative_to(support.REPO)}: {match['name']}"
+                   for path in (support.REPO / "src" / "acceltrain").rglob("*.py")
+                   for match in asked.finditer(path.read_text()) if match["name"] in backends.SHARDING)
+    assert not found, f"asked for a sharding name instead of SHARDS: {found}"
 
 
 def test_the_runtime_exposes_its_backend_module(runtime):

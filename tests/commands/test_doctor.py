@@ -87,11 +87,11 @@ def test_the_compile_cache_is_the_one_connect_uses_with_its_entries(tmp_path, mo
 
 
 def test_connect_keeps_a_minimum_compile_time_the_user_set():
-    from acceltrain.backends import jax as jax_backend
+    from acceltrain.backends.jax import compiles
 
-    assert jax_backend._user_min_compile_time({}, 1.0) is None  # JAX's default: acceltrain caches every program
-    assert jax_backend._user_min_compile_time({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1"}, 1.0) == 1.0
-    assert jax_backend._user_min_compile_time({}, 5.0) == 5.0
+    assert compiles._user_min_compile_time({}, 1.0) is None  # JAX's default: acceltrain caches every program
+    assert compiles._user_min_compile_time({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "1"}, 1.0) == 1.0
+    assert compiles._user_min_compile_time({}, 5.0) == 5.0
 
 
 def test_tpu_here_none_and_on_simulated_tpu_machines():

@@ -97,7 +97,7 @@ def test_when_a_process_dies_the_launcher_stops_the_other_within_its_grace_perio
 @pytest.mark.multi_device
 def test_without_a_launcher_jax_ends_the_survivor_within_about_30_seconds():
     """The cluster case (each host runs `acceltrain run`): nobody watches; jax.distributed must. A process that exits
-    closes its connection: the survivor ends within seconds, well inside backends/jax.py's HEARTBEAT_TIMEOUT_SECONDS
+    closes its connection: the survivor ends within seconds, well inside backends/jax/processes.py's HEARTBEAT_TIMEOUT_SECONDS
     (the bound for a frozen process). Measured: 10.1 s (load average 9); asserted under 35 s."""
     from acceltrain.backends.jax import HEARTBEAT_TIMEOUT_SECONDS
 

@@ -234,7 +234,7 @@ def jax_importable() -> bool:
 
 # The functions every backend module defines, called by neutral code through `Runtime.backend_module`
 # (tests/backends/test_interface.py checks both modules against it). Each module lists what it has beyond
-# them in OWN: what only that framework needs (a TPU resolver, a compilation cache).
+# them, and beyond SHARDING, in OWN: what only that framework needs (a TPU resolver, a compilation cache).
 INTERFACE = (
     # start-up
     "prepare", "start_processes", "shard_inputs_per_process", "set_seed", "versions",
@@ -247,4 +247,14 @@ INTERFACE = (
     "devices_spanned", "gathering_predictions",
     # the time ledger (acceltrain/ledger.py): compile events, a step's FLOPs
     "watch_compiles", "step_flops", "shapes_of",
+)
+
+# What a backend whose one capability flag SHARDS is True has beyond INTERFACE: Keras's distribution API lays out each
+# variable there (JAX), so weights are cut over devices (fsdp, model), found again by mesh, moved to another layout,
+# measured from shapes, and a first fit weighed and verified. A backend whose SHARDS is False (TensorFlow: its
+# strategies replicate) defines none of them. Neutral code asks `backend_module.SHARDS`, never for one of these names.
+SHARDING = (
+    "make_sharded_distribution", "candidate_distribution", "distribution_of", "is_layout_map", "sharding_parts",
+    "indivisible_weights", "variable_layouts", "first_device_bytes", "device_memory", "abstract_state",
+    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device",
 )

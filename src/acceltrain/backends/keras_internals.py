@@ -655,7 +655,7 @@ def built_but_not_marked(model) -> bool:
     return not own_call and not model.built and all(layer.built for layer in model._flatten_layers(include_self=False))
 
 
-# --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax.py) ---------
+# --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax/op_by_op.py) -
 
 def layers_not_jitted(model) -> list:
     """The model's layers, nested ones included, that make Keras run its step uncompiled.
@@ -731,7 +731,7 @@ def variables_on_one_device(model, device, layout_of):
                 variable.assign(np.asarray(variable._value))  # from the host: alike in every process
 
 
-# --- A fit's step, timed again on one device (backends/jax.py::_timed_on_one_device) -------------------------
+# --- A fit's step, timed again on one device (backends/jax/steps.py::_timed_on_one_device) -------------------------
 
 def training_state(model) -> tuple:
     """The state of the fit in progress after its last step, as Keras's JAX `train_step(state, batch)` takes it:

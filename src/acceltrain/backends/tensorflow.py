@@ -1,6 +1,6 @@
 """Distribution on TensorFlow: `tf.distribute` strategies over the devices TensorFlow sees.
 
-Same function names as `backends/jax.py`. Only this module imports tensorflow. Keras's own
+Same function names as `backends/jax/`. Only this module imports tensorflow. Keras's own
 distribution API on TensorFlow is a prototype (its file says "DO NOT USE"), so the model is built and
 compiled inside a strategy's scope instead: TPUStrategy on a TPU, MirroredStrategy over several GPUs
 (or simulated CPUs), TensorFlow's default strategy on one device.
@@ -19,8 +19,12 @@ from acceltrain.errors import AcceltrainError, UsageError
 NAME = "tensorflow"
 
 # tf.distribute splits a batch that does not divide over the replicas unevenly (the last, partial
-# batch of a dataset), so evaluation datasets need no padding here. JAX cannot (see backends/jax.py).
+# batch of a dataset), so evaluation datasets need no padding here. JAX cannot (see backends/jax/).
 SPLITS_UNEVEN_BATCHES = True
+
+# Keras's distribution API is a prototype on TensorFlow: the strategies replicate every variable, and nothing of
+# backends.SHARDING is here (no weights cut over devices, no autopilot, no --verify).
+SHARDS = False
 
 # What this module has beyond backends.INTERFACE: reaching a TPU by name, through a seam tests fake.
 OWN = ("tpu_ways", "find_tpu")
@@ -320,7 +324,7 @@ def shapes_of(tree):
 
 @contextlib.contextmanager
 def op_by_op_made_safe(model, distribution):
-    """Nothing to do here: what backends/jax.py::op_by_op_made_safe avoids is JAX dispatching an uncompiled
+    """Nothing to do here: what backends/jax/op_by_op.py::op_by_op_made_safe avoids is JAX dispatching an uncompiled
     step's ops one by one, each an XLA program with its own collectives. Yields None: the call stays distributed."""
     yield None
 

@@ -99,9 +99,8 @@ class FirstFits:
         x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")
         decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot,
                                           flags=self.flags)
-        # TensorFlow: the strategy's scope places everything; nothing to lay out
-        self.placed[call.model] = self.runtime.distribution if hasattr(self.runtime.backend_module, "relayout") \
-            else None
+        # TensorFlow (SHARDS False): the strategy's scope places everything; nothing to lay out
+        self.placed[call.model] = self.runtime.distribution if self.runtime.backend_module.SHARDS else None
         if self.verify:
             x, batch_size = autopilots.per_step(x, batch_size, decision.accumulation)
             with self.runtime.backend_module.scope(self.runtime.distribution):

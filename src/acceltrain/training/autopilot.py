@@ -67,7 +67,7 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
     apply (the module's steps). Returns the decision; the caller's runtime takes its distribution
     (Runtime.first_fit). A model weighed before, or where nothing can be weighed, passes as it is."""
     framework, request = runtime.backend_module, runtime.sharding_request
-    if (model in _weighed or not hasattr(framework, "relayout") or request.device_memory is None
+    if (model in _weighed or not framework.SHARDS or request.device_memory is None
             or request.kind == "none"):
         return FirstFit(batch_size)
     _weighed[model] = 1

@@ -1,5 +1,5 @@
 """The time ledger's eyes inside Keras (acceltrain/ledger.py says what each part is and how instants are booked):
-LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime._watched), and `layer`,
+LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime.watched_callbacks), and `layer`,
 its slot "ledger" of the interception for a script's own calls (acceltrain run). Imports keras: import only after
 connect().
 

@@ -196,7 +196,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
 
     framework = runtime.backend_module
     shown = f"--verify {steps}" if flag.startswith("--") else f"verify={steps}"
-    if not hasattr(framework, "verify_steps"):
+    if not framework.SHARDS:
         raise UsageError(f"Received {shown} on the {runtime.backend} backend: verification runs on JAX. Pass "
                          "--backend jax (backend='jax'), or leave it out.")
     if runtime.num_processes > 1:

@@ -1,0 +1,126 @@
+"""JAX's compiles: the persistent compilation cache connect() turns on, and the time ledger's view of compiling
+(acceltrain/ledger.py): JAX's own monitoring events, the cache's hits and misses, a step's FLOPs."""
+
+import threading
+
+import jax
+
+
+def enable_compilation_cache() -> None:
+    """Keep compiled programs on disk, so the second run of the same job skips compilation.
+
+    Must run before JAX's first compile: JAX decides once, at its first compile, whether it caches.
+    The folder is `backends.jax_compilation_cache_dir()`, unless the user set one in jax.config.
+    Every program is cached, not only those over JAX's default 1 s (on a CPU most of a run's compiles
+    are shorter; BENCHMARKS.md, epoch-speed, measures the cut), unless the user set their own minimum
+    (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS or jax.config), which is kept.
+    ACCELTRAIN_COMPILATION_CACHE=0 turns it off.
+    """
+    import os
+
+    from acceltrain.backends import jax_compilation_cache_dir
+
+    folder = jax_compilation_cache_dir()
+    if folder is None:
+        return
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", folder)
+    if _user_min_compile_time(os.environ, jax.config.jax_persistent_cache_min_compile_time_secs) is None:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+# JAX's own default for jax_persistent_cache_min_compile_time_secs: a different value was set by someone.
+JAX_DEFAULT_MIN_COMPILE_TIME_SECS = 1.0
+
+
+def _user_min_compile_time(env, configured: float) -> float | None:
+    """The user's own minimum compile time for caching, if they set one (env or jax.config); else None."""
+    if env.get("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS") is not None or configured != JAX_DEFAULT_MIN_COMPILE_TIME_SECS:
+        return configured
+    return None
+
+
+# --- The time ledger's view of JAX (acceltrain/ledger.py) ------------------------------------------
+
+# JAX's monitoring events (jax/_src/dispatch.py, pjit.py, interpreters/pxla.py, compiler.py, JAX 0.10.2). Each
+# compile event is a time span; a persistent-cache hit is inside the backend compile's span (its read).
+COMPILE_SPANS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                 "/jax/core/compile/backend_compile_duration")
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+CACHE_EVENTS = {"/jax/compilation_cache/compile_requests_use_cache": "cache_requests",
+                "/jax/compilation_cache/cache_hits": "cache_hits"}
+
+
+def watch_compiles(timeline):
+    """Book each compile of this thread (the one running the training loop) into `timeline` as compilation, from
+    JAX's own monitoring events, and count the programs, the persistent cache's requests and hits, and the seconds
+    of backend compiles whose program was not in the cache (`compile_seconds_missed`: what a second run saves).
+    Nested spans (a function traced inside another's trace) overlap, and the ledger books an instant once. Returns
+    the function that stops it. Compiles of other threads (a checkpoint writer's) overlap the steps: left out."""
+    thread = threading.get_ident()
+    program = {"requested": False, "hit": False}  # the backend compile in progress: JAX asks the cache, then ends it
+
+    def span(event, start, end, **_):
+        if event not in COMPILE_SPANS or threading.get_ident() != thread:
+            return
+        timeline.add("compilation", start, end)
+        if event == BACKEND_COMPILE:
+            timeline.count("compiles")
+            if program["requested"] and not program["hit"]:
+                timeline.count("compile_seconds_missed", end - start)
+            program.update(requested=False, hit=False)
+
+    def counted(event, **_):
+        if event in CACHE_EVENTS and threading.get_ident() == thread:
+            timeline.count(CACHE_EVENTS[event])
+            program["hit" if event.endswith("cache_hits") else "requested"] = True
+
+    jax.monitoring.register_event_time_span_listener(span)
+    jax.monitoring.register_event_listener(counted)
+    off_by = _cache_off_by()
+    if off_by is not None:
+        timeline.note("cache_off_by", off_by)
+
+    def stop():
+        jax.monitoring.unregister_event_time_span_listener(span)
+        jax.monitoring.unregister_event_listener(counted)
+
+    return stop
+
+
+def _cache_off_by() -> str | None:
+    """The setting that turned JAX's persistent compilation cache off, where one did (the ledger's advice names it
+    and nothing else): jax.config's switch, or ACCELTRAIN_COMPILATION_CACHE=0 (enable_compilation_cache then sets
+    no folder)."""
+    import os
+
+    if not jax.config.jax_enable_compilation_cache:
+        return "jax_enable_compilation_cache=False"
+    if jax.config.jax_compilation_cache_dir is None and os.environ.get("ACCELTRAIN_COMPILATION_CACHE") == "0":
+        return "ACCELTRAIN_COMPILATION_CACHE=0"
+    return None
+
+
+def step_flops(jitted_step, arguments) -> float | None:
+    """FLOPs of one call of `jitted_step` (the whole step, every device's share together) with arguments shaped as
+    `arguments` (arrays or their jax.ShapeDtypeStruct), from XLA's cost analysis of the lowered step: lowering a
+    function already called with such arguments is a cache hit. None where the backend gives no count."""
+    try:
+        cost = jitted_step.lower(*arguments).cost_analysis()
+    except Exception:  # noqa: BLE001  (no count is an answer: the ledger then reports none)
+        return None
+    flops = (cost or {}).get("flops") if isinstance(cost, dict) else None
+    return float(flops) if flops and flops > 0 else None
+
+
+def shapes_of(tree):
+    """The jax.ShapeDtypeStruct of each array of a nest (shape, dtype, sharding): what `step_flops` lowers with,
+    kept before the step's arguments are donated."""
+    def shape(leaf):
+        if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
+            return leaf
+        sharding = getattr(leaf, "sharding", None) if isinstance(leaf, jax.Array) else None
+        weak = bool(getattr(getattr(leaf, "aval", None), "weak_type", False))
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding, weak_type=weak)
+
+    return jax.tree.map(shape, tree)

@@ -1,0 +1,70 @@
+"""A job of several processes on JAX: jax.distributed joined (its heartbeat bound), each process feeding its own
+share, weights split over processes found, and predict's outputs gathered from every process."""
+
+import jax
+
+from acceltrain.watchdog import FLOOR_SECONDS
+
+# Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others, aborting
+# them (JAX's default is 100). A process that exits is noticed at once (its connection closes: 10 s measured); this
+# bound catches a frozen one (SIGSTOP, a host that stops answering). It is over twice the stall watchdog's floor, so
+# inside a fit the watchdog speaks first: it names the process that stopped and ends the job with the restartable
+# exit 42 (watchdog.py), where JAX's abort would end it with SIGABRT, which no engine restarts on. At 30 s (before
+# issue 35) JAX aborted process 0 of a job whose process 1 was SIGSTOPped before a 60 s watchdog bound came.
+HEARTBEAT_TIMEOUT_SECONDS = int(2 * FLOOR_SECONDS + 10)
+
+
+def start_processes(processes) -> None:
+    """Join this process to its jax.distributed job (a cluster.Processes), before JAX starts its devices.
+
+    Fields left None are read by JAX's own cluster detection (Cloud TPU, SLURM, Open MPI).
+    """
+    if jax.distributed.is_initialized():
+        return  # the script or the user called jax.distributed.initialize() already: theirs stands
+    # CPU devices of different processes reduce through gloo (JAX ≥ 0.5 defaults to it; older, to none).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    arguments = {"heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT_SECONDS}
+    if processes.coordinator is not None:
+        # Given in full: keep JAX from filling gaps (local device ids) from a SLURM or MPI environment.
+        arguments.update(coordinator_address=processes.coordinator, num_processes=processes.num_processes,
+                         process_id=processes.process_id, cluster_detection_method="deactivate")
+    jax.distributed.initialize(**arguments)
+
+
+def shard_inputs_per_process(distribution) -> None:
+    """Each process will feed its own slice of the data: Keras must not slice it again.
+
+    With auto-sharding on, Keras accepts only a tf.data.Dataset in a multi-process job.
+    """
+    if distribution is not None:
+        distribution.auto_shard_dataset = False
+
+
+def devices_spanned(variable) -> int:
+    """How many devices (of all processes) hold a part or a copy of a Keras variable."""
+    sharding = getattr(getattr(variable, "value", variable), "sharding", None)
+    return len(sharding.device_set) if sharding is not None else 1
+
+
+def split_over_processes(variables) -> list[str]:
+    """The paths of the variables no process holds whole: parts of them are on other processes' devices
+    (fsdp or model parallel over hosts), so reading one on the host fails ("spans non-addressable devices")."""
+    split = []
+    for variable in variables:
+        array = getattr(variable, "value", variable)
+        if isinstance(array, jax.Array) and not (array.is_fully_addressable or array.is_fully_replicated):
+            split.append(getattr(variable, "path", str(variable)))
+    return split
+
+
+def gathering_predictions(model):
+    """Inside, `model.predict` returns host arrays of the whole global batch, joined from every process
+    (Keras's own predict would fail fetching an array that spans other processes' devices)."""
+    from jax.experimental import multihost_utils
+
+    from acceltrain.backends import keras_internals
+
+    def gather(outputs):
+        return jax.tree.map(lambda array: multihost_utils.process_allgather(array, tiled=True), outputs)
+
+    return keras_internals.gathering_predictions(model, gather)

@@ -1,0 +1,325 @@
+"""`acceltrain run`'s own layers of the interception (keras_internals.SCRIPT_LAYERS), each a `layer(call, proceed)`
+over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
+FitGuard ("script_inputs": checked, inputs prepared). run.py puts them in place around the script, beside the layers
+every fit has (training/assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
+
+from collections import Counter
+
+import numpy as np
+
+from acceltrain import checks, data, decisions, inputs, log, placement
+from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.runtime import predict_prepared
+
+
+class KerasCalls:
+    """Layer "script_calls" (keras_internals.LAYERS): the script's fit, evaluate and predict calls, as it made
+    them: counted, and rechecked when one fails.
+
+    When a call raises, the script's end says whose error it is: `judge(name, nth)` runs the same script plainly in
+    a fresh process up to that call (plain_check.py) and returns its Verdict, or a string saying why it did not
+    run (None: no judge).
+    """
+
+    def __init__(self, runtime, plain_command: str, judge=None):
+        from acceltrain.backends import keras_internals
+
+        self.runtime = runtime
+        self.plain_command = plain_command  # how the user runs the script without acceltrain (_plain_command)
+        self.judge = judge
+        self.counts: Counter = Counter()
+        self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
+        self.why_undistributed: list = []
+        self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
+        self.failed: tuple | None = None  # (name, error, which of the script's calls of that name it was)
+        self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
+
+    def __call__(self, call, proceed):
+        from acceltrain.backends import keras_internals
+
+        outermost = self._depth == 0
+        self._depth += 1
+        self.counts[call.name] += outermost
+        before = keras_internals.variable_values(call.model) if outermost else []
+        try:
+            with self.runtime.watchdog.watching(f"{call.name} (compiling and running the first step)"):
+                return proceed(call)  # armed from the start: Keras builds state (a collective) before any callback
+        except AcceltrainError:
+            raise  # acceltrain's own outcome (a fit check, a stop on SIGTERM): nothing to recheck
+        except Exception as error:
+            if outermost and self.failed is None:
+                self.failed = (call.name, error, self.counts[call.name])  # judged once the script has ended
+            keras_internals.put_back_values(before)  # a script that catches the error keeps a whole model
+            raise
+        finally:
+            self._depth -= 1
+            if outermost and call.undistributed:
+                self.undistributed[call.name] += 1
+                self.why_undistributed += [why.split(". ")[0] for why in call.undistributed
+                                           if why.split(". ")[0] not in self.why_undistributed]
+
+    def tell_whose(self, error: BaseException) -> None:
+        """After the script's traceback: whether the failure is the script's or acceltrain's, as the same script run
+        plainly in a fresh process says (`judge`), never the half-failed process itself."""
+        if self.failed is None or self.failed[1] is not error:
+            log.info(f"the error was raised in the script's own code, outside fit/evaluate/predict; to see whether "
+                     f"it fails without acceltrain too, run: {self.plain_command}")
+            return
+        name, _, nth = self.failed
+        verdict = self.judge(name, nth) if self.judge is not None else None
+        which = f"model.{name} (the script's call {nth} of {name})"
+        if verdict is None or isinstance(verdict, str):
+            why = f" ({verdict})" if verdict else ""
+            log.info(f"{which} failed; not run again without acceltrain{why}. To tell whose error it is, run: "
+                     f"{self.plain_command}")
+        elif verdict.outcome == "passed":
+            log.warn(f"{which} fails only under acceltrain: the same script run without acceltrain, in a fresh process, "
+                     "makes that call and it succeeds. This is acceltrain's bug, not the script's: please report it "
+                     f"with this output. The plain run: {self.plain_command}")
+        elif verdict.outcome == "failed" and verdict.error_type == type(error).__name__:
+            log.info(f"{which} fails the same way without acceltrain ({verdict.error_type} in the same script run "
+                     "plainly, in a fresh process): the error is the script's, not acceltrain's.")
+        elif verdict.outcome == "failed":
+            log.info(f"{which} fails without acceltrain too, but differently ({verdict.error_type}: {verdict.message}, "
+                     f"in the same script run plainly, in a fresh process): most likely the script's error; to "
+                     f"compare, run: {self.plain_command}")
+        elif verdict.outcome == "timed out":
+            log.info(f"{which} failed; the same script run without acceltrain had not reached that call when its time "
+                     f"was up, so there is no verdict. To tell whose error it is, run: {self.plain_command}")
+        else:
+            elsewhere = f" (it raised {verdict.error_type}: {verdict.message})" if verdict.error_type else ""
+            log.info(f"{which} failed; the same script run without acceltrain, in a fresh process, never made that "
+                     f"call{elsewhere}, so there is no verdict. To compare, run: {self.plain_command}")
+
+    def tell_summary(self) -> None:
+        """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
+        from acceltrain.backends import keras_internals
+
+        where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
+                 if self.runtime.distribution is not None else "one device")
+        own = ("; the calls of the runtime the script connected itself ran as its banner says"
+               if keras_internals.runtimes_opened() > self._runtimes else "")
+        if self.counts:
+            made, alone = _listed(self.counts), _listed(self.undistributed)
+            why = "; ".join(self.why_undistributed)
+            if not alone:
+                log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
+            elif self.undistributed == self.counts:
+                log.info(f"run: the script's Keras calls ({made}) ran on one device, undistributed ({why}){own}")
+            else:
+                log.info(f"run: the script's Keras calls ({made}) ran on {where}, but {alone} on one device, "
+                         f"undistributed ({why}){own}")
+        elif own:
+            log.info(f"run: the script called no Keras fit, evaluate or predict itself{own}")
+        else:
+            log.info(f"run: the script called no fit, evaluate or predict, so nothing was distributed: its models' "
+                     f"variables were placed by {where}, but a hand-written training loop runs as written, each "
+                     "step on the whole batch (Keras's fit/evaluate/predict are what acceltrain splits)")
+
+
+def _listed(counts) -> str:
+    """'2 fit, 1 evaluate': the calls counted, in Keras's order."""
+    return ", ".join(f"{counts[name]} {name}" for name in ("fit", "evaluate", "predict") if counts[name])
+
+
+class FitGuard:
+    """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
+    its inputs prepared.
+
+    Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
+    samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
+    divides over the replicas, and in a multi-process job each process given its own share, so
+    `batch_size` stays the global batch. Tensors are read as numpy; datasets, PyDatasets, generators and Grain
+    loaders take the same rules batch by batch (_stream).
+    """
+
+    def __init__(self, runtime, fits: bool = True):
+        """fits: False where the runtime's own loop prepares each fit (slot "trained": --checkpoint-dir)."""
+        self.runtime, self.fits = runtime, fits
+        self.warned: set[str] = set()
+        self.placement_told = False
+
+    def __call__(self, call, proceed):
+        if call.name == "fit" and not self.fits:
+            return proceed(call)
+        if call.name == "fit":
+            placement.report(self.runtime, call.model)  # what was sharded, once per model
+        call = self._watched(call)
+        call, arguments = self._tensors_as_arrays(call)
+        if inputs.is_stream(arguments.get("x")):
+            return self._stream(call, arguments, proceed)
+        split, why = decisions.choose_batch_split(call.name, self._training_samples(arguments),
+                                                  arguments.get("batch_size"), self.runtime.num_replicas,
+                                                  self.runtime.backend_module.SPLITS_UNEVEN_BATCHES)
+        op_by_op = self._op_by_op_in_processes(call.model)
+        if op_by_op:  # before the inputs are split between the processes: each runs the whole call
+            split, why = "one device", op_by_op
+        if split == "one device":
+            return self._on_one_device(call, arguments, why, proceed)
+        if call.name == "predict":
+            return self._predict(call, arguments, proceed)
+        if call.name == "fit":
+            classes = inputs.classes_of(call.model)
+            self._check(arguments, classes)
+            self._tell_placement(call.model, arguments.get("batch_size"))
+            self._prepare_fit(arguments, classes)
+        else:
+            self._check_batch(arguments.get("batch_size"))
+            self._prepare_evaluate(arguments)
+        return proceed(call.replace(args=(), kwargs=arguments))
+
+    def _on_one_device(self, call, arguments, why: str, proceed):
+        """The call as the script made it, undistributed on one device (in a job of several processes, each
+        process the same call with the same, whole inputs): no batch of it divides over the replicas."""
+        if call.name == "fit" and data.is_arrays(arguments.get("x")):
+            self._check(arguments, inputs.classes_of(call.model), num_replicas=1)
+        head, _, advice = why.partition(". ")
+        self._tell([(f"one device: {head}", f"{head}: such calls run undistributed, on one device, as the script "
+                                            f"makes them (the plain run's math){'. ' + advice if advice else ''}")])
+        call.undistributed.append(why)
+        with self.runtime.backend_module.on_one_device(call.model):
+            return proceed(call)
+
+    @staticmethod
+    def _tensors_as_arrays(call):
+        """(call, its arguments by name), tensors (tf.Tensor, jax.Array) read into numpy arrays, so they take the
+        arrays' rules (and predict's outputs are joined from every process as numpy's are)."""
+        arguments = call.arguments()
+        names = [name for name in ("x", "y", "sample_weight", "validation_data") if data.has_tensors(arguments.get(name))]
+        if not names:
+            return call, arguments
+        arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in names})
+        return call.replace(args=(), kwargs=arguments), dict(arguments)
+
+    def _stream(self, call, arguments, proceed):
+        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs.py's streams): evaluate and
+        predict read it into arrays; fit takes every batch made to divide over the replicas and this process's rows
+        of it, or runs on one device where its batch does not divide."""
+        runtime = self.runtime
+        if runtime.num_processes == 1 and (runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES):
+            return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
+        if call.name != "fit":
+            notes = []
+            x, y, weights = inputs.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
+            self._tell(notes)
+            read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
+            return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
+        batch = inputs.stream_batch_size(arguments["x"])
+        split, why = ("split", "") if batch is None else decisions.choose_batch_split(
+            "fit", batch, batch, runtime.num_replicas, runtime.backend_module.SPLITS_UNEVEN_BATCHES)
+        op_by_op = self._op_by_op_in_processes(call.model)
+        if op_by_op or split == "one device":
+            return self._on_one_device(call, arguments, op_by_op or why, proceed)
+        fit = inputs.prepare_fit(runtime, arguments["x"], arguments.get("y"),
+                                 validation_data=arguments.get("validation_data"),
+                                 validation_batch_size=arguments.get("validation_batch_size"),
+                                 validation_steps=arguments.get("validation_steps"), checked=False)
+        self._tell(fit.notes)
+        if fit.validation_data is not arguments.get("validation_data"):
+            arguments.pop("validation_steps", None)  # read whole into memory: its steps are its batches
+            arguments["validation_batch_size"] = fit.validation_batch_size
+        arguments.update(x=fit.x, validation_data=fit.validation_data)
+        return proceed(call.replace(args=(), kwargs=arguments))
+
+    def _op_by_op_in_processes(self, model) -> str | None:
+        """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must
+        (backends/jax/op_by_op.py::op_by_op_in_processes; one process: the placement layer runs it so)."""
+        if self.runtime.num_processes <= 1:
+            return None
+        return self.runtime.backend_module.op_by_op_in_processes(model)
+
+    @staticmethod
+    def _training_samples(arguments) -> int:
+        split = arguments.get("validation_split") or 0.0
+        return int(data.num_samples(arguments.get("x")) * (1 - split))
+
+    def _watched(self, call):
+        """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
+        if not self.runtime.watchdog.enabled:
+            return call
+        from acceltrain.training.callbacks import StallWatch
+
+        return call.with_callback(StallWatch(self.runtime.watchdog))
+
+    def _predict(self, call, arguments, proceed):
+        """predict: Keras's outputs of exactly the script's samples, joined from every process."""
+        self._check_batch(arguments.get("batch_size"))
+        prepared = inputs.prepare_predict(self.runtime, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
+        return predict_prepared(self.runtime, call.model,
+                                lambda x, **kwargs: proceed(call.replace(args=(x,), kwargs=kwargs)), prepared, **arguments)
+
+    # --- Checks ---------------------------------------------------------------------------------
+
+    def _check(self, arguments, classes, num_replicas: int | None = None) -> None:
+        """The fit-time checks (checks.py) of a fit over `num_replicas` (default: the runtime's)."""
+        x, y = arguments.get("x"), arguments.get("y")
+        num_samples = self._training_samples(arguments)
+        dtypes = {}  # the arrays: the float64 check times their conversion, until it has spoken once
+        if "float64_inputs" not in self.warned:
+            leaves = data.leaves(x)
+            dtypes = {"x" if len(leaves) == 1 else f"x[{i}]": leaf for i, leaf in enumerate(leaves)}
+            if isinstance(y, np.ndarray):
+                dtypes["y"] = y
+        findings = checks.check_fit(
+            num_samples=num_samples, batch_size=arguments.get("batch_size"),
+            steps_per_epoch=arguments.get("steps_per_epoch"), num_replicas=num_replicas or self.runtime.num_replicas,
+            platform=self.runtime.platform, splits_unevenly=self.runtime.backend_module.SPLITS_UNEVEN_BATCHES,
+            input_dtypes=dtypes, y=y, loss_name=classes.loss_name, output_units=classes.output_units,
+        )
+        self._report(findings)
+
+    def _check_batch(self, batch_size) -> None:
+        self._report(checks.uneven_batch(batch_size, self.runtime.num_replicas,
+                                         self.runtime.backend_module.SPLITS_UNEVEN_BATCHES))
+
+    def _report(self, findings) -> None:
+        for finding in findings:
+            if finding.error:
+                raise UsageError(finding.message)
+            if finding.key not in self.warned:
+                self.warned.add(finding.key)
+                log.warn(finding.message)
+
+    def _tell(self, notes) -> None:
+        for key, message in notes:
+            if key not in self.warned:
+                self.warned.add(key)
+                log.info(message)
+
+    def _tell_placement(self, model, batch_size) -> None:
+        """Once: the split of the batch and where the model's variables are, so the user sees it worked."""
+        if self.placement_told:
+            return
+        self.placement_told = True
+        from acceltrain.training import assembly
+
+        batch = batch_size or checks.KERAS_DEFAULT_BATCH_SIZE
+        where = ""
+        if model.variables:
+            spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
+            where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
+        log.info(f"fit: {assembly.batch_said(batch, self.runtime.num_replicas, assembly.accumulated(model))}{where}")
+
+    # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
+
+    def _prepare_fit(self, arguments, classes) -> None:
+        fit = inputs.prepare_fit(
+            self.runtime, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"),
+            classes=classes, sample_weight=arguments.get("sample_weight"),
+            validation_data=arguments.get("validation_data"),
+            validation_split=arguments.pop("validation_split", 0.0) or 0.0,
+            validation_batch_size=arguments.get("validation_batch_size"), checked=False)
+        self._tell(fit.notes)  # said in every process, as in a one-process run
+        arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
+        arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)
+        if fit.validation_batch_size is not None:
+            arguments["validation_batch_size"] = fit.validation_batch_size
+
+    def _prepare_evaluate(self, arguments) -> None:
+        prepared = inputs.prepare_evaluate(self.runtime, arguments.get("x"), arguments.get("y"),
+                                           batch_size=arguments.get("batch_size"),
+                                           sample_weight=arguments.get("sample_weight"), checked=False,
+                                           name="evaluate's x")
+        self._tell([(f"evaluate {key}", message) for key, message in prepared.notes])  # a repeated set: once a run
+        arguments["x"], arguments["y"], arguments["sample_weight"] = prepared.local()
+        arguments["batch_size"] = prepared.local_batch_size
