@@ -158,7 +158,7 @@ class Runtime:
     def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
                  precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str],
                  precision_asked: bool = False):
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception, keras_internals
         from acceltrain.training import assembly
 
         self._framework = framework
@@ -175,9 +175,9 @@ class Runtime:
         self.seeded = 0  # seed()'s: the data order of a checkpointed fit's epochs
         # Slot "autopilot" for a library's plain model.fit on a model built in this runtime's scope (_plain_first_fits)
         self.plain_first_fits = assembly.FirstFits(self)
-        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
-        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement,
-                                                            autopilot=_plain_first_fits)
+        # Open: Keras's fit/evaluate/predict pass the layers (interception.LAYERS) until the last runtime closes.
+        self._stop_intercepting = interception.intercept(keras_internals.trainer_class(framework.NAME),
+                                                         framework.follow_placement, autopilot=_plain_first_fits)
         _open_runtimes.add(self)
 
     # --- What is there ------------------------------------------------------------------------
@@ -375,7 +375,7 @@ class Runtime:
         batches; the differences are printed, and over the tolerance training does not start
         (training/verify.py raises VerificationFailed).
         """
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception, keras_internals
         from acceltrain.training import assembly
         from acceltrain.training import verify as verification
 
@@ -385,14 +385,14 @@ class Runtime:
             Path(checkpoint_dir), resume=resume, every=checkpoint_every, keep=keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
-        call = keras_internals.Call("fit", model, (x, y), {
+        call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data, "callbacks": list(callbacks),
             "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:
-                # The one assembly every fit passes (keras_internals.LAYERS), with this runtime's layers in its slots.
-                history = keras_internals.assemble(
+                # The one assembly every fit passes (interception.LAYERS), with this runtime's layers in its slots.
+                history = interception.assemble(
                     call, ledger=self._ledger_layer(), autopilot=assembly.FirstFits(self, autopilot=autopilot,
                                                                                     verify=verify),
                     trained=assembly.Trained(self, plan), placement=self._framework.follow_placement)

@@ -1,4 +1,4 @@
-"""Prints, for each of its two fits, the walk of the fit through acceltrain's layers (keras_internals.walking), as
+"""Prints, for each of its two fits, the walk of the fit through acceltrain's layers (interception.walking), as
 one JSON line "walk: [[slot, layer], ...]", and what its callback saw; under `acceltrain run --checkpoint-dir` each
 fit keeps its checkpoints in DIR/fit-N. Mirrors tests/training/test_assembly.py's Runtime.fit of the same job."""
 
@@ -7,7 +7,7 @@ import json
 import keras
 import numpy as np
 
-from acceltrain.backends import keras_internals
+from acceltrain.backends import interception
 
 x = np.random.default_rng(0).random((64, 4), dtype=np.float32)
 y = np.arange(64) % 2
@@ -26,7 +26,7 @@ class Seen(keras.callbacks.Callback):
 
 for epochs in (2, 1):
     seen = Seen()
-    with keras_internals.walking() as walk:
+    with interception.walking() as walk:
         model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[seen])
     print("walk:", json.dumps(walk), flush=True)
     print("epochs seen:", seen.epochs, flush=True)

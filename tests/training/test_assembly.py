@@ -1,4 +1,4 @@
-"""The one assembly of a fit (training/assembly.py over keras_internals.LAYERS): every fit walks the same layers in
+"""The one assembly of a fit (training/assembly.py over interception.LAYERS): every fit walks the same layers in
 the same order, the accumulation cut and the batch arithmetic are made once."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from acceltrain.backends import keras_internals
+from acceltrain.backends import interception
 from acceltrain.training import assembly
 from tests import support
 
@@ -28,17 +28,17 @@ def _data():
 def _runtime_fit_walk(runtime, **options) -> list:
     with runtime.scope():
         model = _model()
-    with keras_internals.walking() as walk:
+    with interception.walking() as walk:
         runtime.fit(model, *_data(), batch_size=16, epochs=2, verbose=0, **options)
     return [list(step) for step in walk]
 
 
 def _without_the_scripts_own(walk) -> list:
-    return [step for step in walk if step[0] not in keras_internals.SCRIPT_LAYERS]
+    return [step for step in walk if step[0] not in interception.SCRIPT_LAYERS]
 
 
 FIRST_FITS, TRAINED = "acceltrain.training.assembly.FirstFits", "acceltrain.training.assembly.Trained"
-LEDGER, PLACEMENT = "acceltrain.training.ledger_watch.layer.<locals>.ledger", "acceltrain.backends.jax.follow_placement"
+LEDGER, PLACEMENT = "acceltrain.training.ledger_watch.layer.<locals>.ledger", "acceltrain.backends.jax.op_by_op.follow_placement"
 
 
 def test_runtime_fit_walks_the_assembly_in_the_order_of_layers(runtime, tmp_path):
@@ -47,7 +47,7 @@ def test_runtime_fit_walks_the_assembly_in_the_order_of_layers(runtime, tmp_path
     expected = [["ledger", LEDGER], ["autopilot", FIRST_FITS], ["trained", TRAINED]]
     assert _runtime_fit_walk(runtime) == [*expected, ["placement", PLACEMENT]]
     assert _runtime_fit_walk(runtime, checkpoint_dir=tmp_path / "c") == [*expected, *[["placement", PLACEMENT]] * 2]
-    assert [slot for slot, _ in expected] == [s for s in keras_internals.LAYERS if s in dict(expected)]
+    assert [slot for slot, _ in expected] == [s for s in interception.LAYERS if s in dict(expected)]
 
 
 @pytest.mark.multi_device

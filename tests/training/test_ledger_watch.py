@@ -53,7 +53,7 @@ def test_a_slow_generator_in_a_scripts_fit_is_input_wait_and_the_line_says_what_
     """A script's own model.fit (acceltrain run's path: the interception's "ledger" slot) on a slow PyDataset."""
     import keras
 
-    from acceltrain.backends import keras_internals
+    from acceltrain.backends import interception
     from acceltrain.training import ledger_watch
 
     class Batches(keras.utils.PyDataset):
@@ -75,7 +75,7 @@ def test_a_slow_generator_in_a_scripts_fit_is_input_wait_and_the_line_says_what_
     # on a loaded machine that second compile outweighed the waits this test is about.
     model.fit(Batches(delay=0), epochs=1, verbose=0)
     watch = ledger_watch.layer(one_device.timeline, one_device.backend_module, one_device.distribution)
-    with one_device.timeline.window() as window, keras_internals.layers(ledger=watch):
+    with one_device.timeline.window() as window, interception.layers(ledger=watch):
         model.fit(Batches(delay=0.1), epochs=1, verbose=0)
     run = window.ledger
     _parts_sum_to_the_wall(run)

@@ -9,7 +9,7 @@
    as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
    calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
 
-With --checkpoint-dir, each of the script's fit calls trains through Runtime.fit's checkpointed path
+With --checkpoint-dir, each of the script's fit calls trains through the runtime's own loop, as Runtime.fit's
 instead, exact and resumable (run_checkpoints.py).
 """
 
@@ -63,7 +63,7 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
-    from acceltrain.backends import keras_internals
+    from acceltrain.backends import interception
     from acceltrain.training import assembly, ledger_watch
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
@@ -75,14 +75,14 @@ def run_script(path: str, argv=(), *, backend: str | None = None, simulate_devic
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         stack.enter_context(_no_reload_of_keras(runtime.backend))
-        # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
+        # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
         watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
             if runtime.timeline.enabled else None
         trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
             checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),
             keep_steps_per_execution=True, flags=True))  # the script's own steps_per_execution, as a plain fit keeps it
-        stack.enter_context(keras_internals.layers(
+        stack.enter_context(interception.layers(
             ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify,
                                                                            flags=True),
             script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
@@ -274,7 +274,7 @@ def _whole(runtime):
     written by process 0 alone, the others writing theirs into a folder thrown away after; a file object
     is each process's own.
     """
-    from acceltrain.backends import keras_internals
+    from acceltrain.backends import interception
 
     told = []
 
@@ -283,7 +283,7 @@ def _whole(runtime):
             _refuse_split_weights(runtime, model, name, filepath)
             if not isinstance(filepath, (str, os.PathLike)):
                 return method(model, filepath, *args, **kwargs)  # a file object: this process's own
-            arguments = keras_internals.bound_arguments(method, model, (filepath, *args), kwargs)
+            arguments = interception.bound_arguments(method, model, (filepath, *args), kwargs)
             path = _one_local_file(arguments)
             if path is None:
                 how = _write_by_process_0(runtime.process_index, method, model, arguments)

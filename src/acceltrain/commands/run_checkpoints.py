@@ -2,8 +2,9 @@
 
     flags = check_flags("ckpt", resume=False, checkpoint_every="200 steps", keep_checkpoints=None)
 
-Each `model.fit` the script makes goes through Runtime.fit's checkpointed path (training/resumable.py)
-with the script's own arguments: SIGTERM or SIGINT finishes the step, writes a checkpoint and stops the
+Each `model.fit` the script makes is trained by the runtime's own loop (slot "trained" of the one assembly,
+training/assembly.py::Trained, as Runtime.fit(checkpoint_dir=...) is; training/resumable.py) with the script's own
+arguments: SIGTERM or SIGINT finishes the step, writes a checkpoint and stops the
 script with the resume hint; the same command plus --resume continues exactly where it stopped.
 
 - The Nth fit call of the script keeps its checkpoints in DIR/fit-N. On --resume every fit restores
@@ -14,7 +15,7 @@ script with the resume hint; the same command plus --resume continues exactly wh
   be rewound (a generator, a keras.utils.PyDataset), `steps_per_epoch`, `initial_epoch`,
   `shuffle="batch"`. The way out is to run without --checkpoint-dir. (`sample_weight` follows its samples
   through each epoch's order; `validation_split` is made once, before the first epoch.)
-- Differences from the script's plain fit, all of Runtime.fit's path: each epoch's order is drawn
+- Differences from the script's plain fit, all of the runtime's own loop: each epoch's order is drawn
   from (seed 0, epoch) rather than by Keras; the few samples that would make a last batch uneven over
   the replicas are left out of each epoch after its shuffle; the run stops with TrainingDiverged when
   the loss is NaN or stuck at chance. The script's callbacks see one training run

@@ -1,4 +1,4 @@
-"""`acceltrain run`'s own layers of the interception (keras_internals.SCRIPT_LAYERS), each a `layer(call, proceed)`
+"""`acceltrain run`'s own layers of the interception (interception.SCRIPT_LAYERS), each a `layer(call, proceed)`
 over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
 FitGuard ("script_inputs": checked, inputs prepared). run.py puts them in place around the script, beside the layers
 every fit has (training/assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
@@ -13,7 +13,7 @@ from acceltrain.runtime import predict_prepared
 
 
 class KerasCalls:
-    """Layer "script_calls" (keras_internals.LAYERS): the script's fit, evaluate and predict calls, as it made
+    """Layer "script_calls" (interception.LAYERS): the script's fit, evaluate and predict calls, as it made
     them: counted, and rechecked when one fails.
 
     When a call raises, the script's end says whose error it is: `judge(name, nth)` runs the same script plainly in
@@ -22,7 +22,7 @@ class KerasCalls:
     """
 
     def __init__(self, runtime, plain_command: str, judge=None):
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception
 
         self.runtime = runtime
         self.plain_command = plain_command  # how the user runs the script without acceltrain (_plain_command)
@@ -30,7 +30,7 @@ class KerasCalls:
         self.counts: Counter = Counter()
         self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
         self.why_undistributed: list = []
-        self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
+        self._runtimes = interception.runtimes_opened()  # more at the end: the script connected its own
         self.failed: tuple | None = None  # (name, error, which of the script's calls of that name it was)
         self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
 
@@ -93,12 +93,12 @@ class KerasCalls:
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception
 
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
         own = ("; the calls of the runtime the script connected itself ran as its banner says"
-               if keras_internals.runtimes_opened() > self._runtimes else "")
+               if interception.runtimes_opened() > self._runtimes else "")
         if self.counts:
             made, alone = _listed(self.counts), _listed(self.undistributed)
             why = "; ".join(self.why_undistributed)
@@ -123,7 +123,7 @@ def _listed(counts) -> str:
 
 
 class FitGuard:
-    """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
+    """Layer "script_inputs" (interception.LAYERS): each fit, evaluate and predict of the script, checked and
     its inputs prepared.
 
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few

@@ -1,4 +1,4 @@
-"""The layers acceltrain itself puts in the one assembly of a fit (keras_internals.LAYERS), for every fit alike.
+"""The layers acceltrain itself puts in the one assembly of a fit (interception.LAYERS), for every fit alike.
 
     Runtime.fit                 ledger → autopilot → trained → placement (each epoch's Keras fit)
     a script's fit under run    ledger → script_calls → autopilot → script_inputs → [trained →] placement

@@ -133,7 +133,7 @@ class _TimedIterator:
 
 
 def layer(timeline, framework, distribution):
-    """Slot "ledger" of the interception (keras_internals.LAYERS), for a script's own calls under `distribution`: a
+    """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution`: a
     fit carries a LedgerWatch (told whether acceltrain makes it wait for each step); an evaluate or predict is booked
     whole as evaluation."""
 
