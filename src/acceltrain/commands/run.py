@@ -9,8 +9,8 @@
    as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
    calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
 
-With --checkpoint-dir, each of the script's fit calls trains through the runtime's own loop, as Runtime.fit's
-instead, exact and resumable (run_checkpoints.py).
+With --checkpoint-dir, each of the script's fit calls is trained by the runtime's own loop instead, as
+Runtime.fit's are, exact and resumable (run_checkpoints.py).
 """
 
 import contextlib
