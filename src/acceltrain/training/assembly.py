@@ -86,9 +86,9 @@ class FirstFits:
         framework = self.runtime.backend_module
         if call.name == "fit" and call.model not in self.placed:
             self._first(call)
-        if call.name == "fit":
-            call = call.replace(args=(), kwargs=cut_for_accumulation(call.arguments(),
-                                                                     autopilots.accumulation_of(call.model)))
+        accumulation = autopilots.accumulation_of(call.model) if call.name == "fit" else 1
+        if accumulation > 1:
+            call = call.replace(args=(), kwargs=cut_for_accumulation(call.arguments(), accumulation))
         with framework.scope(self.placed.get(call.model)):
             return proceed(call)
 
