@@ -50,6 +50,18 @@ def test_runtime_fit_walks_the_assembly_in_the_order_of_layers(runtime, tmp_path
     assert [slot for slot, _ in expected] == [s for s in interception.LAYERS if s in dict(expected)]
 
 
+def test_a_librarys_plain_fit_walks_the_runtimes_first_fits_then_placement(runtime):
+    """model.fit on a model built in the runtime's scope: the open runtime's autopilot slot (its FirstFits, found by
+    _plain_first_fits) and the placement layer; nothing of Runtime.fit's own loop."""
+    with runtime.scope():
+        model = _model()
+    with interception.walking() as walk:
+        model.fit(*_data(), batch_size=16, epochs=1, verbose=0)
+    assert [list(step) for step in walk] == [["autopilot", "acceltrain.runtime._plain_first_fits"],
+                                             ["placement", PLACEMENT]]
+    assert model in runtime.plain_first_fits.placed  # laid out once, by the one FirstFits of this runtime
+
+
 @pytest.mark.multi_device
 def test_a_scripts_fit_under_run_checkpoint_dir_walks_as_runtime_fit_with_checkpoint_dir(runtime, tmp_path):
     """Issue 36: a walk of Runtime.fit(checkpoint_dir=...) and of a script's fit under `run --checkpoint-dir` pass the
