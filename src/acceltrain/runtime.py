@@ -386,8 +386,8 @@ class Runtime:
         plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
-            "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data, "callbacks": list(callbacks),
-            "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
+            "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
+            "callbacks": list(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:

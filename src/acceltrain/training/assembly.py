@@ -51,7 +51,8 @@ def batch_said(batch_size: int, num_replicas: int, accumulation: int = 1) -> str
     """'global batch 512 = 2 steps × 32 × 8 replica(s)': how a step's batch (`batch_size`, the global batch of one
     step) is split, told the same way for every fit."""
     steps = f"{accumulation} steps × " if accumulation > 1 else ""
-    return f"global batch {batch_size * accumulation} = {steps}{batch_size // num_replicas} × {num_replicas} replica(s)"
+    per_replica = batch_size // num_replicas
+    return f"global batch {batch_size * accumulation} = {steps}{per_replica} × {num_replicas} replica(s)"
 
 
 def accumulated(model) -> int:
@@ -169,7 +170,10 @@ class Trained:
         divergence = DivergenceCheck(classes.num_classes)
         runtime.timeline.note("peak_flops_per_second", runtime.peak_flops(model))
         watched = [*runtime.watched_callbacks(dog, callbacks), *callbacks, divergence]  # the stall watch first
-        keras_fit = lambda **kwargs: proceed(call.replace(args=(), kwargs=kwargs))  # noqa: E731  (the layers below)
+
+        def keras_fit(**kwargs):  # each Keras fit of the loop, through the layers below this one
+            return proceed(call.replace(args=(), kwargs=kwargs))
+
         with dog.watching("fit (compiling and running the first step)"), runtime.scope():
             if checkpointing is None:
                 history = _fit_once(keras_fit, prepared, epochs, watched, verbose, arguments)
@@ -195,7 +199,8 @@ class Trained:
         folder = Path(asked.folder) / f"fit-{self.fits}" if asked.per_fit else Path(asked.folder)
         runtime = self.runtime
         checkpoints = open_checkpoints(folder, asked.keep, runtime.backend, runtime.process_index)
-        return checkpoints, Every.parse(asked.every, name="--checkpoint-every" if self.plan.flags else "checkpoint_every")
+        every = Every.parse(asked.every, name="--checkpoint-every" if self.plan.flags else "checkpoint_every")
+        return checkpoints, every
 
     def _tune(self, model, prepared) -> None:
         """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when it
