@@ -413,8 +413,6 @@ class Runtime:
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
-        from acceltrain.backends import keras_internals
-
         _check_compiled(model)
         prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
@@ -422,16 +420,16 @@ class Runtime:
         x, y, sample_weight = prepared.local()
         callbacks = evaluate_kwargs.pop("callbacks", None) or ()
         callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self._calling(model), \
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
                 self.timeline.timed("evaluation"):
-            return keras_internals.keras_method(model, "evaluate")(
+            return self._placed(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
                 return_dict=True, callbacks=callbacks, **evaluate_kwargs)
 
     def watched_callbacks(self, dog, callbacks=()) -> list:
         """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
-        caller around the whole call), the time ledger's watch (unless `callbacks`, the caller's, hold one: a
-        script's fit passed on by `run --checkpoint-dir`), and one step at a time where steps must not overlap."""
+        caller around the whole call), the time ledger's watch (unless `callbacks` hold one: a fit's, which the
+        ledger layer put there), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
         from acceltrain.training.ledger_watch import LedgerWatch
 
@@ -448,13 +446,17 @@ class Runtime:
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
 
-    @contextlib.contextmanager
-    def _calling(self, model):
-        """Around each of this runtime's own calls (Keras's own method: no layer): the distribution in force, and a
-        step Keras would run op by op on several CPU devices made safe, as the placement layer does for a
-        script's calls (backend's op_by_op_made_safe)."""
-        with self.scope(), self._framework.op_by_op_made_safe(model, self.distribution):
-            yield
+    def _placed(self, model, name: str):
+        """Keras's own evaluate/predict of `model` through the placement layer alone (interception.assemble), as
+        every fit's Keras call passes it: the distribution in force, and a step Keras would run op by op on several
+        CPU devices made safe (backend's follow_placement)."""
+        from acceltrain.backends import interception, keras_internals
+
+        def call(*args, **kwargs):
+            return interception.assemble(interception.Call(name, model, args, kwargs, keras_internals.keras_own(name)),
+                                         placement=self._framework.follow_placement)
+
+        return call
 
     def watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
@@ -466,16 +468,14 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
-        from acceltrain.backends import keras_internals
-
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
         _tell(prepared.notes)
         callbacks = predict_kwargs.pop("callbacks", None) or ()
         callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self._calling(model), \
+        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope(), \
                 self.timeline.timed("evaluation"):
-            return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
-                                    verbose=verbose, callbacks=callbacks, **predict_kwargs)
+            return predict_prepared(self, model, self._placed(model, "predict"), prepared, verbose=verbose,
+                                    callbacks=callbacks, **predict_kwargs)
 
     # --- Closing --------------------------------------------------------------------------------
 
