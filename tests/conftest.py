@@ -111,13 +111,13 @@ def _methods_left_replaced(before: dict) -> list:
 
 def _keras_own(method) -> bool:
     """Keras's own method, or Keras's own under the one interception while a runtime is open (installed by the
-    first connect() and taken off by the last close(): keras_internals.intercept; the session's runtime keeps it
+    first connect() and taken off by the last close(): interception.intercept; the session's runtime keeps it
     on, so whether it is on depends on which tests ran before, not on this one)."""
     code = getattr(method, "__code__", None)
     if code is not None and code.co_qualname.startswith("_intercepted.") and hasattr(method, "__wrapped__"):
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception
 
-        if keras_internals.runtimes_open():
+        if interception.runtimes_open():
             method = method.__wrapped__
     return "keras" in Path(_defined_in(method)).parts
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from acceltrain import hardware
 from acceltrain.data import keras_batch
+from acceltrain.errors import UsageError
 
 # Below this many samples per replica a step is too small to keep the device busy (each hardware kind
 # says why: hardware/tpu.py, gpu.py, cpu.py). Rules of thumb, not limits.
@@ -159,3 +160,60 @@ def check_fit(*, num_samples: int, batch_size: int | None, steps_per_epoch: int 
         + float64_inputs(input_dtypes)
     )
     return sorted(findings, key=lambda finding: not finding.error)
+
+
+# --- A checkpointed fit: what exact resume cannot honour, refused naming the argument --------------------
+
+def resumable_arguments(arguments: dict, flags: bool = False) -> dict:
+    """A fit's arguments (by Keras's names) as the checkpointed loop takes them; what exact resume cannot honour
+    raises UsageError naming it (`flags`: under --checkpoint-dir, else checkpoint_dir=)."""
+    from acceltrain import data
+
+    arguments = dict(arguments)
+    arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")
+                      if data.has_tensors(arguments.get(name))})  # a tf.Tensor: numpy arrays, rewound as they are
+    x = arguments.get("x")
+    # A script's model.fit under `run --checkpoint-dir`, or Runtime.fit(checkpoint_dir=...)
+    under = "model.fit({}) under --checkpoint-dir" if flags else "Runtime.fit({}) with checkpoint_dir"
+    without = "Run without --checkpoint-dir to train as the script says" if flags else \
+        "Leave out checkpoint_dir to train as the call says"
+    if not (data.is_arrays(x) or data.is_dataset(x) or data.is_py_dataset(x) or _is_grain_loader(x)):
+        _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays, a tf.data.Dataset, a "
+                "keras.utils.PyDataset or a Grain DataLoader to the step a checkpoint was written at; a generator or a "
+                "Grain dataset (MapDataset, IterDataset) cannot be rewound by acceltrain: pass one of those", under,
+                without)
+    given = {"steps_per_epoch": arguments.get("steps_per_epoch") is not None,
+             "initial_epoch": arguments.get("initial_epoch", 0) != 0}
+    for name in (name for name, is_given in given.items() if is_given):
+        _refuse(f"{name}={_short(arguments[name])}", _WHY[name], under, without)
+    if not isinstance(arguments.get("callbacks") or [], (list, tuple)):
+        _refuse("callbacks=<a CallbackList>", "each epoch's fit needs the callbacks as a list", under, without)
+    if arguments.get("shuffle") == "batch":
+        _refuse("shuffle='batch'", "each epoch's order is drawn whole from (seed, epoch)", under, without)
+    for name in ("steps_per_epoch", "initial_epoch"):
+        arguments.pop(name, None)
+    if data.is_arrays(x) and arguments.get("batch_size") is None:
+        arguments["batch_size"] = keras_batch(None)  # Keras's default, made explicit
+    arguments["callbacks"] = list(arguments.get("callbacks") or ())
+    return arguments
+
+
+
+def _is_grain_loader(x) -> bool:
+    from acceltrain import data
+
+    return data.is_grain(x) and hasattr(x, "_data_source")  # a DataLoader (its checkpointable iterator), not a dataset
+
+
+_WHY = {
+    "steps_per_epoch": "an epoch is one pass over the data, numbered so a checkpoint can say where it stopped",
+    "initial_epoch": "where training starts is the newest checkpoint's business (resuming)",
+}
+
+
+def _refuse(received: str, why: str, under: str, without: str) -> None:
+    raise UsageError(f"Received {under.format(received)}, which cannot resume it exactly: {why}. {without}.")
+
+
+def _short(value) -> str:
+    return f"<array of {len(value)}>" if hasattr(value, "__len__") and not isinstance(value, str) else repr(value)

@@ -186,7 +186,8 @@ class Runtime:
     def __init__(self, framework, found: hardware.Hardware, distribution, *, sharding_request: placement.Request,
                  precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str],
                  precision_asked: bool = False):
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception, keras_internals
+        from acceltrain.training import assembly
 
         self._framework = framework
         self.hardware = found
@@ -199,10 +200,12 @@ class Runtime:
         # Where the time goes (acceltrain/ledger.py): every call of this runtime records into it while a window is
         # open; Runtime.fit opens one (history.ledger), and so do the commands, over the whole run.
         self.timeline = ledger.Timeline.from_environment(framework.watch_compiles)
-        self._seed = 0
-        # Open: Keras's fit/evaluate/predict pass the layers (keras_internals.LAYERS) until the last runtime closes.
-        self._stop_intercepting = keras_internals.intercept(framework.NAME, framework.follow_placement,
-                                                            autopilot=_plain_first_fits)
+        self.seeded = 0  # seed()'s: the data order of a checkpointed fit's epochs
+        # Slot "autopilot" for a library's plain model.fit on a model built in this runtime's scope (_plain_first_fits)
+        self.plain_first_fits = assembly.FirstFits(self)
+        # Open: Keras's fit/evaluate/predict pass the layers (interception.LAYERS) until the last runtime closes.
+        self._stop_intercepting = interception.intercept(keras_internals.trainer_class(framework.NAME),
+                                                         framework.follow_placement, autopilot=_plain_first_fits)
         _open_runtimes.add(self)
 
     # --- What is there ------------------------------------------------------------------------
@@ -280,7 +283,7 @@ class Runtime:
 
     def seed(self, seed: int) -> None:
         """Seed weights, dropout and the data order, so a run repeats exactly on the same hardware."""
-        self._seed = seed
+        self.seeded = seed
         self._framework.set_seed(seed)
 
     @contextlib.contextmanager
@@ -403,135 +406,61 @@ class Runtime:
         batches; the differences are printed, and over the tolerance training does not start
         (layout/verify.py raises VerificationFailed).
         """
+        from acceltrain.backends import interception, keras_internals
+        from acceltrain.training import assembly
+        from acceltrain.layout import verify as verification
+
+        _check_compiled(model)
+        verify = verification.check_steps(verify)
+        checkpoints = None if checkpoint_dir is None else assembly.Checkpointing(
+            Path(checkpoint_dir), resume=resume, every=checkpoint_every, keep=keep_checkpoints)
+        plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
+                                steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
+        call = interception.Call("fit", model, (x, y), {
+            "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
+            "callbacks": list(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:
-                history = self._fit(model, x, y, batch_size, epochs, validation_data, callbacks, verbose,
-                                    checkpoint_dir, resume, checkpoint_every, keep_checkpoints, stall_timeout, autopilot,
-                                    verify, fit_kwargs)
+                # The one assembly every fit passes (interception.LAYERS), with this runtime's layers in its slots.
+                history = interception.assemble(
+                    call, ledger=self._ledger_layer(), autopilot=assembly.FirstFits(self, autopilot=autopilot,
+                                                                                    verify=verify),
+                    trained=assembly.Trained(self, plan), placement=self._framework.follow_placement)
         except AcceltrainError as stopped:  # resumable.Interrupted: where the time went, the notice's save booked
             stopped.ledger = window.ledger if window is not None else None
             raise
         history.ledger = window.ledger
         return history
 
-    def _fit(self, model, x, y, batch_size, epochs, validation_data, callbacks, verbose, checkpoint_dir, resume,
-             checkpoint_every, keep_checkpoints, stall_timeout, autopilot, verify, fit_kwargs):
-        from acceltrain.layout import autopilot as autopilots
-        from acceltrain.layout import verify as verification
-        from acceltrain.training.callbacks import DivergenceCheck
-
-        dog = self._watchdog_for(stall_timeout)
-
-        _check_compiled(model)
-        verify = verification.check_steps(verify)
-        # 0. The first fit: weighed, laid out, the levers applied (layout/autopilot.py).
-        self.first_fit(model, x, y, batch_size=batch_size, autopilot=autopilot)
-        accumulation = autopilots.accumulation_of(model)  # the first fit's (or Runtime.build's) choice
-        x, batch_size = autopilots.per_step(x, batch_size, accumulation)
-        if accumulation > 1 and fit_kwargs.get("steps_per_epoch"):
-            fit_kwargs["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
-        placement.report(self, model)  # once per model: what was sharded
-        # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
-        # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
-        classes = inputs.classes_of(model)
-        prepared = inputs.prepare_fit(self, x, y, batch_size=batch_size, classes=classes,
-                                      sample_weight=fit_kwargs.pop("sample_weight", None),
-                                      validation_data=validation_data,
-                                      validation_split=fit_kwargs.pop("validation_split", 0.0) or 0.0,
-                                      validation_batch_size=fit_kwargs.pop("validation_batch_size", None),
-                                      trim=checkpoint_dir is None,
-                                      shuffle=checkpoint_dir is None and fit_kwargs.get("shuffle", True) is not False)
-        _tell(prepared.notes)
-        if prepared.shuffles_itself:
-            fit_kwargs["shuffle"] = False
-        if verify:
-            x_local, y_local, _ = prepared.local()
-            verification.verify(self, model, x_local, y_local, prepared.local_batch_size, verify,
-                                accumulation=accumulation)
-        if prepared.is_dataset:
-            fit_kwargs.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
-        # 2. Checkpoints, where asked for.
-        checkpointing = self._checkpointing(checkpoint_dir, checkpoint_every, keep_checkpoints, prepared)
-        # 3. Steps per compiled call.
-        self._tune(model, prepared, fit_kwargs.pop("steps_per_execution", None))
-        # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
-        divergence = DivergenceCheck(classes.num_classes)
-        self.timeline.note("peak_flops_per_second", self._peak_flops(model))
-        watched = [*self._watched(dog, callbacks), *callbacks, divergence]  # the stall watch first: it sees an epoch end first
-        with dog.watching("fit (compiling and running the first step)"), self._calling(model):
-            if checkpointing is None:
-                history = self._fit_once(model, prepared, epochs, watched, verbose, fit_kwargs)
-            else:
-                from acceltrain.training import resumable
-
-                history = resumable.fit(model, prepared, epochs=epochs, checkpoints=checkpointing[0],
-                                        every=checkpointing[1], resume=resume, seed=self._seed, verbose=verbose,
-                                        callbacks=watched, timeline=self.timeline, **fit_kwargs)
-        divergence.raise_if_diverged()
-        return history
-
-    def _checkpointing(self, checkpoint_dir, checkpoint_every, keep_checkpoints, prepared):
-        """(checkpoints, Every) for checkpoint_dir, or None without one: Orbax's on JAX, .weights.h5 on
-        TensorFlow (resumable.open_checkpoints)."""
-        if checkpoint_dir is None:
+    def _ledger_layer(self):
+        """Slot "ledger" of this runtime's fits: the time ledger's watch (training/ledger_watch.py), where it is on."""
+        if not self.timeline.enabled:
             return None
-        from acceltrain.training.checkpoint import Every
-        from acceltrain.training.resumable import open_checkpoints
+        from acceltrain.training import ledger_watch
 
-        checkpoints = open_checkpoints(Path(checkpoint_dir), keep_checkpoints, self.backend, self.process_index)
-        return checkpoints, Every.parse(checkpoint_every, name="checkpoint_every")
-
-    def _tune(self, model, prepared, steps_per_execution=None) -> None:
-        """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when
-        it replaces the model's). XLA (jit_compile) stays as the model was compiled: Keras's own choice or yours."""
-        steps, steps_reason = decisions.choose_steps_per_execution(
-            self.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, steps_per_execution)
-        if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, self.platform)):
-            log.warn(overridden)
-        _set_steps_per_execution(model, steps)
-        log.info(
-            f"{inputs.global_batch(prepared.batch_size, self.num_replicas)}; steps_per_execution {steps} "
-            f"({steps_reason})"
-        )
-
-    @staticmethod
-    def _fit_once(model, prepared, epochs, callbacks, verbose, fit_kwargs):
-        """One plain Keras fit over the prepared inputs (Keras's own: no layer), timing each epoch."""
-        from acceltrain.backends import keras_internals
-        from acceltrain.training.callbacks import EpochTimer
-
-        timer = EpochTimer()
-        x, y, sample_weight = prepared.local()
-        history = keras_internals.keras_method(model, "fit")(
-            x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, epochs=epochs,
-            validation_data=prepared.validation_data, validation_batch_size=prepared.validation_batch_size,
-            callbacks=[*callbacks, timer], verbose=verbose, **fit_kwargs)
-        history.epoch_seconds = timer.epoch_seconds
-        return history
+        return ledger_watch.layer(self.timeline, self._framework, self.distribution)
 
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
-        from acceltrain.backends import keras_internals
-
         _check_compiled(model)
         prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
         callbacks = evaluate_kwargs.pop("callbacks", None) or ()
-        callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self._calling(model), \
+        callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
                 self.timeline.timed("evaluation"):
-            return keras_internals.keras_method(model, "evaluate")(
+            return self._placed(model, "evaluate")(
                 x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
                 return_dict=True, callbacks=callbacks, **evaluate_kwargs)
 
-    def _watched(self, dog, callbacks=()) -> list:
+    def watched_callbacks(self, dog, callbacks=()) -> list:
         """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
-        caller around the whole call), the time ledger's watch (unless `callbacks`, the caller's, hold one: a
-        script's fit passed on by `run --checkpoint-dir`), and one step at a time where steps must not overlap."""
+        caller around the whole call), the time ledger's watch (unless `callbacks` hold one: a fit's, which the
+        ledger layer put there), and one step at a time where steps must not overlap."""
         from acceltrain.training.callbacks import StallWatch
         from acceltrain.training.ledger_watch import LedgerWatch
 
@@ -540,7 +469,7 @@ class Runtime:
             [LedgerWatch(self.timeline, self._framework, syncs=bool(syncs))]
         return [StallWatch(dog), *watch, *syncs]
 
-    def _peak_flops(self, model) -> float | None:
+    def peak_flops(self, model) -> float | None:
         """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);
         None where none is published (CPUs) or the devices are slices of one CPU."""
         if self.hardware.simulated:
@@ -548,15 +477,19 @@ class Runtime:
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
 
-    @contextlib.contextmanager
-    def _calling(self, model):
-        """Around each of this runtime's own calls (Keras's own method: no layer): the distribution in force, and a
-        step Keras would run op by op on several CPU devices made safe, as the placement layer does for a
-        script's calls (backend's op_by_op_made_safe)."""
-        with self.scope(), self._framework.op_by_op_made_safe(model, self.distribution):
-            yield
+    def _placed(self, model, name: str):
+        """Keras's own evaluate/predict of `model` through the placement layer alone (interception.assemble), as
+        every fit's Keras call passes it: the distribution in force, and a step Keras would run op by op on several
+        CPU devices made safe (backend's follow_placement)."""
+        from acceltrain.backends import interception, keras_internals
 
-    def _watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
+        def call(*args, **kwargs):
+            return interception.assemble(interception.Call(name, model, args, kwargs, keras_internals.keras_own(name)),
+                                         placement=self._framework.follow_placement)
+
+        return call
+
+    def watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
         if stall_timeout is None:
             return self.watchdog
@@ -566,16 +499,14 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
-        from acceltrain.backends import keras_internals
-
         prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
         _tell(prepared.notes)
         callbacks = predict_kwargs.pop("callbacks", None) or ()
-        callbacks = [*self._watched(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self._calling(model), \
+        callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
+        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope(), \
                 self.timeline.timed("evaluation"):
-            return predict_prepared(self, model, keras_internals.keras_method(model, "predict"), prepared,
-                                    verbose=verbose, callbacks=callbacks, **predict_kwargs)
+            return predict_prepared(self, model, self._placed(model, "predict"), prepared, verbose=verbose,
+                                    callbacks=callbacks, **predict_kwargs)
 
     # --- Closing --------------------------------------------------------------------------------
 
@@ -598,23 +529,12 @@ _open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime 
 
 def _plain_first_fits(call, proceed):
     """Layer "autopilot" of the interception for a library's plain `model.fit` on a model built in an open runtime's
-    scope(): its first fit prepared as Runtime.fit prepares it (Runtime.first_fit), and each fit's batch cut as the
-    first's was (gradient accumulation keeps the global batch). `acceltrain run` fills the slot with its own."""
+    scope(): that runtime's FirstFits (training/assembly.py), as Runtime.fit's. `acceltrain run` fills the slot with
+    its own."""
     runtime = _runtime_of(call.model) if call.name == "fit" else None
     if runtime is None:
         return proceed(call)
-    from acceltrain.layout import autopilot
-
-    arguments = call.arguments()
-    runtime.first_fit(call.model, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"))
-    accumulation = autopilot.accumulation_of(call.model)
-    if accumulation > 1:
-        arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
-                                                                     accumulation)
-        if arguments.get("steps_per_epoch"):
-            arguments["steps_per_epoch"] *= accumulation
-        call = call.replace(args=(), kwargs=arguments)
-    return proceed(call)
+    return runtime.plain_first_fits(call, proceed)
 
 
 def _runtime_of(model):
@@ -658,13 +578,3 @@ def _check_compiled(model) -> None:
             f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
             "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
         )
-
-
-def _set_steps_per_execution(model, steps: int) -> None:
-    """Change steps per call on a compiled model: its compiled functions are rebuilt on the next fit."""
-    if model.steps_per_execution != steps:
-        from acceltrain.backends import keras_internals
-
-        model.steps_per_execution = steps
-        keras_internals.forget_compiled_functions(model)
-

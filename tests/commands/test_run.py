@@ -178,6 +178,19 @@ def test_kerass_fit_is_wrapped_once_while_a_script_runs_and_is_its_own_after(bac
     assert 'after close: {"fit": true, "evaluate": true, "predict": true}' in done.stdout
 
 
+def test_under_8_simulated_devices_each_door_into_keras_is_one_wrapper_deep():
+    """Issue 36: during a script's fit under `run --simulate-devices 8` (the ledger's watch and the step timed on one
+    device both hook its train function), fit/evaluate/predict, the model's train function, Model.save/save_weights
+    and keras.config.set_backend each have one of acceltrain's wrappers over Keras's own (the train function had
+    two stacked, which broke once)."""
+    run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "counts_wrappers.py", timeout=240)
+
+    assert run.returncode == 0, run.stderr
+    seen = [line for line in run.stdout.splitlines() if not line.startswith("acceltrain")]
+    assert seen == ["during fit: 1", "train_function: 1", "during evaluate: 1", "during evaluate: 1",
+                    "during predict: 1", "save: 1 save_weights: 1", "set_backend: 1"], run.stdout
+
+
 def test_a_missing_script_is_a_usage_error():
     run = support.run_cli("run", "no_such_script.py", timeout=60)
 
@@ -261,11 +274,12 @@ def test_a_script_that_fails_plainly_too_is_told_the_error_is_its_own():
 # --- Saving in a job of several processes: each process its own whole copy ----------------------------
 
 def _process_1_of_2(split=()):
-    """What _saving_whole reads of a Runtime: process 1 of 2, with `split` the weights no process holds whole."""
+    """What _saving reads of a Runtime: process 1 of 2, with `split` the weights no process holds whole."""
     from types import SimpleNamespace
 
     framework = SimpleNamespace(split_over_processes=lambda variables: list(split))
-    return SimpleNamespace(num_processes=2, process_index=1, distribution_name="FSDP", backend_module=framework)
+    return SimpleNamespace(num_processes=2, process_index=1, distribution_name="FSDP", backend_module=framework,
+                           backend="jax")
 
 
 @pytest.fixture
@@ -280,6 +294,17 @@ def tensorflow_may_start():
     os.environ.update(before)
 
 
+def _acceltrains_wrappers(method) -> int:
+    """acceltrain's functions over Keras's own `method`, following __wrapped__."""
+    import acceltrain
+
+    package, count = Path(acceltrain.__file__).resolve().parent, 0
+    while method is not None:
+        count += Path(method.__code__.co_filename).resolve().is_relative_to(package)
+        method = getattr(method, "__wrapped__", None)
+    return count
+
+
 def _small_model():
     import keras
 
@@ -291,10 +316,11 @@ def _small_model():
 def test_every_process_saves_its_own_copy_renamed_onto_the_path(runtime, tmp_path, tensorflow_may_start):
     import keras
 
-    from acceltrain.commands.run import _saving_whole
+    from acceltrain.commands.run import _saving
 
     model = _small_model()
-    with _saving_whole(_process_1_of_2()):
+    with _saving(_process_1_of_2()):
+        assert _acceltrains_wrappers(keras.Model.save) == 1  # one door: the copy and the TensorFlow-free save in it
         model.save(tmp_path / "m.keras")
         model.save_weights(tmp_path / "m.weights.h5")
         model.save(tmp_path / "m.keras")  # a ModelCheckpoint's next epoch: replaced whole
@@ -309,7 +335,7 @@ def test_a_save_that_fails_half_way_leaves_the_last_whole_file_and_nothing_else(
                                                                                  tensorflow_may_start):
     import keras
 
-    from acceltrain.commands.run import _saving_whole
+    from acceltrain.commands.run import _saving
 
     def half_then_fail(model, filepath, overwrite=True, max_shard_size=None):
         with open(filepath, "wb") as file:
@@ -318,7 +344,7 @@ def test_a_save_that_fails_half_way_leaves_the_last_whole_file_and_nothing_else(
 
     (tmp_path / "m.weights.h5").write_bytes(b"the last whole copy")
     monkeypatch.setattr(keras.Model, "save_weights", half_then_fail)
-    with _saving_whole(_process_1_of_2()), pytest.raises(OSError, match="No space left"):
+    with _saving(_process_1_of_2()), pytest.raises(OSError, match="No space left"):
         _small_model().save_weights(tmp_path / "m.weights.h5")
 
     assert [p.name for p in tmp_path.iterdir()] == ["m.weights.h5"]
@@ -326,10 +352,10 @@ def test_a_save_that_fails_half_way_leaves_the_last_whole_file_and_nothing_else(
 
 
 def test_weights_split_over_processes_are_refused_before_anything_is_written(runtime, tmp_path, tensorflow_may_start):
-    from acceltrain.commands.run import _saving_whole
+    from acceltrain.commands.run import _saving
     from acceltrain.errors import UsageError
 
-    with _saving_whole(_process_1_of_2(split=["sequential/dense/kernel"])), pytest.raises(UsageError) as refused:
+    with _saving(_process_1_of_2(split=["sequential/dense/kernel"])), pytest.raises(UsageError) as refused:
         _small_model().save(tmp_path / "m.keras")
 
     assert str(refused.value).startswith(f"Received model.save('{tmp_path / 'm.keras'}') in a job of 2 processes, "

@@ -164,64 +164,40 @@ def _arrays(n=120):
     ],
 )
 def test_what_exact_resume_cannot_honour_is_refused_with_the_way_out(given, says):
-    from acceltrain.commands.run_checkpoints import runtime_fit_arguments
+    from acceltrain.checks import resumable_arguments
     from acceltrain.errors import UsageError
 
     x, y = _arrays()
     with pytest.raises(UsageError, match="Run without --checkpoint-dir") as error:
-        runtime_fit_arguments({"x": x, "y": y, **given})
+        resumable_arguments({"x": x, "y": y, **given}, flags=True)
     assert says in str(error.value)
 
 
-def test_the_scripts_own_arguments_are_kept_for_runtime_fit():
-    from acceltrain.commands.run_checkpoints import runtime_fit_arguments
+def test_the_scripts_own_arguments_are_kept_for_the_checkpointed_loop():
+    from acceltrain.checks import resumable_arguments
 
     x, y = _arrays()
     weights = np.ones(120)
-    got = runtime_fit_arguments({"x": x, "y": y, "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0},
-                                 "sample_weight": weights, "validation_split": 0.25, "validation_freq": 2,
-                                 "callbacks": ("the script's",)})
+    got = resumable_arguments({"x": x, "y": y, "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0},
+                               "sample_weight": weights, "validation_split": 0.25, "validation_freq": 2,
+                               "callbacks": ("the script's",)}, flags=True)
 
-    assert got["x"] is x and got["y"] is y and got["sample_weight"] is weights  # Runtime.fit splits and orders them
-    assert got["batch_size"] == 32  # Keras's default, made explicit for Runtime.fit
+    assert got["x"] is x and got["y"] is y and got["sample_weight"] is weights  # the loop splits and orders them
+    assert got["batch_size"] == 32  # Keras's default, made explicit
     assert {k: got[k] for k in ("epochs", "verbose", "shuffle", "class_weight", "validation_split", "validation_freq",
                                 "callbacks")} == {
         "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0}, "validation_split": 0.25,
         "validation_freq": 2, "callbacks": ["the script's"]}
 
 
-class _Runtime:
-    """Runtime.fit, recording where each fit keeps its checkpoints and the callbacks it is given. (That the
-    callbacks see one training run is resumable.fit's: tests/training/test_resumable.py.)"""
+def test_the_flags_become_per_fit_checkpoints_with_the_resume_hint(tmp_path):
+    from acceltrain.commands.run_checkpoints import CheckpointFlags, checkpointing
 
-    def __init__(self):
-        self.folders, self.callbacks = [], []
-
-    def fit(self, model, callbacks, checkpoint_dir, epochs=1, **kwargs):
-        from types import SimpleNamespace
-
-        self.folders.append(checkpoint_dir)
-        self.callbacks.append(callbacks)
-        return SimpleNamespace(history={"loss": list(range(epochs))})
-
-
-def test_each_fit_has_its_own_folder_and_the_scripts_callbacks(tmp_path, monkeypatch):
-    import sys
-    from types import SimpleNamespace
-
-    from acceltrain.commands.run_checkpoints import CheckpointedFits, CheckpointFlags
-
-    # resumable (imported for its Interrupted) imports Keras: not started in this process
-    monkeypatch.setitem(sys.modules, "acceltrain.training.resumable", SimpleNamespace(Interrupted=KeyboardInterrupt))
-    runtime, callback = _Runtime(), object()
-    fits = CheckpointedFits(runtime, CheckpointFlags(tmp_path), "acceltrain run ...")
-    model = SimpleNamespace(steps_per_execution=1)
-    x, y = _arrays()
-    for arguments in ({"x": x, "y": y, "epochs": 3, "callbacks": [callback]}, {"x": x, "y": y, "epochs": 2}):
-        fits(SimpleNamespace(name="fit", model=model, arguments=lambda arguments=arguments: arguments), proceed=None)
-
-    assert runtime.folders == [tmp_path / "fit-1", tmp_path / "fit-2"]
-    assert runtime.callbacks == [[callback], []]
+    fresh = checkpointing(CheckpointFlags(tmp_path, every="10 steps", keep=3), "acceltrain run ... --resume s.py")
+    assert (fresh.folder, fresh.every, fresh.keep, fresh.per_fit) == (tmp_path, "10 steps", 3, True)
+    assert fresh.resume_hint == "the same command plus --resume (acceltrain run ... --resume s.py)"
+    resumed = checkpointing(CheckpointFlags(tmp_path, resume=True), "acceltrain run ... --resume s.py")
+    assert resumed.resume and resumed.resume_hint.startswith("the same command, as it is (")
 
 
 def test_auto_in_a_job_of_two_processes_times_the_steps_and_every_process_takes_process_0s_choice(tmp_path):

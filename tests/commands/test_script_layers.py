@@ -45,7 +45,7 @@ class _Guard:
         self.runtime = self.layer.runtime
 
     def __call__(self, name, model, args, kwargs):
-        from acceltrain.backends.keras_internals import Call
+        from acceltrain.backends.interception import Call
 
         passed = self.layer(Call(name, model, args, kwargs, getattr(_FakeModel, name)), lambda call: call)
         return passed.args, passed.kwargs
@@ -234,7 +234,7 @@ def test_the_stall_watchdog_is_armed_before_keras_runs_any_of_a_scripts_calls(mo
 
 
 def _call(name, model, keras_method):
-    from acceltrain.backends.keras_internals import Call
+    from acceltrain.backends.interception import Call
 
     return Call(name, model, ("x", "y"), {}, keras_method)
 
@@ -330,12 +330,13 @@ def test_the_closing_line_counts_the_scripts_own_calls_not_those_made_inside_the
 
 
 def test_a_script_that_connects_its_own_runtime_is_not_told_it_called_nothing(monkeypatch):
-    """Runtime.fit calls Keras's own fit, which no layer counts: the closing line says the script's runtime ran it."""
-    from acceltrain.backends import keras_internals
+    """Runtime.fit passes its own layers, which count nothing of the script's: the closing line says the script's
+    runtime ran it."""
+    from acceltrain.backends import interception
 
     lines = []
     calls = _calls(lines, monkeypatch)
-    monkeypatch.setattr(keras_internals, "runtimes_opened", lambda: calls._runtimes + 1)  # the script's connect()
+    monkeypatch.setattr(interception, "runtimes_opened", lambda: calls._runtimes + 1)  # the script's connect()
     calls.tell_summary()
 
     assert lines[-1][1] == ("run: the script called no Keras fit, evaluate or predict itself; the calls of the runtime "

@@ -311,8 +311,9 @@ def test_a_precision_the_user_asked_for_is_not_a_lever(monkeypatch, precision, o
 
 @pytest.mark.slow
 def test_accumulation_cuts_the_batch_once_under_checkpoints(capfd, run_here, tmp_path):
-    """With --checkpoint-dir each fit trains through Runtime.fit (the layer below the autopilot's), which cuts the
-    batch itself: the same 2 updates in 4 steps, not a batch cut twice."""
+    """With --checkpoint-dir each fit is trained by the runtime's own loop (slot "trained", below the autopilot's),
+    and the batch is cut once, by the autopilot layer, as without: the same 2 updates in 4 steps, not a batch cut
+    twice."""
     code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
                     checkpoint_dir=tmp_path / "checkpoints")
     out, err = capfd.readouterr()

@@ -240,7 +240,7 @@ INTERFACE = (
     "prepare", "start_processes", "shard_inputs_per_process", "set_seed", "versions",
     # what is there
     "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
-    # distribution, and the layer of Keras's fit/evaluate/predict that follows it (keras_internals.LAYERS)
+    # distribution, and the layer of Keras's fit/evaluate/predict that follows it (interception.LAYERS)
     "make_distribution", "distribution_name", "num_replicas", "scope", "release", "follow_placement",
     "step_callbacks", "op_by_op_made_safe",
     # unmodified scripts

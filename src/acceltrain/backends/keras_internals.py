@@ -5,21 +5,18 @@ each still exists and behaves so, one test per name, so a Keras upgrade that cha
 test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Imported only after connect()
 (it imports keras).
 
-The one door into Keras's fit/evaluate/predict is here too (`intercept`): while any runtime is open, each
-call passes LAYERS, outermost first, then Keras's own method. Each name in LAYERS is a slot, filled by the
-code it belongs to while it applies (`layers(name=layer)`); an empty one is passed by. A layer is
-`layer(call, proceed)`: it reads the Call and returns `proceed(call)`, `proceed(call.replace(...))`, or a
-result of its own. To add one: name its slot in LAYERS at its place and fill it where it is made; no other
-layer changes. acceltrain's own calls (Runtime.fit/evaluate/predict, resumable's epochs, a failed call's
-plain rerun) call `keras_method(model, name)`, Keras's own, and pass no layer: nothing enters twice.
+The doors into Keras are here too, each one wrapper deep: the trainer class (`trainer_class`, where
+interception.py installs the one interception of fit/evaluate/predict and its LAYERS), each model's train function
+(TRAIN_FUNCTION_HOOKS), Model.save/save_weights (`saving_replaced`) and keras.config.set_backend
+(`set_backend_replaced`). `keras_method(model, name)` is Keras's own fit/evaluate/predict, passing no layer.
 """
 
 import contextlib
-import dataclasses
 import functools
-import inspect
 
 import keras
+
+from acceltrain.backends.interception import patched, runtimes_open
 
 
 # --- Seeding ----------------------------------------------------------------------------------
@@ -86,158 +83,16 @@ def trainer_class(backend: str):
     return TensorFlowTrainer
 
 
-@contextlib.contextmanager
-def patched(owner, names, wrap):
-    """Inside, `owner.NAME` is `wrap(NAME, original)` for each name; the originals are restored on exit."""
-    originals = {name: getattr(owner, name) for name in names}
-    for name, method in originals.items():
-        setattr(owner, name, functools.wraps(method)(wrap(name, method)))
-    try:
-        yield
-    finally:
-        for name, method in originals.items():
-            setattr(owner, name, method)
-
-
-# --- The one interception of fit/evaluate/predict (see the module docstring) -------------------------
-
-# The layers a call passes, outermost first: the order is this list's.
-LAYERS = (
-    "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
-    "script_calls",   # acceltrain run: the script's calls counted; one that fails rerun plainly (commands/run.py)
-    "autopilot",      # a model's first fit weighed, laid out, levers applied: run's (commands/run.py), else a runtime's
-    "checkpointed",   # acceltrain run --checkpoint-dir: fit trained by Runtime.fit's resumable loop (run_checkpoints.py)
-    "script_inputs",  # acceltrain run: the fit-time checks, the inputs prepared, the stall watch (commands/run.py)
-    "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
-)
-CALLS = ("fit", "evaluate", "predict")
-
-_layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
-_open: list = []  # a share per open runtime: the interception is installed while there is one
-_installed = contextlib.ExitStack()
-_opened = 0  # runtimes opened in this process, ever
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """One fit, evaluate or predict as it passes the layers."""
-
-    name: str  # "fit" | "evaluate" | "predict"
-    model: object
-    args: tuple
-    kwargs: dict
-    keras: object  # Keras's own method, unbound: keras(model, *args, **kwargs)
-    # Why an inner layer ran this call undistributed, on one device (shared by every replace(), so the outer
-    # layers read it once the call returns: run's closing line says where each call ran).
-    undistributed: list = dataclasses.field(default_factory=list)
-
-    def replace(self, **changes) -> "Call":
-        return dataclasses.replace(self, **changes)
-
-    def arguments(self) -> dict:
-        """The arguments by Keras's names (x, y, batch_size ...): bound_arguments."""
-        return bound_arguments(self.keras, self.model, self.args, self.kwargs)
-
-    def with_callback(self, callback) -> "Call":
-        """The call with `callback` first among its callbacks (so it sees an epoch's end before the script's
-        callbacks run theirs). Left as it is where the callbacks came by position or
-        as a CallbackList the caller built, or already hold a callback of the same class.
-
-        Relies on: fit/evaluate/predict take `callbacks` as a list or a CallbackList.
-        """
-        names = list(inspect.signature(self.keras).parameters)[1:]  # less the model
-        if "callbacks" not in names or len(self.args) > names.index("callbacks"):
-            return self
-        callbacks = self.kwargs.get("callbacks")
-        if callbacks is not None and not isinstance(callbacks, (list, tuple)):
-            return self  # a keras.callbacks.CallbackList: already configured by the caller
-        if any(type(c) is type(callback) for c in callbacks or ()):
-            return self
-        return self.replace(kwargs={**self.kwargs, "callbacks": [callback, *(callbacks or ())]})
-
-
-def intercept(backend: str, placement, autopilot=None):
-    """Runtime(): the first open runtime installs the interception on `backend`'s trainer class, `placement` and
-    `autopilot` in their slots (`acceltrain run` puts its own autopilot there while a script runs). Returns the
-    runtime's close (True the first time only); the last closed gives Keras its methods back."""
-    global _opened
-    if not _open:
-        _installed.enter_context(patched(trainer_class(backend), CALLS, _intercepted))
-        _layers["placement"], _layers["autopilot"] = placement, autopilot
-    _opened += 1
-    share = object()
-    _open.append(share)
-
-    def close() -> bool:
-        if share not in _open:
-            return False
-        _open.remove(share)
-        if not _open:
-            _installed.close()
-            _layers["placement"] = _layers["autopilot"] = None
-        return True
-
-    return close
-
-
-def runtimes_open() -> int:
-    """How many runtimes are open now: the interception is installed while there is one."""
-    return len(_open)
-
-
-def runtimes_opened() -> int:
-    """How many runtimes this process has opened (connect()), closed or not."""
-    return _opened
-
-
-def _intercepted(name: str, keras_own):
-    def method(model, *args, **kwargs):
-        if kwargs.get("_use_cached_eval_dataset"):  # Keras's fit validating, inside a call past the layers
-            return keras_own(model, *args, **kwargs)  # Relies on: fit calls evaluate(..., _use_cached_eval_dataset=True)
-        return _through([_layers[slot] for slot in LAYERS if _layers[slot] is not None],
-                        Call(name, model, args, kwargs, keras_own))
-
-    return method
-
-
-def _through(layers, call: Call):
-    if not layers:
-        return call.keras(call.model, *call.args, **call.kwargs)
-    return layers[0](call, lambda passed: _through(layers[1:], passed))
-
-
-@contextlib.contextmanager
-def layers(**filled):
-    """Inside, the named slots of LAYERS hold these layers (None: left empty); as they were on exit."""
-    unknown = sorted(set(filled) - set(LAYERS))
-    if unknown:
-        raise ValueError(f"Received layers {unknown}: no such slot. Name each in keras_internals.LAYERS, at its place.")
-    before = {slot: _layers[slot] for slot in filled}
-    _layers.update(filled)
-    try:
-        yield
-    finally:
-        _layers.update(before)
-
-
 def keras_method(model, name: str):
     """Keras's own fit/evaluate/predict of `model`, bound, passing no layer: what acceltrain's own code calls.
     (The trainer's: a subclass's own `fit` is the script's way in, which has passed the layers already.)"""
+    return functools.partial(keras_own(name), model)
+
+
+def keras_own(name: str):
+    """Keras's own fit/evaluate/predict, unbound (the trainer class's, under the interception): a Call's `keras`."""
     method = getattr(trainer_class(keras.backend.backend()), name)
-    return functools.partial(method.__wrapped__ if _open else method, model)  # the interception wraps Keras's own
-
-
-def bound_arguments(method, model, args, kwargs) -> dict:
-    """The arguments of a call `method(model, *args, **kwargs)` by name, as Keras's signature names them
-    (x, y, batch_size ...), a `**kwargs` catch-all (evaluate's) merged in. The model itself left out.
-
-    Relies on: Model.fit/evaluate/predict take x first and the rest by the names Keras documents.
-    """
-    bound = inspect.signature(method).bind(model, *args, **kwargs)
-    arguments = dict(bound.arguments)
-    del arguments[next(iter(arguments))]  # the model itself
-    arguments.update(arguments.pop("kwargs", {}))
-    return arguments
+    return method.__wrapped__ if runtimes_open() else method  # the interception wraps Keras's own
 
 
 # --- Compiled functions -------------------------------------------------------------------------
@@ -276,10 +131,63 @@ def gathering_predictions(model, gather):
 
 # --- The time ledger's view of a fit (training/ledger_watch.py) ------------------------------------
 
+# The one door into a model's train function: acceltrain's hooks on the batches it pulls, outermost first. Each
+# name is a slot a hook fills while it applies (watch_train_steps, keep_last_batch); one wrapper holds them all, so
+# no two wrappers ever stack on a model's train function (two stacked once broke the ledger's FLOPs count).
+TRAIN_FUNCTION_HOOKS = (
+    "ledger",      # the time ledger: each next() timed (training/ledger_watch.py)
+    "last_batch",  # the batch the step took, kept: the step timed again on one device (backends/jax.py)
+)
+
+
+class _TrainFunctionDoor:
+    """A model's train function with acceltrain's hooks: each execution's iterator passes the filled hooks in
+    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it."""
+
+    def __init__(self, own):
+        self.__wrapped__ = own
+        self.hooks = {}  # slot -> wrap_iterator(state, iterator)
+
+    def __call__(self, state, iterator):
+        for slot in TRAIN_FUNCTION_HOOKS:
+            if slot in self.hooks:
+                iterator = self.hooks[slot](state, iterator)
+        return self.__wrapped__(state, iterator)
+
+
+def _hook_train_function(model, slot: str, wrap_iterator) -> None:
+    """`wrap_iterator` in `slot` of the model's train function's one door (made on the function Keras made now:
+    a function rebuilt since, after a recompile, gets a new door)."""
+    door = model.train_function
+    if not isinstance(door, _TrainFunctionDoor):
+        door = model.train_function = _TrainFunctionDoor(door)
+    door.hooks[slot] = wrap_iterator
+
+
+def _unhook_train_function(model, slot: str, wrap_iterator=None) -> None:
+    """`slot` emptied (only while it holds `wrap_iterator`, where given); the last hook out gives Keras's own back."""
+    door = getattr(model, "train_function", None)
+    if not isinstance(door, _TrainFunctionDoor) or slot not in door.hooks:
+        return
+    if wrap_iterator is None or door.hooks[slot] is wrap_iterator:
+        del door.hooks[slot]
+    if not door.hooks:
+        model.train_function = door.__wrapped__
+
+
+def train_function_wrappers(model) -> int:
+    """How many of acceltrain's wrappers stand over the model's train function (at most one: its door)."""
+    function, count = getattr(model, "train_function", None), 0
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+        function, count = function.__wrapped__, count + 1
+    return count
+
+
 def watch_train_steps(model, wrap_iterator) -> bool:
     """Inside this fit, each call of the model's train function pulls its batches through
-    `wrap_iterator(state, iterator)` (the ledger times each `next()`). Returns False where it cannot (TensorFlow:
-    the step takes its input inside the graph; a model not compiled for a fit yet). `unwatch_train_steps` undoes it.
+    `wrap_iterator(state, iterator)` (the ledger times each `next()`): slot "ledger" of its one door. Returns False
+    where it cannot (TensorFlow: the step takes its input inside the graph; a model not compiled for a fit yet).
+    `unwatch_train_steps` undoes it.
 
     Relies on: JAXTrainer.fit calls make_train_function() before the callbacks' on_train_begin and on_epoch_begin,
     and make_train_function keeps an existing `model.train_function`; then each execution is
@@ -288,31 +196,25 @@ def watch_train_steps(model, wrap_iterator) -> bool:
     """
     if keras.backend.backend() != "jax" or model.train_function is None:
         return False
-    own = _unwatched(model.train_function)
-
-    def watched(state, iterator):
-        return own(state, wrap_iterator(state, iterator))
-
-    watched.__wrapped__ = own
-    watched.acceltrain_watched = watched.acceltrain_wrapper = True
-    model.train_function = watched
+    _hook_train_function(model, "ledger", wrap_iterator)
     return True
 
 
 def unwatch_train_steps(model) -> None:
-    if getattr(model, "train_function", None) is not None:
-        model.train_function = _unwatched(model.train_function)
-
-
-def _unwatched(function):
-    return function.__wrapped__ if getattr(function, "acceltrain_watched", False) else function
+    _unhook_train_function(model, "ledger")
 
 
 def _keras_own(function):
-    """Keras's train function under every wrapper acceltrain put around it (the ledger's, keep_last_batch's)."""
-    while getattr(function, "acceltrain_wrapper", False):
+    """Keras's train function under acceltrain's door (and any wrapper marked acceltrain_wrapper)."""
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
         function = function.__wrapped__
     return function
+
+
+def keras_train_function(model):
+    """The model's train function as Keras made it (None before its first fit): what is compiled, whoever hooks it."""
+    function = getattr(model, "train_function", None)
+    return None if function is None else _keras_own(function)
 
 
 def jitted_train_step(model):
@@ -495,12 +397,28 @@ SAVING_METHODS = ("save", "save_weights")
 
 
 @contextlib.contextmanager
-def saving_replaced(replace):
-    """Inside, keras.Model.save and save_weights are `replace(name, original)`; restored on exit.
+def saving_replaced(*replacements):
+    """Inside, keras.Model.save and save_weights are one door: each call passes `replacements` in order, outermost
+    first, then Keras's own. A replacement is `replace(name, method)` returning the method that stands for `method`
+    (the next one in, or Keras's own). One patch, however many there are; restored on exit.
 
     Relies on: every model's save/save_weights are keras.Model's (subclasses rarely override them).
     """
-    with patched(keras.Model, SAVING_METHODS, replace):
+    def door(name, keras_own):
+        method = keras_own
+        for replace in reversed(replacements):
+            method = replace(name, method)
+        return method
+
+    with patched(keras.Model, SAVING_METHODS, door):
+        yield
+
+
+@contextlib.contextmanager
+def set_backend_replaced(replace):
+    """Inside, keras.config.set_backend is `replace(original)`; restored on exit: its one door (acceltrain run keeps a
+    script's call from reloading Keras). Public API, patched here beside the other doors into Keras."""
+    with patched(keras.config, ["set_backend"], lambda _, keras_own: replace(keras_own)):
         yield
 
 
@@ -645,12 +563,12 @@ def training_state(model) -> tuple:
 
 def keep_last_batch(model) -> dict:
     """From now on, `kept["batch"]` is the last batch the model's train function took (a reference: nothing is
-    copied), until `kept["stop"]()` gives the train function back.
+    copied), until `kept["stop"]()` empties its slot ("last_batch") of the train function's one door.
 
     Relies on: JAXTrainer.fit calls `self.train_function(state, iterator)` each step (make_train_function keeps an
     existing one), and that function takes `next(iterator)` as the batch of `train_step(state, batch)`.
     """
-    step, kept = model.train_function, {}
+    kept = {}
 
     class Kept:
         def __init__(self, iterator):
@@ -663,13 +581,9 @@ def keep_last_batch(model) -> dict:
             kept["batch"] = next(self.iterator)
             return kept["batch"]
 
-    def train_function(state, iterator):
-        return step(state, Kept(iterator))
+    def last_batch(state, iterator):
+        return Kept(iterator)
 
-    def stop():
-        if model.train_function is train_function:
-            model.train_function = step
-
-    train_function.__wrapped__, train_function.acceltrain_wrapper = step, True
-    model.train_function, kept["stop"] = train_function, stop
+    _hook_train_function(model, "last_batch", last_batch)
+    kept["stop"] = lambda: _unhook_train_function(model, "last_batch", last_batch)
     return kept

@@ -288,7 +288,7 @@ def release(distribution) -> None:
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" (keras_internals.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
+    """Layer "placement" (interception.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
     Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a
     decoder, its own train_step) is marked built: Keras builds a model under a strategy by calling it on a symbolic
     batch (`_maybe_symbolic_build`), which such a model cannot answer, and a plain run never calls it. Keras still

@@ -9,8 +9,8 @@
    as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
    calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
 
-With --checkpoint-dir, each of the script's fit calls trains through Runtime.fit's checkpointed path
-instead, exact and resumable (run_checkpoints.py).
+With --checkpoint-dir, each of the script's fit calls is trained by the runtime's own loop instead, as
+Runtime.fit's are, exact and resumable (run_checkpoints.py).
 """
 
 import contextlib
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from acceltrain import decisions, log, user_model
 from acceltrain.commands import outputs, run_checkpoints
-from acceltrain.commands.script_layers import FirstFits, FitGuard, KerasCalls
+from acceltrain.commands.script_layers import FitGuard, KerasCalls
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import Settings
 
@@ -59,13 +59,11 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         # Every process must draw the same initial weights (JAX checks, and stops, when they differ); a
         # script that seeds itself overrides this.
         runtime.seed(0)
-    from acceltrain.backends import keras_internals
-    from acceltrain.training import ledger_watch
+    from acceltrain.backends import interception
+    from acceltrain.training import assembly, ledger_watch
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))
-    checkpointed = checkpointing and run_checkpoints.CheckpointedFits(
-        runtime, checkpointing, _resume_command(checkpointing, script, argv))
     window = None
     with _ledger_told_when_preempted(lambda: window, ledger_file, runtime), contextlib.ExitStack() as stack:
         stack.callback(runtime.close)  # last out: Keras's fit is its own again
@@ -73,16 +71,18 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
         stack.enter_context(_no_reload_of_keras(runtime.backend))
-        # The script's Keras calls pass these layers, in keras_internals.LAYERS's order, then the placement layer.
+        # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
+        # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
         watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
             if runtime.timeline.enabled else None
-        first_fits = FirstFits(runtime, autopilot, verify, cut_batches=not checkpointed)  # else Runtime.fit cuts them
-        stack.enter_context(keras_internals.layers(ledger=watch, script_calls=calls, autopilot=first_fits,
-                                                   checkpointed=checkpointed or None, script_inputs=FitGuard(runtime)))
-        if runtime.num_processes > 1:
-            stack.enter_context(_saving_whole(runtime))
-        if runtime.backend == "jax":
-            stack.enter_context(keras_internals.saving_replaced(_without_tensorflow))
+        trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
+            checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),
+            keep_steps_per_execution=True, flags=True))  # the script's own steps_per_execution, as a plain fit keeps it
+        stack.enter_context(interception.layers(
+            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify,
+                                                                           flags=True),
+            script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
+        stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
     return code
@@ -160,11 +160,9 @@ def _no_reload_of_keras(backend: str):
     """Inside, the script's keras.config.set_backend(NAME) does not reload Keras: Keras's own drops every keras
     module, and what the script built after it would bypass acceltrain. NAME was read from the source and loaded
     before the script ran (_keep_the_scripts_backend): nothing to do; another one is refused, naming the flag."""
-    import keras
-
     from acceltrain.backends import keras_internals
 
-    def kept(_, keras_own):
+    def kept(keras_own):
         def set_backend(name):
             if name != backend:
                 raise UsageError(f"Received keras.config.set_backend({name!r}) from the script, with Keras loaded on "
@@ -173,7 +171,7 @@ def _no_reload_of_keras(backend: str):
 
         return set_backend
 
-    with keras_internals.patched(keras.config, ["set_backend"], kept):
+    with keras_internals.set_backend_replaced(kept):
         yield
 
 
@@ -245,7 +243,19 @@ def _exit_code(code) -> int:
 
 
 @contextlib.contextmanager
-def _saving_whole(runtime):
+def _saving(runtime):
+    """The script's model.save/save_weights through their one door (keras_internals.saving_replaced), outermost
+    first: without the TensorFlow import (JAX: _without_tensorflow), then each process's own whole copy (a job of
+    several processes: _whole, which reads Keras's own signature)."""
+    from acceltrain.backends import keras_internals
+
+    savers = [*([_without_tensorflow] if runtime.backend == "jax" else []),
+              *([_whole(runtime)] if runtime.num_processes > 1 else [])]
+    with keras_internals.saving_replaced(*savers) if savers else contextlib.nullcontext():
+        yield
+
+
+def _whole(runtime):
     """In a job of several processes every process writes its own model.save/save_weights, as each host of
     a plain multi-host script does, so each reads back what it saved (load_model after a ModelCheckpoint
     into a TemporaryDirectory, whose path differs from process to process).
@@ -260,7 +270,7 @@ def _saving_whole(runtime):
     written by process 0 alone, the others writing theirs into a folder thrown away after; a file object
     is each process's own.
     """
-    from acceltrain.backends import keras_internals
+    from acceltrain.backends import interception
 
     told = []
 
@@ -269,7 +279,7 @@ def _saving_whole(runtime):
             _refuse_split_weights(runtime, model, name, filepath)
             if not isinstance(filepath, (str, os.PathLike)):
                 return method(model, filepath, *args, **kwargs)  # a file object: this process's own
-            arguments = keras_internals.bound_arguments(method, model, (filepath, *args), kwargs)
+            arguments = interception.bound_arguments(method, model, (filepath, *args), kwargs)
             path = _one_local_file(arguments)
             if path is None:
                 how = _write_by_process_0(runtime.process_index, method, model, arguments)
@@ -284,8 +294,7 @@ def _saving_whole(runtime):
 
         return save
 
-    with keras_internals.saving_replaced(whole):
-        yield
+    return whole
 
 
 def _without_tensorflow(name, method):

@@ -1,7 +1,7 @@
-"""`acceltrain run`'s layers of the interception (keras_internals.LAYERS), each a `layer(call, proceed)` over the
-script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged), FirstFits
-("autopilot": each model's first fit weighed and laid out) and FitGuard ("script_inputs": checked, inputs prepared).
-run.py puts them in place around the script."""
+"""`acceltrain run`'s own layers of the interception (interception.SCRIPT_LAYERS), each a `layer(call, proceed)`
+over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
+FitGuard ("script_inputs": checked, inputs prepared). run.py puts them in place around the script, beside the layers
+every fit has (training/assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
 
 from collections import Counter
 
@@ -10,11 +10,10 @@ import numpy as np
 from acceltrain import checks, data, decisions, inputs, log, placement, streams
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import predict_prepared
-from acceltrain.layout import autopilot
 
 
 class KerasCalls:
-    """Layer "script_calls" (keras_internals.LAYERS): the script's fit, evaluate and predict calls, as it made
+    """Layer "script_calls" (interception.LAYERS): the script's fit, evaluate and predict calls, as it made
     them: counted, and rechecked when one fails.
 
     When a call raises, the script's end says whose error it is: `judge(name, nth)` runs the same script plainly in
@@ -23,7 +22,7 @@ class KerasCalls:
     """
 
     def __init__(self, runtime, plain_command: str, judge=None):
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception
 
         self.runtime = runtime
         self.plain_command = plain_command  # how the user runs the script without acceltrain (_plain_command)
@@ -31,7 +30,7 @@ class KerasCalls:
         self.counts: Counter = Counter()
         self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
         self.why_undistributed: list = []
-        self._runtimes = keras_internals.runtimes_opened()  # more at the end: the script connected its own
+        self._runtimes = interception.runtimes_opened()  # more at the end: the script connected its own
         self.failed: tuple | None = None  # (name, error, which of the script's calls of that name it was)
         self._depth = 0  # a callback's own predict inside a fit: only the script's outermost calls count
 
@@ -94,12 +93,12 @@ class KerasCalls:
 
     def tell_summary(self) -> None:
         """One line at the end: what acceltrain distributed, or that it distributed nothing, and why."""
-        from acceltrain.backends import keras_internals
+        from acceltrain.backends import interception
 
         where = (f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s)"
                  if self.runtime.distribution is not None else "one device")
         own = ("; the calls of the runtime the script connected itself ran as its banner says"
-               if keras_internals.runtimes_opened() > self._runtimes else "")
+               if interception.runtimes_opened() > self._runtimes else "")
         if self.counts:
             made, alone = _listed(self.counts), _listed(self.undistributed)
             why = "; ".join(self.why_undistributed)
@@ -123,53 +122,8 @@ def _listed(counts) -> str:
     return ", ".join(f"{counts[name]} {name}" for name in ("fit", "evaluate", "predict") if counts[name])
 
 
-class FirstFits:
-    """Layer "autopilot" (keras_internals.LAYERS): before each model's first fit, the model weighed, laid out and the
-    levers applied (Runtime.first_fit, its messages naming the flags), and with --verify N compared with one device
-    (layout/verify.py); every later call of the model runs under the distribution it was laid out for, and each
-    fit's batch is cut as its first was (gradient accumulation keeps the global batch)."""
-
-    def __init__(self, runtime, autopilot: bool = True, verify: int | None = None, cut_batches: bool = True):
-        """cut_batches: cut each fit's batch for the steps accumulated (False where the layer below trains the fit
-        through Runtime.fit, which cuts it: --checkpoint-dir)."""
-        import weakref
-
-        self.runtime, self.autopilot, self.verify, self.cut_batches = runtime, autopilot, verify, cut_batches
-        self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
-
-    def __call__(self, call, proceed):
-        framework = self.runtime.backend_module
-        if not framework.SHARDS:
-            return proceed(call)  # TensorFlow: the strategy's scope places everything; nothing to weigh
-        if call.name == "fit" and call.model not in self.placed:
-            self._first(call)
-        distribution, accumulation = self.placed.get(call.model), autopilot.accumulation_of(call.model)
-        if call.name == "fit" and accumulation > 1 and self.cut_batches:
-            arguments = call.arguments()
-            arguments["x"], arguments["batch_size"] = autopilot.per_step(arguments.get("x"), arguments.get("batch_size"),
-                                                                         accumulation)
-            if arguments.get("steps_per_epoch"):
-                arguments["steps_per_epoch"] *= accumulation  # as many weight updates an epoch
-            call = call.replace(args=(), kwargs=arguments)
-        with framework.scope(distribution):
-            return proceed(call)
-
-    def _first(self, call) -> None:
-        from acceltrain.layout import verify
-
-        arguments = call.arguments()
-        x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")
-        decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot, flags=True)
-        self.placed[call.model] = self.runtime.distribution
-        if self.verify:
-            x, batch_size = autopilot.per_step(x, batch_size, decision.accumulation)
-            with self.runtime.backend_module.scope(self.runtime.distribution):
-                verify.verify(self.runtime, call.model, x, y, batch_size, self.verify,
-                              accumulation=decision.accumulation, flag="--verify")
-
-
 class FitGuard:
-    """Layer "script_inputs" (keras_internals.LAYERS): each fit, evaluate and predict of the script, checked and
+    """Layer "script_inputs" (interception.LAYERS): each fit, evaluate and predict of the script, checked and
     its inputs prepared.
 
     Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
@@ -179,12 +133,15 @@ class FitGuard:
     loaders take the same rules batch by batch (_stream).
     """
 
-    def __init__(self, runtime):
-        self.runtime = runtime
+    def __init__(self, runtime, fits: bool = True):
+        """fits: False where the runtime's own loop prepares each fit (slot "trained": --checkpoint-dir)."""
+        self.runtime, self.fits = runtime, fits
         self.warned: set[str] = set()
         self.placement_told = False
 
     def __call__(self, call, proceed):
+        if call.name == "fit" and not self.fits:
+            return proceed(call)
         if call.name == "fit":
             placement.report(self.runtime, call.model)  # what was sharded, once per model
         call = self._watched(call)
@@ -337,12 +294,13 @@ class FitGuard:
         if self.placement_told:
             return
         self.placement_told = True
+        from acceltrain.training import assembly
+
         where = ""
         if model.variables:
             spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
-        steps = getattr(getattr(model, "optimizer", None), "gradient_accumulation_steps", None) or 1  # FirstFits'
-        log.info(f"fit: {inputs.global_batch(batch_size, self.runtime.num_replicas, steps)}{where}")
+        log.info(f"fit: {inputs.global_batch(batch_size, self.runtime.num_replicas, assembly.accumulated(model))}{where}")
 
     # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 

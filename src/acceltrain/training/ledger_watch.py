@@ -1,5 +1,5 @@
 """The time ledger's eyes inside Keras (acceltrain/ledger.py says what each part is and how instants are booked):
-LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime._watched), and `layer`,
+LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime.watched_callbacks), and `layer`,
 its slot "ledger" of the interception for a script's own calls (acceltrain run). Imports keras: import only after
 connect().
 
@@ -62,7 +62,7 @@ class LedgerWatch(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         self._executing = batch
         self._dispatched[batch] = self.timeline.clock()  # the batch is pulled next (JAX): _timed_iterator moves it
-        if not self.timeline.compile_events and self.timeline.first_seen(self.model.train_function):
+        if not self.timeline.compile_events and self.timeline.first_seen(keras_internals.keras_train_function(self.model)):
             self._compiles_first.add(batch)
 
     def on_train_batch_end(self, batch, logs=None):
@@ -133,7 +133,7 @@ class _TimedIterator:
 
 
 def layer(timeline, framework, distribution):
-    """Slot "ledger" of the interception (keras_internals.LAYERS), for a script's own calls under `distribution`: a
+    """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution`: a
     fit carries a LedgerWatch (told whether acceltrain makes it wait for each step); an evaluate or predict is booked
     whole as evaluation."""
 

@@ -40,12 +40,15 @@ class Interrupted(AcceltrainError):
 
 
 def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every, resume: bool, seed: int,
-        callbacks=(), verbose="auto", timeline=None, **fit_kwargs):
+        callbacks=(), verbose="auto", timeline=None, keras_fit=None, **fit_kwargs):
     """Train `prepared` (an inputs.Fit, kept whole: trim=False) from the newest checkpoint (if resume) to `epochs`,
     checkpointing as `every` says. Arrays: each epoch in the order epoch_order(seed, epoch), less its last few
     (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position). `timeline`: the runtime's time
-    ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume."""
+    ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume.
+    `keras_fit(**kwargs)`: each epoch's fit (default: Keras's own, passing no layer)."""
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
+    # Each epoch's Keras fit: through the layers below the assembly's "trained" (training/assembly.py), else Keras's own
+    keras_fit = keras_fit or keras_internals.keras_method(model, "fit")
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
     feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset
@@ -96,7 +99,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                     n = data.num_samples(prepared.x)
                     inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
                                            first_step)
-            epoch_history = keras_internals.keras_method(model, "fit")(
+            epoch_history = keras_fit(
                 **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=prepared.validation_data,
                 validation_batch_size=prepared.validation_batch_size, verbose=verbose,
                 callbacks=[progress, saver, *callbacks], **fit_kwargs,

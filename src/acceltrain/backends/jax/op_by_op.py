@@ -1,4 +1,4 @@
-"""The placement layer of the interception (keras_internals.LAYERS) and the op-by-op step: plain `model.fit` under
+"""The placement layer of the interception (interception.LAYERS) and the op-by-op step: plain `model.fit` under
 the distribution its model was built in, and a step Keras would run op by op on several CPU devices compiled where
 JAX can, else run on one device, else refused."""
 
@@ -12,7 +12,7 @@ from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once, s
 
 
 def follow_placement(call, proceed):
-    """Layer "placement" of the interception (keras_internals.LAYERS): plain `model.fit` runs under the
+    """Layer "placement" of the interception (interception.LAYERS): plain `model.fit` runs under the
     distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
     model, as TensorFlow does), one step at a time where steps must not overlap, and a step Keras would run op
     by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
