@@ -672,6 +672,12 @@ def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sam
     for kind in kinds:
         reads, once_more = _reads(job.stdout, kind), [0] * 320 + [2] * 10 if kind == "pydataset" else [0] * 330
         assert min(reads) >= 2, (kind, reads)  # every sample, every epoch
+        if kind.startswith("grain"):
+            # Grain reads ahead of what is consumed, as far as the machine's timing lets it (one plain run read a
+            # sample 2 to 4 times in 2 epochs), so its reads are weighed over the pass: reading whole in each
+            # process, as before, read twice plain's.
+            assert sum(reads) <= 1.5 * sum(plain_reads[kind]), (kind, reads, plain_reads[kind])
+            continue
         assert all(read <= alone + 1 + more for read, alone, more in zip(reads, plain_reads[kind], once_more)), \
             (kind, reads, plain_reads[kind])
     assert _reads(job.stdout, "tfdata") == plain_reads["tfdata"]
