@@ -1,5 +1,7 @@
 """backends/jax/compiles.py: the time ledger's view of JAX's compiles, and the persistent cache."""
 
+import contextlib
+
 import numpy as np
 
 
@@ -32,22 +34,25 @@ def test_watch_compiles_books_jaxs_own_compile_events_and_the_caches(runtime):
 def test_the_cache_is_said_off_only_by_the_setting_that_turned_it_off(monkeypatch):
     """The ledger advises undoing a setting only where the backend noted one (issue 31: it advised unsetting an
     ACCELTRAIN_COMPILATION_CACHE=0 nobody had set)."""
-    import jax
-
     from acceltrain.backends.jax import compiles
 
     monkeypatch.delenv("ACCELTRAIN_COMPILATION_CACHE", raising=False)
     assert compiles._cache_off_by() is None  # on, or off by nothing the user set: nothing to undo
-    was = jax.config.jax_enable_compilation_cache
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
+    with _jax_config("jax_enable_compilation_cache", False):
         assert compiles._cache_off_by() == "jax_enable_compilation_cache=False"
-    finally:
-        jax.config.update("jax_enable_compilation_cache", was)
     monkeypatch.setenv("ACCELTRAIN_COMPILATION_CACHE", "0")  # enable_compilation_cache then sets no folder
-    folder = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", None)
-    try:
+    with _jax_config("jax_compilation_cache_dir", None):
         assert compiles._cache_off_by() == "ACCELTRAIN_COMPILATION_CACHE=0"
+
+
+@contextlib.contextmanager
+def _jax_config(name: str, value):
+    """JAX's setting `name` at `value` for the block, given back after it."""
+    import jax
+
+    was = getattr(jax.config, name)
+    jax.config.update(name, value)
+    try:
+        yield
     finally:
-        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update(name, was)
