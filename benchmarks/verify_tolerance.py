@@ -142,28 +142,13 @@ def lora():
 
 
 def forgets_all_reduce():
-    """A row-parallel Dense written for a mesh with a "model" axis, which forgets the sum over it (as
-    tests/layout/test_verify.py's)."""
-    import jax
+    """A row-parallel Dense written for a mesh with a "model" axis, which forgets the sum over it (the tests' own,
+    tests/layout/test_verify.py::forgetting_its_sum)."""
     import keras
-    from jax.sharding import PartitionSpec as P
 
-    class RowParallelDense(keras.layers.Layer):
-        def build(self, input_shape):
-            self.kernel = self.add_weight(shape=(input_shape[-1], 16), name="kernel")
+    from tests.layout.test_verify import forgetting_its_sum
 
-        def call(self, x):
-            distribution = keras.distribution.distribution()
-            if distribution is None or "model" not in distribution.device_mesh.axis_names:
-                return x @ self.kernel
-            partial = jax.shard_map(lambda x, kernel: x @ kernel, mesh=distribution.device_mesh.backend_mesh,
-                                    in_specs=(P(None, "model"), P("model", None)), out_specs=P(), check_vma=False)
-            return partial(x, keras.ops.convert_to_tensor(self.kernel))  # the jax.lax.psum(..., "model") is missing
-
-        def compute_output_shape(self, input_shape):
-            return (*input_shape[:-1], 16)
-
-    return _compiled(keras.Sequential([keras.Input((64,)), RowParallelDense(name="row_parallel"),
+    return _compiled(keras.Sequential([keras.Input((64,)), forgetting_its_sum(name="row_parallel"),
                                        keras.layers.Dense(4, name="head")]), keras.optimizers.Adam(1e-2))
 
 

@@ -127,11 +127,12 @@ def test_verify_passes_on_each_layout_and_training_starts_from_the_weights_as_th
     assert int(model.optimizer.iterations) == 0  # the verification steps do not count
 
 
-def _forgets_its_all_reduce():
+def forgetting_its_sum(**kwargs):
     """A row-parallel Dense written for a mesh with a "model" axis, over which its kernel's rows (and its inputs'
     features) are cut: each device multiplies its slices with its own shard_map, and the sum over the model axis is
     forgotten, so each keeps its partial sum (out_specs says the output is whole). On one device there is one
-    slice, so it is right there: only a distributed run computes something else."""
+    slice, so it is right there: only a distributed run computes something else. benchmarks/verify_tolerance.py
+    builds its wrong model on it too."""
     import jax
     import keras
     from jax.sharding import PartitionSpec as P
@@ -151,7 +152,15 @@ def _forgets_its_all_reduce():
         def compute_output_shape(self, input_shape):
             return (*input_shape[:-1], 16)
 
-    model = keras.Sequential([keras.Input((64,)), RowParallelDense(name="row_parallel"),
+    return RowParallelDense(**kwargs)
+
+
+def _forgets_its_all_reduce():
+    """A model whose first layer forgets its all-reduce (forgetting_its_sum): right on one device, wrong
+    distributed."""
+    import keras
+
+    model = keras.Sequential([keras.Input((64,)), forgetting_its_sum(name="row_parallel"),
                               keras.layers.Dense(4, name="head")],
                              name="forgets_all_reduce")
     model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
