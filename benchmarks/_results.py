@@ -32,6 +32,9 @@ RESULTS = HERE / "results"
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "acceltrain-benchmarks-quick"
 MEASURED = "measured"
 UNCOMMITTED = "+changes"  # after a record's commit: the tree had changes no commit holds (render.py refuses it)
+# A tree copied without its .git (the GPU machine's, benchmarks/gpu_check.sh) names its commit here: the caller,
+# on the machine where git is, passes `git rev-parse --short HEAD` of a clean tree.
+TREE_COMMIT = "ACCELTRAIN_TREE_COMMIT"
 # Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
              "numpy")
@@ -139,6 +142,9 @@ def versions() -> dict:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
+    if not (REPO / ".git").exists() and os.environ.get(TREE_COMMIT):  # a copy of a committed tree (gpu_check.sh)
+        found["commit"] = os.environ[TREE_COMMIT]
+        return found
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,

@@ -49,5 +49,6 @@ SECTIONS = (
     Section("small-steps", "small_steps.py", (), 15),
     Section("small-steps-lstm", "small_steps.py", ("--models", "lstm", "--section", "small-steps-lstm"), 15),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
+    Section("lm-finetune-gpu", "lm_finetune.py", (), 5, needs="gpu"),
 )
 BY_NAME = {section.name: section for section in SECTIONS}
