@@ -32,8 +32,8 @@ RESULTS = HERE / "results"
 QUICK_RESULTS = Path(tempfile.gettempdir()) / "acceltrain-benchmarks-quick"
 MEASURED = "measured"
 UNCOMMITTED = "+changes"  # after a record's commit: the tree had changes no commit holds (render.py refuses it)
-# A tree copied without its .git (the GPU machine's, benchmarks/gpu_check.sh) names its commit here: the caller,
-# on the machine where git is, passes `git rev-parse --short HEAD` of a clean tree.
+# A copied tree (the GPU machine's, benchmarks/gpu_check.sh: the device tool sends the working tree with the .git of
+# the session's first commit) names its commit here: the caller passes `git rev-parse --short HEAD` of a clean tree.
 TREE_COMMIT = "ACCELTRAIN_TREE_COMMIT"
 # Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
@@ -142,7 +142,7 @@ def versions() -> dict:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    if not (REPO / ".git").exists() and os.environ.get(TREE_COMMIT):  # a copy of a committed tree (gpu_check.sh)
+    if os.environ.get(TREE_COMMIT):  # a copy of a committed tree (gpu_check.sh), its own .git absent or stale
         found["commit"] = os.environ[TREE_COMMIT]
         return found
     try:

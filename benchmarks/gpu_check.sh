@@ -23,7 +23,7 @@
 #     namex==0.1.0 grain==0.2.18 array-record==0.8.6 portpicker==1.6.0
 # (keras_hub's fit needs Grain or TensorFlow to batch arrays; Grain needs array-record and portpicker), then commit
 # and: run(command="ACCELTRAIN_TREE_COMMIT=<git rev-parse --short HEAD> bash benchmarks/gpu_check.sh",
-# carry=[".whl"], timeout_s=500). The copy there has no .git: the records name the commit passed.
+# carry=[".whl"], timeout_s=500). The copy there may hold a stale .git: the records name the commit passed.
 # GPU_CHECK_QUICK=1 rehearses the whole script on a CPU in minutes (tiny sizes; its records are not results).
 set -uo pipefail
 OUT=${OUT:-/tmp/acceltrain-gpu-check}
