@@ -108,7 +108,7 @@ def render(summary: dict, record: dict) -> str:
         ("steady step (median after the first two)", f"{1e3 * summary['step_seconds']:.1f} ms"),
         ("tokens a second", f"{summary['tokens_per_second']:,.0f}"),
         ("first step (compiles)", f"{summary['first_step_seconds']:.1f} s"),
-        ("the step's FLOPs (XLA's count) over the steady step", _results.not_recorded(rate and f"{rate / 1e12:.3g} TFLOP/s")),
+        ("the step's FLOPs (its matmuls, as traced) over the steady step", _results.not_recorded(rate and f"{rate / 1e12:.3g} TFLOP/s")),
         ("MFU of the device steps, the ledger's (published bf16 peak)",
          _results.not_recorded(None if summary["ledger_mfu"] is None else f"{summary['ledger_mfu']:.1%}")),
         ("peak device memory, measured (JAX's peak_bytes_in_use)", size(summary["peak_bytes"])),

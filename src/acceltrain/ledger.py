@@ -304,7 +304,7 @@ class Ledger:
 
     @property
     def mfu(self) -> float | None:
-        """Model FLOPs utilization of the device steps: the steps' FLOPs (the compiled step's cost analysis)
+        """Model FLOPs utilization of the device steps: the steps' FLOPs (their matmuls and convolutions, as traced)
         over their time, as a share of the devices' published peak. None where either is unknown."""
         flops, peak, steps = self.facts.get("flops_per_step"), self.facts.get("peak_flops_per_second"), \
             self.facts.get("steps", 0) - self.facts.get("steps_redone", 0)

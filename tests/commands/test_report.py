@@ -88,7 +88,7 @@ def test_a_runs_ledger_is_a_panel_of_the_figure_and_a_table_of_the_markdown():
     assert "| **wall time** | 20.00 | 100 % |" in text
     assert "where the 20.0 s went: device steps 8.0 s (40 %), start-up 5.0 s (25 %)" in text
     assert "- 6 programs compiled or loaded; the persistent cache: 6 hits, 0 misses" in text
-    assert "- 3.20 GFLOP a training step (XLA's cost analysis)" in text and "MFU" not in text
+    assert "- 3.20 GFLOP a training step (its matmuls, as traced)" in text and "MFU" not in text
     assert "Where the time went" not in report.markdown(METRICS) and len(report.figure(METRICS).axes) == 3
 
 

@@ -334,7 +334,7 @@ def _ledger(run: ledger.Ledger) -> list[str]:
     if facts.get("steps"):
         counted.append(f"{facts['steps']} training steps")
     if facts.get("flops_per_step"):
-        counted.append(f"{facts['flops_per_step'] / 1e9:.2f} GFLOP a training step (XLA's cost analysis)")
+        counted.append(f"{facts['flops_per_step'] / 1e9:.2f} GFLOP a training step (its matmuls, as traced)")
     if run.mfu is not None:
         counted.append(f"MFU {ledger.percent(run.mfu)} of the published peak")
     if facts.get("checkpoints"):

@@ -40,10 +40,9 @@ def activation_bytes(abstract, per_device_batch: int) -> int:
 
 def step_flops(train_step, abstract, global_batch: int) -> float:
     """Multiply-adds x 2 of every dot_general and convolution in `train_step` (step.train_step(abstract)), traced."""
-    import jax
+    from acceltrain.backends.jax import compiles
 
-    jaxpr = jax.make_jaxpr(train_step)(*_abstract_arguments(abstract, global_batch))
-    return float(sum(_matmul_flops(eqn) for eqn in _equations(jaxpr.jaxpr)))
+    return float(compiles.traced_matmul_flops(train_step, *_abstract_arguments(abstract, global_batch)))
 
 
 def _abstract_arguments(abstract, batch: int) -> tuple:
@@ -69,19 +68,6 @@ def _equations(jaxpr):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
                     yield from _equations(inner)
-
-
-def _matmul_flops(eqn) -> int:
-    name = eqn.primitive.name
-    if name == "dot_general":
-        (lhs_contracting, _), _ = eqn.params["dimension_numbers"]
-        lhs = eqn.invars[0].aval.shape
-        return 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[d] for d in lhs_contracting)
-    if name == "conv_general_dilated":
-        rhs = eqn.invars[1].aval.shape  # the kernel: out channels x in channels/groups x window
-        out_channels_dim = eqn.params["dimension_numbers"].rhs_spec[0]
-        return 2 * math.prod(eqn.outvars[0].aval.shape) * math.prod(rhs) // rhs[out_channels_dim]
-    return 0
 
 
 def _nbytes(aval) -> int:

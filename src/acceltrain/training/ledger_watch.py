@@ -11,7 +11,7 @@ What the callback records into the runtime's timeline:
 - an epoch, as host_syncs, where acceltrain makes Keras wait for each step: what steps, input and compiles leave
   of it is the device idle between steps;
 - evaluation and prediction, from their begin to their end callbacks;
-- the FLOPs of one step, at the first epoch's end (JAX: the compiled step's cost analysis).
+- the FLOPs of one step, at the first epoch's end (JAX: its matmuls and convolutions, as traced).
 """
 
 import keras
@@ -81,7 +81,7 @@ class LedgerWatch(keras.callbacks.Callback):
         self._note_flops()  # a fit that stopped within its first epoch
 
     def _note_flops(self):
-        """The FLOPs of one step (JAX: the compiled step's cost analysis), once a watch and once a window."""
+        """The FLOPs of one step (JAX: its matmuls and convolutions, as traced), once a watch and once a window."""
         if self._flops_read or self._arguments is None or "flops_per_step" in self.timeline.notes:
             return
         self._flops_read = True

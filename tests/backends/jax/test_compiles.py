@@ -56,3 +56,37 @@ def _jax_config(name: str, value):
         yield
     finally:
         jax.config.update(name, was)
+
+
+def _matmuls_and_a_scan(w, x):
+    """2·8·3·4 FLOPs of one matmul, then 5 trips of a scan of a 4 × 4 matmul: 192 + 5 · 2·8·4·4 = 1472."""
+    import jax
+
+    h = x @ w
+
+    def trip(carry, _):
+        return carry @ jax.numpy.eye(4, dtype=carry.dtype), None
+
+    return jax.lax.scan(trip, h, None, length=5)[0]
+
+
+def test_a_traced_step_counts_each_matmul_and_a_scans_body_once_a_trip():
+    import jax
+
+    from acceltrain.backends.jax import compiles
+
+    w, x = jax.ShapeDtypeStruct((3, 4), "float32"), jax.ShapeDtypeStruct((8, 3), "float32")
+    assert compiles.traced_matmul_flops(_matmuls_and_a_scan, w, x) == 2 * 8 * 3 * 4 + 5 * 2 * 8 * 4 * 4
+
+
+def test_a_steps_flops_are_its_traced_matmuls_where_xla_would_count_a_loop_once():
+    """The ledger's count (MFU's numerator) on every backend: XLA's cost analysis of this step counts the scan's body
+    once (482 FLOPs with its elementwise work, on this CPU), and on the H200 gave none at all."""
+    import jax
+
+    from acceltrain.backends.jax import compiles
+
+    step = jax.jit(_matmuls_and_a_scan)
+    arguments = (jax.ShapeDtypeStruct((3, 4), "float32"), jax.ShapeDtypeStruct((8, 3), "float32"))
+    assert compiles.step_flops(step, arguments) == 2 * 8 * 3 * 4 + 5 * 2 * 8 * 4 * 4
+    assert step.lower(*arguments).cost_analysis()["flops"] < 2 * 8 * 3 * 4 + 5 * 2 * 8 * 4 * 4
