@@ -17,7 +17,7 @@ OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte
     "flags, env, tpu_vm, source, num, index, coordinator, reason",
     [
         (NO_FLAGS, {}, False, "single", 1, 0, None, "no cluster environment"),
-        (FLAGS, {**LAUNCH, **SLURM}, True, "flags", 4, 3, "10.0.0.1:1234", "--coordinator"),  # flags win
+        (FLAGS, {**LAUNCH, **SLURM}, True, "flags", 4, 3, "10.0.0.1:1234", "set by coordinator"),  # flags win
         (NO_FLAGS, {**LAUNCH, **SLURM}, False, "env", 2, 1, "127.0.0.1:5000", cluster.ENV_COORDINATOR),
         (NO_FLAGS, {"TPU_WORKER_HOSTNAMES": "t0,t1,t2,t3", "TPU_WORKER_ID": "2", **SLURM}, True, "tpu", 4, 2, None,
          "TPU slice of 4 hosts"),
@@ -33,7 +33,7 @@ OMPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "2", "OMPI_MCA_orte
         (NO_FLAGS, OMPI, False, "openmpi", 4, 2, None, "Open MPI: 4"),
         (NO_FLAGS, {**OMPI, "OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, False, "single", 1, 0, None,
          "one process"),
-        ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, "--num-processes 1"),  # opt out
+        ({"num_processes": 1}, SLURM, False, "single", 1, 0, None, "num_processes 1"),  # opt out
         (NO_FLAGS, {k: v for k, v in SLURM.items() if k != "SLURM_STEP_NODELIST"}, False, "single", 1, 0, None,
          "not started by srun"),  # sbatch's own shell: one process, with the hint
     ],
@@ -49,7 +49,8 @@ def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, r
 @pytest.mark.parametrize(
     "flags, env, says",
     [
-        ({"coordinator": "10.0.0.1:1234"}, {}, "without --num-processes and --process-id"),
+        ({"coordinator": "10.0.0.1:1234"}, {}, "without num_processes and process_id. A multi-process job needs all "
+                                               "three, e.g. acceltrain.Cluster(coordinator="),
         ({**FLAGS, "process_id": 4}, {}, "Valid: 0 to 3"),
         ({**FLAGS, "coordinator": "10.0.0.1"}, {}, "Expected HOST:PORT"),
         ({**FLAGS, "num_processes": 0}, {}, "at least 1"),
@@ -61,6 +62,13 @@ def test_choose_processes_refuses_a_broken_job(flags, env, says):
     with pytest.raises(UsageError, match=None) as refused:
         cluster.choose_processes("jax", flags, env, False)
     assert says in str(refused.value)
+
+
+def test_acceltrain_runs_job_is_named_by_its_flags():
+    with pytest.raises(UsageError) as refused:
+        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234", "as_flags": True}, {}, False)
+    assert "Received --coordinator=10.0.0.1:1234 without --num-processes and --process-id" in str(refused.value)
+    assert "e.g. --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0" in str(refused.value)
 
 
 @pytest.mark.parametrize("flags, env", [(FLAGS, {}), (NO_FLAGS, LAUNCH), (NO_FLAGS, SLURM)])

@@ -95,7 +95,9 @@ def test_cluster_must_be_a_cluster(bad):
 
 
 def test_a_cluster_given_in_part_names_what_is_missing():
-    with pytest.raises(UsageError, match=r"without \S*num.processes and \S*process.id"):
+    """Named as the Python fields a library user typed (`acceltrain run` names its flags: tests/test_cluster.py)."""
+    with pytest.raises(UsageError, match=r"Received coordinator=10.0.0.1:1234 without num_processes and process_id\. "
+                                         r".*e\.g\. acceltrain\.Cluster\(coordinator="):
         acceltrain.connect(cluster=acceltrain.Cluster(coordinator="10.0.0.1:1234"))
 
 

@@ -364,7 +364,7 @@ def _settings(args, cluster=None):
     from acceltrain.cluster import Cluster
     from acceltrain.runtime import Settings
 
-    cluster = Cluster(tpu=args.tpu, **(cluster or {}))
+    cluster = Cluster(tpu=args.tpu, flags=True, **(cluster or {}))  # errors name the flags typed
     return Settings(backend=args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
                     platform=args.platform, cluster=cluster, stall_timeout=args.stall_timeout,
                     device_memory=args.device_memory, precision=args.precision)

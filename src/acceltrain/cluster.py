@@ -64,12 +64,14 @@ class Cluster:
         num_processes: the processes in the job (one per host).
         process_id: this process's index, 0 to num_processes - 1.
         tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
+        flags: name these as the CLI's flags (--coordinator ...) in errors, not as these fields: `acceltrain run`.
     """
 
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
     tpu: str | None = None
+    flags: bool = False
 
 
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
@@ -107,11 +109,12 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
 
 def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
-    given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags")
+    names = FLAG_NAMES if flags.get("as_flags") else ARGUMENT_NAMES
+    given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags", names)
     if given == SINGLE:
-        return given, "--num-processes 1: one process, whatever the environment says"
+        return given, f"{names[1]} 1: one process, whatever the environment says"
     if given is not None:
-        return given, "set by --coordinator, --num-processes and --process-id"
+        return given, f"set by {names[0]}, {names[1]} and {names[2]}"
     # 2. acceltrain's own variables: what `acceltrain launch` sets for each process it starts.
     given = _explicit(env.get(ENV_COORDINATOR), env.get(ENV_NUM_PROCESSES), env.get(ENV_PROCESS_ID), "env")
     if given is not None:
@@ -217,10 +220,18 @@ def _engine_job(engine, found: environments.Found) -> tuple[Processes, str]:
     return (SINGLE if job is None else job), found.reason
 
 
+# How a wrong job as given is named back: connect()'s Cluster fields, or `acceltrain run`'s flags (Cluster.flags).
+ARGUMENT_NAMES = ("coordinator", "num_processes", "process_id")
+FLAG_NAMES = ("--coordinator", "--num-processes", "--process-id")
+_EXAMPLES = {ARGUMENT_NAMES: "acceltrain.Cluster(coordinator='10.0.0.1:1234', num_processes=2, process_id=0) on the "
+                             "first host (process_id=1 on the second)",
+             FLAG_NAMES: "--coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0 on the first host (and "
+                         "--process-id 1 on the second)"}
+
+
 def _explicit(coordinator, num_processes, process_id, source: str, names=None) -> Processes | None:
     """The three values given together, checked; None when none is given."""
-    names = names or (("--coordinator", "--num-processes", "--process-id") if source == "flags" else (
-        ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID))
+    names = names or (ARGUMENT_NAMES if source == "flags" else (ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID))
     values = (coordinator, num_processes, process_id)
     if all(value is None for value in values):
         return None
@@ -231,8 +242,8 @@ def _explicit(coordinator, num_processes, process_id, source: str, names=None) -
     if missing:
         raise UsageError(
             f"Received {', '.join(f'{n}={v}' for n, v in zip(names, values) if v is not None)} without "
-            f"{' and '.join(missing)}. A multi-process job needs all three, e.g. --coordinator 10.0.0.1:1234 "
-            "--num-processes 2 --process-id 0 on the first host (and --process-id 1 on the second)."
+            f"{' and '.join(missing)}. A multi-process job needs all three, e.g. "
+            f"{_EXAMPLES.get(names, _EXAMPLES[FLAG_NAMES])}."
         )
     index = _whole(names[2], process_id, minimum=0)
     if index >= count:
@@ -287,9 +298,11 @@ def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def detect(backend: str, coordinator=None, num_processes=None, process_id=None,
-           started: tuple[int, int] | None = None) -> tuple[Processes, str]:
-    """choose_processes() on this host's environment (`started`: see choose_processes)."""
-    flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
+           started: tuple[int, int] | None = None, as_flags: bool = False) -> tuple[Processes, str]:
+    """choose_processes() on this host's environment (`started`: see choose_processes; `as_flags`: errors name
+    the CLI's flags)."""
+    flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id,
+             "as_flags": as_flags}
     tpu_vm = on_cloud_tpu_vm()
     metadata = tpu_metadata(os.environ) if tpu_vm else {}
     return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started)

@@ -79,7 +79,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
-                                                  joined.process_id, started=backends.started_processes())
+                                                  joined.process_id, started=backends.started_processes(),
+                                                  as_flags=joined.flags)
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
