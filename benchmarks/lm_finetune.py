@@ -4,19 +4,24 @@ same job: throughput, the ledger's MFU, the peak memory measured beside the memo
 
     python benchmarks/lm_finetune.py [--quick]    # records the section "lm-finetune-gpu"
 
-Two fresh processes, on benchmarks/lm_finetune_script.py (Gemma 2B's shapes with 6 layers, LoRA of rank 4, AdamW,
-batch 8 of 512 tokens, 300 steps over 3 epochs):
+Fresh processes, one after another, on benchmarks/lm_finetune_script.py (Gemma 2B's shapes with 6 layers, LoRA of
+rank 4, AdamW, batch 8 of 512 tokens, 300 steps over 3 epochs):
   - `acceltrain run --verify 3 --ledger FILE lm_finetune_script.py --out FILE`: the script's own timings (the
     median step after the first two, tokens a second), the device's peak bytes in use (JAX's memory_stats), the
     ledger (where the time went, the FLOPs of a step, MFU against the published peak) and what --verify said;
   - `acceltrain plan --target here --model lm_finetune_script.py:model --batch-size 8 --sequence-length 512
-    --json`: the bytes a device the plan compiled for the same step, and its recommendation.
+    --json`: the bytes a device the plan compiled for the same step, and its recommendation;
+  - plain Keras on JAX, no acceltrain: `python lm_finetune_script.py` as written (Keras's float32 default), and
+    with `--policy mixed_bfloat16` (what acceltrain's precision 'auto' chooses on a GPU of compute capability 8+,
+    set by hand): what acceltrain's step costs beside plain Keras's in the same precision, and what its choice of
+    precision gave.
 --quick: a 1-layer model with a 512-token vocabulary, 12 steps of 32 tokens (a CPU rehearsal, 8 GiB assumed for the
 plan; not a result).
 """
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +38,7 @@ FULL = {"script": ["--steps", "300"], "plan": ["--sequence-length", "512"]}
 QUICK = {"script": ["--layers", "1", "--vocabulary", "512", "--steps", "12", "--sequence-length", "32"],
          "plan": ["--sequence-length", "32", "--device-memory", "8GiB"]}
 RUN_SECONDS, PLAN_SECONDS = 200, 120
+PLAIN = {"float32": [], "mixed_bfloat16": ["--policy", "mixed_bfloat16"]}  # plain Keras's runs: the default, then by hand
 
 
 def acceltrain(args: list, seconds: float) -> subprocess.CompletedProcess:
@@ -61,7 +67,21 @@ def measure(sizes: dict) -> dict:
                "where_time_went": said(done.stderr, "where the")}
     planned = acceltrain(["plan", "--target", "here", "--model", f"{SCRIPT}:model", "--batch-size", "8",
                           *sizes["plan"], "--json"], PLAN_SECONDS)
-    return {"run": run, "plan": json.loads(planned.stdout)}
+    plain = {name: keras_alone(sizes["script"] + policy) for name, policy in PLAIN.items()}
+    return {"run": run, "plan": json.loads(planned.stdout), "plain": plain}
+
+
+def keras_alone(args: list) -> dict:
+    """The script's own measurements under plain Keras on JAX, in a fresh process (no acceltrain)."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "lm.json"
+        done = subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], capture_output=True,
+                              text=True, timeout=RUN_SECONDS, cwd=_results.REPO,
+                              env={**os.environ, "KERAS_BACKEND": "jax"})
+        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", flush=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{SCRIPT.name} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        return json.loads(out.read_text())
 
 
 def main() -> None:
@@ -80,58 +100,64 @@ def summarize(raw: dict) -> dict:
     planned = recommended and recommended["bytes_per_device"]
     step = script["steady_step_seconds"]
     flops = ledger.get("flops_per_step")
+    runs = {"acceltrain run": script, **{f"plain Keras, {name}": run for name, run in raw.get("plain", {}).items()}}
     return {
         "model": {key: script[key] for key in ("layers", "vocabulary", "lora_rank", "parameters",
                                                "trainable_parameters", "dtype_policy")},
         "job": {key: script[key] for key in ("steps", "epochs", "batch_size", "sequence_length")},
         "connected": raw["run"]["connected"], "verify": raw["run"]["verify"],
-        "where_time_went": raw["run"]["where_time_went"],
-        "step_seconds": step, "first_step_seconds": script["first_step_seconds"],
-        "tokens_per_second": script["tokens_per_second"],
-        "steady_flops_per_second": flops / step if flops and step else None,
+        "runs": {name: {key: run[key] for key in ("dtype_policy", "steady_step_seconds", "tokens_per_second",
+                                                  "first_step_seconds", "peak_bytes_in_use")}
+                 for name, run in runs.items()},
+        "flops_per_step": flops, "steady_flops_per_second": flops / step if flops and step else None,
         "ledger_mfu": ledger.get("mfu"), "ledger_parts": ledger["parts"], "ledger_seconds": ledger["wall_seconds"],
-        "loss": script["loss"],
         "peak_bytes": script["peak_bytes_in_use"], "planned_bytes": planned,
         "planned_over_peak": planned / script["peak_bytes_in_use"] if planned and script["peak_bytes_in_use"] else None,
-        "plan_recommended": plan["recommended"], "device_memory_bytes": plan["device_memory_bytes"],
+        "plan_recommended": plan["recommended"], "plan_compute": (plan.get("recommended_setting") or {}).get("compute"),
+        "device_memory_bytes": plan["device_memory_bytes"],
     }
 
 
 def render(summary: dict, record: dict) -> str:
-    m, job = summary["model"], summary["job"]
+    m, job, runs = summary["model"], summary["job"], summary["runs"]
     size = lambda nbytes: _results.not_recorded(nbytes and _results.size(nbytes))  # noqa: E731
     parts = summary["ledger_parts"]
     ledger = ", ".join(f"{name.replace('_', ' ')} {seconds / summary['ledger_seconds']:.0%}"
                        for name, seconds in sorted(parts.items(), key=lambda item: -item[1]) if seconds > 0)
+    flops = f"{summary['flops_per_step'] / 1e12:.2f} TFLOP" if summary["flops_per_step"] else "not recorded"
     rate = summary["steady_flops_per_second"]
-    rows = [
-        ("steady step (median after the first two)", f"{1e3 * summary['step_seconds']:.1f} ms"),
-        ("tokens a second", f"{summary['tokens_per_second']:,.0f}"),
-        ("first step (compiles)", f"{summary['first_step_seconds']:.1f} s"),
-        ("the step's FLOPs (its matmuls, as traced) over the steady step", _results.not_recorded(rate and f"{rate / 1e12:.3g} TFLOP/s")),
-        ("MFU of the device steps, the ledger's (published bf16 peak)",
-         _results.not_recorded(None if summary["ledger_mfu"] is None else f"{summary['ledger_mfu']:.1%}")),
-        ("peak device memory, measured (JAX's peak_bytes_in_use)", size(summary["peak_bytes"])),
-        (f"device memory, `plan --target here` ({summary['plan_recommended']})", size(summary["planned_bytes"])),
-        ("planned / measured", _results.not_recorded(summary["planned_over_peak"] and f"{summary['planned_over_peak']:.2f}×")),
-    ]
+    rate = f"{rate / 1e12:.0f} TFLOP/s" if rate else "not recorded"
+    mfu = "not recorded" if summary["ledger_mfu"] is None else f"{summary['ledger_mfu']:.1%}"
+    compute = f" in {summary['plan_compute']}" if summary["plan_compute"] else ""
+    ratio = summary["planned_over_peak"]
+    planned_over_peak = f"{ratio:.2f}×" if ratio else "not recorded"
+    rows = [f"| {name} | {run['dtype_policy']} | {1e3 * run['steady_step_seconds']:.1f} ms | "
+            f"{run['tokens_per_second']:,.0f} | {run['first_step_seconds']:.1f} s | {size(run['peak_bytes_in_use'])} |"
+            for name, run in runs.items()]
     return "\n".join([
-        "## A keras_hub causal LM, LoRA, under `acceltrain run` on a GPU, beside `acceltrain plan --target here`",
+        "## A keras_hub causal LM, LoRA, under `acceltrain run` on a GPU, beside plain Keras and `acceltrain plan "
+        "--target here`",
         "",
         f"`{record['command']}` ({_results.not_recorded(summary['connected'])}). benchmarks/lm_finetune_script.py: "
         f"Gemma 2B's shapes with {m['layers']} layers and a {m['vocabulary']:,}-token vocabulary, "
         f"{m['parameters'] / 1e6:,.0f}M parameters, LoRA of rank {m['lora_rank']} "
-        f"({m['trainable_parameters'] / 1e6:.2f}M trainable), dtype policy {m['dtype_policy']}, AdamW; "
-        f"{job['steps']} steps of batch {job['batch_size']} × {job['sequence_length']} tokens over {job['epochs']} "
-        "epochs, synthetic tokens, random weights (a measure of speed and memory, not of learning). Each figure is "
-        "this one run's; a single run, so no spread is known.",
+        f"({m['trainable_parameters'] / 1e6:.2f}M trainable), AdamW; {job['steps']} steps of batch "
+        f"{job['batch_size']} × {job['sequence_length']} tokens over {job['epochs']} epochs, synthetic tokens, random "
+        "weights (a measure of speed and memory, not of learning). Each row is one fresh process, run once, one "
+        "after another: no spread is known, so no difference below is judged against noise. Steady step: the "
+        "median after the first two (the first compiles); peak memory: JAX's peak_bytes_in_use on the device.",
         "",
-        "| | |",
-        "|---|---|",
-        *[f"| {name} | {value} |" for name, value in rows],
+        "| run | dtype policy | steady step | tokens a second | first step (compiles) | peak device memory |",
+        "|---|---|---|---|---|---|",
+        *rows,
         "",
-        f"Where the run's {summary['ledger_seconds']:.0f} s went (the ledger): {ledger}. "
-        f"`--verify 3` said: {_results.not_recorded(summary['verify'])}.",
+        f"- The step's FLOPs, its matmuls as traced: {flops} a step, {rate} over acceltrain's steady step; the "
+        f"ledger's MFU of its device steps (the published bf16 peak): {mfu}.",
+        f"- `acceltrain plan --target here` for the same job: {summary['plan_recommended']}{compute}, "
+        f"{size(summary['planned_bytes'])} a device, against the {size(summary['peak_bytes'])} measured in acceltrain's "
+        f"run ({planned_over_peak} of it).",
+        f"- Where acceltrain's run's {summary['ledger_seconds']:.0f} s went (the ledger): {ledger}. `--verify 3` said: "
+        f"{_results.not_recorded(summary['verify'])}.",
     ])
 
 

@@ -95,8 +95,13 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--sequence-length", type=int, default=512)
+    parser.add_argument("--policy", help="set Keras's global dtype policy first, e.g. mixed_bfloat16 (default: leave it)")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    if args.policy:
+        import keras
+
+        keras.config.set_dtype_policy(args.policy)
 
     lm = model(args.layers, args.vocabulary)
     x, y = counting(args.steps // args.epochs * args.batch_size, args.sequence_length, args.vocabulary)
