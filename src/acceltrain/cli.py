@@ -288,6 +288,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="compile every candidate distribution, not only up to the first that fits (minutes each "
                            "for a billion-parameter model)")
     plan.add_argument("--device-memory", metavar="SIZE", help="memory per device instead of the target's, e.g. 16GiB")
+    plan.add_argument("--precision", default="auto", choices=PRECISIONS,
+                      help="Keras's dtype policy the step is planned in (default: auto: what run and train would use "
+                           "on the target: your own global policy if the model function sets one, else "
+                           "mixed_bfloat16 on TPUs and GPUs of compute capability 8.0+, else float32); float32 keeps "
+                           "Keras's default everywhere")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
     return parser

@@ -62,6 +62,30 @@ def test_choose_plan(candidates, memory, expected):
     assert ("nothing fits" in reason) == (expected is None)
 
 
+@pytest.mark.parametrize("target, asked, current, here, expected", [
+    ("tpu-v5e-8", "auto", "float32", None, "mixed_bfloat16"),  # TPUs compute in bfloat16 natively
+    ("tpu-v4-8", "auto", "float32", None, "mixed_bfloat16"),
+    ("tpu-v5e-8", "float32", "float32", None, "float32"),  # asked for: kept where auto would choose bfloat16
+    ("h200-8", "auto", "float32", None, "mixed_bfloat16"),  # compute capability 9.0, as on the H200 run measured
+    ("h100-8", "auto", "float32", None, "mixed_bfloat16"),
+    ("a100-8", "auto", "float32", None, "mixed_bfloat16"),  # 8.0: the first with bfloat16 tensor cores
+    ("h100-8", "float32", "float32", None, "float32"),
+    ("here", "auto", "float32", ("cpu", None), "float32"),  # a CPU: no bfloat16 speed
+    ("here", "auto", "float32", ("gpu", "9.0"), "mixed_bfloat16"),  # the GPU found, by its compute capability
+    ("here", "auto", "float32", ("gpu", "7.5"), "float32"),  # a T4: float16 only
+    ("here", "auto", "float32", ("tpu", None), "mixed_bfloat16"),  # on a TPU VM
+    ("here", "mixed_bfloat16", "float32", ("cpu", None), "mixed_bfloat16"),
+    ("tpu-v5e-8", "auto", "mixed_float16", None, "mixed_float16"),  # the caller's own global policy wins under auto
+    ("tpu-v5e-8", "float32", "mixed_float16", None, "float32"),  # ... and not over one asked for
+])
+def test_choose_plan_precision(target, asked, current, here, expected):
+    from acceltrain.planning import choose_plan_precision
+
+    found = targets.resolve(target)
+    policy, reason = choose_plan_precision(found, asked, current, *([here] if here else []))
+    assert policy == expected and reason
+
+
 def test_bad_inputs_exit_2_with_a_message(cli, tmp_path):
     unknown = cli("plan", "--target", "tpu-v9-8")
     assert unknown.returncode == 2 and "tpu-v5e-8" in unknown.stderr and "Traceback" not in unknown.stderr
@@ -72,6 +96,9 @@ def test_bad_inputs_exit_2_with_a_message(cli, tmp_path):
     memory = cli("plan", "--target", "tpu-v5e-8", "--device-memory", "lots")
     assert memory.returncode == 2 and "--device-memory 'lots'" in memory.stderr
     distribution = cli("plan", "--target", "tpu-v5e-8", "--distribution", "pipeline")
+    precision = cli("plan", "--target", "tpu-v5e-8", "--precision", "bf16")
+    assert precision.returncode == 2 and "--precision: invalid choice: 'bf16'" in precision.stderr
+    assert "mixed_bfloat16" in precision.stderr
     assert distribution.returncode == 2 and "fsdp" in distribution.stderr
     for flag in ("--sequence-length", "--lora-rank"):
         zero = cli("plan", "--target", "tpu-v5e-8", flag, "0")
@@ -93,6 +120,9 @@ def test_plan_names_its_python_arguments():
         plan("tpu-v5e-8", batch_size=0)
     with pytest.raises(UsageError, match="distribution='pipeline'"):
         plan("tpu-v5e-8", distribution="pipeline")
+    with pytest.raises(UsageError, match=r"Received precision='bf16'\. Valid: auto, float32, mixed_bfloat16\. Pass "
+                                         r"'auto' to plan in the precision run and train would use on the target"):
+        plan("tpu-v5e-8", precision="bf16")
 
 
 def test_an_uncompiled_model_is_refused(runtime):
@@ -103,13 +133,19 @@ def test_an_uncompiled_model_is_refused(runtime):
 
 
 @needs_libtpu
-def test_mnist_on_v5e_8_is_data_parallel_and_fits(cli):
-    result = cli("plan", "--target", "tpu-v5e-8", "--json")
+@pytest.mark.parametrize("flags, compute, reason", [
+    ([], "mixed_bfloat16", "TPUs compute in bfloat16 natively"),  # what run and train would compute in there
+    (["--precision", "float32"], "float32", "asked for with precision"),
+])
+def test_mnist_on_v5e_8_is_data_parallel_and_fits(cli, flags, compute, reason):
+    result = cli("plan", "--target", "tpu-v5e-8", "--json", *flags)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert set(plan) == {"target", "devices", "device_memory_bytes", "compiled_for", "candidates", "recommended",
-                         "recommended_setting", "levers", "remat_layers"}
-    assert plan["recommended_setting"] == {"distribution": "data", "compute": "float32", "remat": False,
+                         "recommended_setting", "levers", "remat_layers", "precision"}
+    assert plan["precision"] == {"policy": compute, "reason": reason}
+    assert f"dtype policy {compute} ({reason})" in result.stderr  # the decision's one line
+    assert plan["recommended_setting"] == {"distribution": "data", "compute": compute, "remat": False,
                                            "accumulation": 1}
     assert [lever["name"] for lever in plan["levers"]] == ["data"]  # the walk stops at the first that fits
     assert (plan["devices"], plan["compiled_for"], plan["recommended"]) == (8, "TPU v5 lite", "data")
@@ -127,11 +163,11 @@ def test_a_1_4b_mlp_does_not_fit_data_parallel_on_a_16_gib_chip(runtime):
     data = result.candidates[0]
     assert result.params > 1.3e9
     assert not data.fits and data.bytes_per_device > 16 * GIB  # the compiler's own figure
-    # Nothing fits, so the levers, each compiled: bfloat16 compute halves the activations, not Adam's
-    # float32 state, and accumulation shrinks only the batch, so none saves this one; more chips (fsdp's
-    # shares, an estimate) does.
-    assert result.recommended is None
-    assert [lever.name for lever in result.levers] == ["data", "bfloat16", "remat", "accumulate 2", "accumulate 4",
+    # Nothing fits, so the levers, each compiled: the step computes in bfloat16 already (a TPU's precision 'auto',
+    # which halves the activations, not Adam's float32 state), so no bfloat16 lever; remat and accumulation shrink
+    # only the activations, so none saves this one; more chips (fsdp's shares, an estimate) does.
+    assert result.recommended is None and result.precision[0] == "mixed_bfloat16"
+    assert [lever.name for lever in result.levers] == ["data", "remat", "accumulate 2", "accumulate 4",
                                                        "accumulate 8", "accumulate 16", "accumulate 32", "more chips"]
     assert not any(lever.fits for lever in result.levers[:-1]) and result.levers[-1].fits
 
@@ -199,21 +235,39 @@ def test_here_compiles_with_this_machines_compiler(runtime):
 
     result = plan("here", device_memory="1GiB", distribution="data")
     assert result.devices == 8 and result.compiled_for == "cpu"  # the test process's 8 simulated devices
+    assert result.precision[0] == "float32" and result.candidates and result.recommended_setting.compute == "float32"
     assert result.recommended == "data" and result.candidates[0].fits
     assert math.isnan(result.candidates[0].step_seconds_at_peak or math.nan)  # no published peak for a CPU
 
 
-def test_when_nothing_fits_the_levers_come_in_order_with_figures(runtime):
+@pytest.mark.parametrize("precision, levers", [
+    ("float32", ["fsdp", "bfloat16", "remat", "accumulate 2", "more chips"]),
+    ("auto", ["fsdp", "remat", "accumulate 2", "more chips"]),  # an H100 computes in bfloat16 already: no such lever
+])
+def test_when_nothing_fits_the_levers_come_in_order_with_figures(runtime, precision, levers):
     from acceltrain.planning import plan
 
-    result = plan("h100-8", device_memory="256KiB", distribution="fsdp")  # estimated: quick
+    result = plan("h100-8", device_memory="256KiB", distribution="fsdp", precision=precision)  # estimated: quick
     assert result.recommended is None and "nothing fits" in result.reason
     # The MNIST recipe's batch of 1200 over 8 devices: 2 accumulation steps leave 75 a device, 4 would not divide.
-    assert [lever.name for lever in result.levers] == ["fsdp", "bfloat16", "remat", "accumulate 2", "more chips"]
+    assert [lever.name for lever in result.levers] == levers
     assert all(lever.bytes_per_device > 0 for lever in result.levers)
     table = result.table()
     assert "no sharding fits: the levers in order, each estimated" in table and "+ accumulate 2 " in table
     assert "gradient_accumulation_steps=2" in table
+
+
+def test_a_model_function_that_sets_its_own_policy_is_planned_in_it(runtime):
+    """Under `acceltrain run` a script's own keras.config.set_dtype_policy wins over the precision chosen (it is set
+    after); plan builds the model function so too, and says so: on an H100 'auto' would compute in bfloat16, the
+    function's float32 is what is planned, and no bfloat16 lever is offered (the function would set float32 again)."""
+    from acceltrain.planning import OWN_POLICY, plan
+
+    result = plan("h100-8", model=f"{SCRIPTS / 'wide_mlp.py'}:build_in_float32", device_memory="1MiB",
+                  distribution="fsdp")
+    assert result.precision == ("float32", OWN_POLICY)
+    assert result.levers[0].name == "fsdp" and "bfloat16" not in [lever.name for lever in result.levers]
+    assert {lever.setting.compute for lever in result.levers if lever.setting} == {"float32"}
 
 
 def test_gpu_targets_are_an_estimate_that_says_so(runtime):

@@ -290,6 +290,16 @@ def test_with_a_build_function_the_users_own_accumulation_is_weighed_and_no_accu
     assert built and all(model.optimizer.gradient_accumulation_steps == 2 for model in built)  # never replaced
 
 
+def test_with_a_build_function_the_model_is_built_in_the_runtimes_precision():
+    """Runtime.build(build, batch_size=...) weighs the step in the runtime's precision and builds the model in it: the
+    setting chosen starts from it (levers.choose_levers's compute), so building under that setting keeps it (a TPU's
+    or an H100's mixed_bfloat16 under 'auto'; here asked for), rather than Setting's float32 default."""
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="1GiB", precision="mixed_bfloat16",
+                                 verbose=False)
+    model = runtime.build(_wide_mlp, batch_size=64)
+    assert {layer.dtype_policy.name for layer in model.layers} == {"mixed_bfloat16"}
+
+
 @pytest.mark.parametrize("precision, offered", [("auto", True), ("float32", False)])
 def test_a_precision_the_user_asked_for_is_not_a_lever(monkeypatch, precision, offered):
     """Runtime.build's walk offers bfloat16 compute only where acceltrain chose the precision: precision='float32'

@@ -100,3 +100,17 @@ def test_a_model_built_already_walks_the_shardings_then_accumulation_only():
     assert [lever.setting.describe() for lever in walk] == ["data", "fsdp", "model", "fsdp + accumulate 2",
                                                              "fsdp + accumulate 4"]
     assert first_fit(walk).setting == Setting("fsdp", accumulation=4)
+
+
+@pytest.mark.parametrize("compute, tried", [
+    ("float32", ["fsdp", "fsdp + bfloat16", "fsdp + remat", "fsdp + remat + accumulate 2"]),
+    # A step that computes in bfloat16 already (precision 'auto' on a TPU, or a GPU of compute capability 8.0+):
+    # every setting starts there, and there is no bfloat16 lever to try.
+    ("mixed_bfloat16", ["fsdp + bfloat16", "fsdp + bfloat16 + remat", "fsdp + bfloat16 + remat + accumulate 2"]),
+])
+def test_every_setting_starts_from_the_compute_the_job_runs_in(compute, tried):
+    compile_fn = fake_compiler({"fsdp": 130}, bfloat16=1.0, remat=0.9)
+    walk = choose_levers(["fsdp"], 100, compile_fn, global_batch=16, batch_ways=WAYS, compute=compute,
+                         remat_layers=BLOCKS)
+    assert [lever.setting.describe() for lever in walk] == tried
+    assert {lever.setting.compute for lever in walk if lever.name != "bfloat16"} == {compute}

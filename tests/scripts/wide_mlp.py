@@ -10,3 +10,12 @@ def build():
                               keras.layers.Dense(10)], name="wide_mlp")
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
+
+
+def build_in_float32():
+    """build(), its dtype policy set by the function itself, as a script may: under `acceltrain run` the script's own
+    keras.config.set_dtype_policy wins over --precision, so plan plans it so."""
+    import keras
+
+    keras.config.set_dtype_policy("float32")
+    return build()

@@ -22,7 +22,7 @@ def run(args) -> int:
     memory = sharding.parse_bytes(args.device_memory, "--device-memory") if args.device_memory else None
     result = plan(args.target, recipe=args.recipe, model=args.model, batch_size=args.batch_size,
                   distribution=args.distribution, device_memory=memory, sequence_length=args.sequence_length,
-                  lora_rank=args.lora_rank, compare=args.compare)
+                  lora_rank=args.lora_rank, compare=args.compare, precision=args.precision)
     print(json.dumps(result.as_dict(), indent=2) if args.json else result.table())
     if args.json:
         for note in result.notes:

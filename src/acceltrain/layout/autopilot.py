@@ -132,7 +132,7 @@ def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, na
     measure = step_compiler(build_model, step.here_devices(), batch_size, layouts=layouts, base=base)
     remat = step.remat_layers(base.model) if enabled else ()
     walk = levers.choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
-                                global_batch=batch_size, remat_layers=remat,
+                                global_batch=batch_size, compute=base.policy, remat_layers=remat,
                                 accumulate=enabled and _own_accumulation(base.model.optimizer) == 1,
                                 bfloat16=enabled and runtime.precision == "float32" and not runtime.precision_asked,
                                 batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts})

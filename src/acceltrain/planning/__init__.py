@@ -8,13 +8,14 @@ For each candidate distribution the real Keras training step is compiled by the 
 model is never materialised. The compiler's memory analysis says the bytes each device needs; its cost
 analysis the FLOPs of a step, which over the published peak give a lower bound of the step time. Where
 no compiler for the target runs here (GPU boxes, or libtpu not installed), the figures are an analytic
-estimate, and say so.
+estimate, and say so. The step computes in the precision `run` and `train` would choose on the target
+(choose_plan_precision): bfloat16 on TPUs and on GPUs that run it natively, float32 on a CPU.
 """
 
 import contextlib
 from dataclasses import asdict, dataclass, field
 
-from acceltrain import log, sharding
+from acceltrain import decisions, log, sharding
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.planning import targets
 from acceltrain.planning.levers import SHARDINGS, Lever, Setting, choose_levers, first_fit
@@ -50,6 +51,7 @@ class Plan:
     total_params: int = 0  # with frozen weights (LoRA's base)
     sequence_length: int | None = None
     remat_layers: tuple[str, ...] = ()  # the layers the remat lever rematerialises (step.remat_layers)
+    precision: tuple[str, str] = ("float32", "Keras's default")  # the dtype policy planned in, and why
 
     @property
     def recommended_setting(self) -> Setting | None:
@@ -67,7 +69,8 @@ class Plan:
                 "recommended_setting": asdict(chosen) if chosen else None,
                 "levers": [{**asdict(lever), "setting": asdict(lever.setting) if lever.setting else None}
                            for lever in self.levers],
-                "remat_layers": list(self.remat_layers)}
+                "remat_layers": list(self.remat_layers),
+                "precision": {"policy": self.precision[0], "reason": self.precision[1]}}
 
     def table(self) -> str:
         return format_table(self)
@@ -75,10 +78,10 @@ class Plan:
 
 def plan(target: str, *, recipe: str | None = None, model: str | None = None, batch_size: int | None = None,
          distribution: str = "auto", device_memory: str | int | None = None, sequence_length: int | None = None,
-         lora_rank: int | None = None, compare: bool = False) -> Plan:
+         lora_rank: int | None = None, compare: bool = False, precision: str = "auto") -> Plan:
     """Compile (or estimate) the training step for `target` under each candidate distribution in order, up to the
-    first that fits; when none does, the levers in order (bfloat16 compute, rematerialisation, gradient
-    accumulation), each compiled (planning/levers.py).
+    first that fits; when none does, the levers in order (bfloat16 compute where the step computes in float32,
+    rematerialisation, gradient accumulation), each compiled (planning/levers.py).
 
     Args:
         target: what you would rent, e.g. "tpu-v5e-8", "v5litepod-16", "tpu-v4-128", "h100-8", or "here".
@@ -92,6 +95,10 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
         lora_rank: enable LoRA of this rank on the model's keras_hub backbone (backbone.enable_lora(rank)).
         compare: compile every candidate, not only up to the first that fits (for their FLOPs and step times;
             a 2B-parameter model takes minutes a compile).
+        precision: Keras's dtype policy the step computes in: "auto" (what `run` and `train` would use on the
+            target: your own global policy if you set one, else mixed_bfloat16 on TPUs and GPUs of compute
+            capability 8.0+, else float32), "float32" or "mixed_bfloat16". A model function that sets its own
+            policy is planned in it, as `run` would run it.
     """
     from acceltrain import recipes
     from acceltrain.planning import models
@@ -100,6 +107,9 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
     found = targets.resolve(target)
     if distribution not in DISTRIBUTIONS:
         raise UsageError(f"Received distribution={distribution!r}. Valid: {', '.join(DISTRIBUTIONS)}.")
+    if precision not in decisions.PRECISIONS:
+        raise UsageError(f"Received precision={precision!r}. Valid: {', '.join(decisions.PRECISIONS)}. Pass 'auto' to "
+                         "plan in the precision run and train would use on the target, or a dtype policy to plan in.")
     if recipe is not None and model is not None:
         raise UsageError(f"Received recipe={recipe!r} and model={model!r}: plan one or the other.")
     job = recipes.get(recipe or recipes.DEFAULT)
@@ -118,10 +128,10 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
     from acceltrain.planning import step
 
     with _compiler_environment(found):
-        # 3. Build the model from shapes alone; find the devices to compile for.
-        abstract = step.build_abstract(build, sequence_length=sequence_length)
+        # 3. Find the devices to compile for; build the model from shapes alone, in the precision run would use there.
         devices, compiled_for, memory, notes = _devices(found, memory)
         num_devices = len(devices) if devices else found.devices
+        abstract, chosen_precision = _built_in_precision(build, found, devices, precision, sequence_length)
         if devices is not None:
             log.info(f"{_params(abstract.params, abstract.total_params)}, built from shapes; compiling for "
                      f"{num_devices} {compiled_for} device(s)")
@@ -132,12 +142,14 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
         measure = step_compiler(build, devices, batch_size, layouts=layouts, base=abstract,
                                 sequence_length=sequence_length)
 
-        # 4. The walk: each sharding in order, then the levers, up to the first that fits, each compiled once.
+        # 4. The walk: each sharding in order, then the levers, up to the first that fits, each compiled once. A
+        # model function's own policy is not a lever's to change (it would set it again inside the lever's build).
         remat_layers = step.remat_layers(abstract.model)
         walk = choose_levers([layout.distribution for layout in layouts], memory, bytes_needed(measure, memory),
                              global_batch=batch_size,
                              batch_ways={layout.distribution: layout.mesh_shape[0] for layout in layouts},
-                             remat_layers=remat_layers)
+                             compute=abstract.policy, remat_layers=remat_layers,
+                             bfloat16=chosen_precision[1] != OWN_POLICY)
 
         # 5. The candidates: the shardings the walk compiled (all of them with `compare`), with FLOPs and time.
         peak = found.peak_flops_per_device
@@ -152,7 +164,7 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
                 notes.append(f"{layout.distribution}: not compiled, as {walk[-1].name} fits before it "
                              "(--compare / compare=True compiles every candidate)")
                 continue
-            nbytes, flops, refused = measure(Setting(layout.distribution))
+            nbytes, flops, refused = measure(Setting(layout.distribution, abstract.policy))
             seconds = flops / (num_devices * peak) if peak and flops == flops else None
             candidates.append(Candidate(layout.distribution, layout.describe(), nbytes,
                                         nbytes <= memory and not refused, flops, seconds))
@@ -170,7 +182,42 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
             walk.append(_more_chips(abstract, layouts, candidates, memory))
     return Plan(found.name, num_devices, memory, compiled_for, candidates, recommended, reason, batch_size,
                 abstract.params, levers=walk, notes=notes, total_params=abstract.total_params,
-                sequence_length=sequence_length, remat_layers=remat_layers)
+                sequence_length=sequence_length, remat_layers=remat_layers, precision=chosen_precision)
+
+
+def choose_plan_precision(target: targets.Target, asked: str, current_policy: str = "float32",
+                          here: tuple[str, str | None] = ("cpu", None)) -> tuple[str, str]:
+    """The dtype policy `run` and `train` would use on `target` (precision `asked`, over Keras's global policy
+    `current_policy`), and why: decisions.choose_precision, over the target's platform and a GPU's compute
+    capability.
+
+    1. A TPU target: a TPU's (bfloat16, native).
+    2. A GPU target: its compute capability's (targets.GPU_FAMILIES).
+    3. `here`: the devices found on this machine, as (platform, compute capability).
+    """
+    platform, capability = {"tpu": ("tpu", None), "gpu": ("gpu", target.compute_capability)}.get(target.kind, here)
+    return decisions.choose_precision(platform, capability, current_policy, asked)
+
+
+# The reason a plan gives for a policy the model function set itself (keras.config.set_dtype_policy in it).
+OWN_POLICY = "set with keras.config.set_dtype_policy by the model function, which wins as a script's own does in run"
+
+
+def _built_in_precision(build, found, devices, asked: str, sequence_length: int | None):
+    """(the model built from shapes in the precision run would use on `found`, (its policy, why)), said in one line.
+    A model function that sets its own policy is built in it, as in run; the line says so."""
+    from acceltrain import precision
+    from acceltrain.planning import step
+
+    here = ("cpu", None)  # read for the target "here" alone: the devices found are its platform
+    if found.kind == "here":
+        here = (devices[0].platform, getattr(devices[0], "compute_capability", None))
+    policy, reason = choose_plan_precision(found, asked, precision.current_policy(), here)
+    abstract = step.build_abstract(build, policy=policy, sequence_length=sequence_length)
+    if abstract.policy != policy:
+        policy, reason = abstract.policy, OWN_POLICY
+    log.info(f"dtype policy {policy} ({reason})")
+    return abstract, (policy, reason)
 
 
 def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_length: int | None = None):
@@ -179,14 +226,15 @@ def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_
     step compiled for `devices` under the setting's layout at its per-step batch (global / accumulation),
     or estimated where `devices` is None. Each setting is measured once; ask again and it is remembered.
 
-    base: the model as built by `build` with no lever (step.build_abstract), which names the layers a remat
-    setting rematerialises (step.remat_layers). levers.choose_levers's compile function over it is
+    base: the model as built by `build` with no lever (step.build_abstract), in the policy the settings start from
+    (choose_levers's `compute`: base.policy), which names the layers a remat setting rematerialises
+    (step.remat_layers). levers.choose_levers's compile function over it is
     bytes_needed(measure, device_memory).
     """
     from acceltrain.planning import step
 
     by_name = {layout.distribution: layout for layout in layouts}
-    abstracts = {("float32", False, 1): base}
+    abstracts = {(base.policy, False, 1): base}
     measured = {}
 
     def measure(setting: Setting) -> tuple[int, float, str]:
@@ -345,7 +393,7 @@ def format_table(result: Plan) -> str:
     sequence = f", sequence length {result.sequence_length}" if result.sequence_length else ""
     lines = [f"plan for {result.target}: {result.devices} devices x {memory}; {source}; "
              f"{_params(result.params, result.total_params or result.params)}, global batch {result.batch_size}"
-             f"{sequence}",
+             f"{sequence}; dtype policy {result.precision[0]}",
              f"{'distribution':<13}{'mesh':<20}{'per device':>12}{'fits':>6}{'TFLOP/step':>12}"
              f"{'step at peak':>14}{'samples/s':>16}"]
     for c in result.candidates:
@@ -370,7 +418,7 @@ def format_table(result: Plan) -> str:
             label = lever.setting.describe() if lever.setting else lever.name
             lines.append(f"  {label:<{width}}  {needs:>10}  {fits:>3}  {lever.how}")
     chosen = result.recommended_setting
-    if chosen is not None and chosen != Setting(chosen.distribution):
+    if chosen is not None and chosen != Setting(chosen.distribution, result.precision[0]):
         lines.append(f"recommended: {chosen.describe()} ({result.reason})")
     else:
         lines.append(f"recommended: {result.recommended or 'none'} ({result.reason})")

@@ -9,7 +9,8 @@ The order is the priority: what costs the job least in speed and in change comes
   1. The sharding: data parallel, then fsdp (weights cut over the one mesh axis), then the 2-D batch x model
      mesh. Data parallel gathers no weights; fsdp is one axis, the simpler program.
   2. bfloat16 compute (Keras's mixed_bfloat16: float32 weights, activations in half the bytes), on the
-     sharding that needed the least.
+     sharding that needed the least; only where the step computes in float32 (the caller's `compute`:
+     precision 'auto' already computes in bfloat16 on TPUs and GPUs of compute capability 8.0 on).
   3. Rematerialisation of the model's repeated layers (its blocks, built in keras.RematScope(mode=
      "list_of_layers")): their activations are recomputed in the backward pass instead of kept, about a
      third more arithmetic. Skipped where the model repeats no layer.
@@ -70,7 +71,8 @@ class Lever:
 
 
 def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, batch_ways: dict[str, int],
-                  remat_layers: tuple[str, ...] = (), bfloat16: bool = True, accumulate: bool = True) -> list[Lever]:
+                  compute: str = "float32", remat_layers: tuple[str, ...] = (), bfloat16: bool = True,
+                  accumulate: bool = True) -> list[Lever]:
     """Each setting tried, in the module's order, up to the first that fits `budget` bytes per device.
 
     distributions: the shardings to try, in order (a subset of SHARDINGS).
@@ -78,8 +80,10 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
         an exception is recorded against that lever (bytes None, its first line in `how`) and the walk goes on.
     global_batch: the samples of one weight update, kept by every lever.
     batch_ways: for each distribution, over how many devices its batch is split (its mesh's batch axis).
+    compute: the dtype policy every setting starts from (Setting.compute): the one the job would run in.
     remat_layers: the names of the layers remat would rematerialise (none: the lever is skipped).
-    bfloat16: whether the bfloat16 lever can be applied (False: a model built already computes as it was built).
+    bfloat16: whether the bfloat16 lever can be applied (False: a model built already computes as it was built;
+        a `compute` other than float32 is not changed whatever this says).
     accumulate: whether the accumulation lever can be applied (False: the caller cannot change the batch).
     """
     tried = []
@@ -96,7 +100,7 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
 
     # 1. The sharding, in order.
     for distribution in distributions:
-        if attempt(distribution, Setting(distribution), HOW[distribution]).fits:
+        if attempt(distribution, Setting(distribution, compute), HOW[distribution]).fits:
             return tried
     compiled = [lever for lever in tried if lever.bytes_per_device is not None]
     if not compiled:
@@ -104,7 +108,7 @@ def choose_levers(distributions, budget: int, compile_fn, *, global_batch: int, 
     best = min(compiled, key=lambda lever: lever.bytes_per_device)
 
     # 2, 3. bfloat16 compute, then rematerialisation, each kept where it saves bytes.
-    savers = [("bfloat16", {"compute": "mixed_bfloat16"}, HOW["bfloat16"])] if bfloat16 else []
+    savers = [("bfloat16", {"compute": "mixed_bfloat16"}, HOW["bfloat16"])] if bfloat16 and compute == "float32" else []
     if remat_layers:
         savers.append(("remat", {"remat": True}, HOW["remat"].format(what=_layers(remat_layers))))
     for name, change, how in savers:

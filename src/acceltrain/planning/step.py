@@ -31,6 +31,9 @@ class AbstractModel:
     params: int  # trainable parameters
     total_params: int  # with the frozen ones (LoRA's base weights)
     optimizer_name: str
+    # Keras's global dtype policy once the model was built: the one asked for, or the model function's own where it
+    # set one (keras.config.set_dtype_policy inside it wins over the scope it was called in, as in a `run` script).
+    policy: str = "float32"
 
     def batch_specs(self, batch: int, sharding=None) -> tuple:
         """(x, y) as the step takes them: the model's input structure and the labels, at `batch` samples."""
@@ -70,6 +73,7 @@ def build_abstract(build, *, policy: str = "float32", remat: tuple[str, ...] = (
         remat_scope = keras.RematScope(mode="list_of_layers" if remat else None, layer_names=list(remat))
         with precision.scope(policy), remat_scope:
             model = build()
+            built_under = precision.current_policy()
         if not isinstance(model, keras.Model):
             raise UsageError(f"The model function returned {type(model).__name__}, not a Keras model. "
                              "Return a keras.Model (Sequential, functional or subclassed).")
@@ -81,13 +85,13 @@ def build_abstract(build, *, policy: str = "float32", remat: tuple[str, ...] = (
         model.optimizer.build(model.trainable_variables)
         inputs = _input_specs(model, sequence_length)
         labels = _build_loss_and_metrics(model, inputs)
-        made.update(model=model, inputs=inputs, labels=labels)
+        made.update(model=model, inputs=inputs, labels=labels, policy=built_under)
 
     with keras_internals.keras_state_kept():
         jax.eval_shape(shapes_only)
     model = made["model"]
     return AbstractModel(model, made["inputs"], made["labels"], _count(model.trainable_variables),
-                         _count(model.weights), type(model.optimizer).__name__.lower())
+                         _count(model.weights), type(model.optimizer).__name__.lower(), made["policy"])
 
 
 def optimizer_like(optimizer, variables, accumulation: int = 1, *, abstract: bool = True):

@@ -16,6 +16,8 @@ Sources, looked up 2026-12-03 (Cloud TPU pages through the project's search corp
        Supercomputer for Training Deep Neural Networks", CACM 63(7), 2020, which
        https://docs.cloud.google.com/tpu/docs/v2 points to (not re-read today).
   GPUs: NVIDIA's datasheets, as hardware/gpu.py: H100 SXM 80 GB, A100 SXM 80 GB, H200 SXM 141 GB.
+  GPU compute capability (looked up 2026-12-04): https://developer.nvidia.com/cuda-gpus  "9.0 | NVIDIA GH200
+       NVIDIA H200 NVIDIA H100", and 8.0 for the A100 (Ampere, the first with bfloat16 tensor cores).
 HBM is counted in GiB for TPUs (the v3 and v4 pages say GiB; HBM stacks come in binary sizes, the newer
 pages round to "GB"), in the datasheets' decimal GB for GPUs (the smaller of the two readings).
 The peak FLOP/s per device are hardware/tpu.py's and hardware/gpu.py's tables (bfloat16, dense).
@@ -40,6 +42,7 @@ class Family:
     topology_prefix: str | None  # get_topology_desc's version name; None: no compile-only client
     topology_dims: int  # 2-D (v2, v3, v5e, v6e) or 3-D (v4, v5p) torus
     largest: int  # the most chips a slice has
+    compute_capability: str | None = None  # a GPU's CUDA compute capability: whether it runs bfloat16 natively
 
 
 TPU_FAMILIES = {
@@ -53,9 +56,9 @@ TPU_FAMILIES = {
 TPU_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e"}
 
 GPU_FAMILIES = {
-    "h100": Family("NVIDIA H100 80GB HBM3", 80 * GB, False, 1, None, 0, 8),
-    "a100": Family("NVIDIA A100-SXM4-80GB", 80 * GB, False, 1, None, 0, 8),
-    "h200": Family("NVIDIA H200", 141 * GB, False, 1, None, 0, 8),
+    "h100": Family("NVIDIA H100 80GB HBM3", 80 * GB, False, 1, None, 0, 8, compute_capability="9.0"),
+    "a100": Family("NVIDIA A100-SXM4-80GB", 80 * GB, False, 1, None, 0, 8, compute_capability="8.0"),
+    "h200": Family("NVIDIA H200", 141 * GB, False, 1, None, 0, 8, compute_capability="9.0"),
 }
 
 EXAMPLES = ("tpu-v2-8", "tpu-v3-8", "tpu-v4-8", "tpu-v5e-1", "tpu-v5e-4", "tpu-v5e-8", "tpu-v5e-16", "v5litepod-8",
@@ -72,6 +75,7 @@ class Target:
     peak_flops_per_device: float | None  # bfloat16, published; None where there is none
     topology: str | None  # the compile-only topology; None: no compiler for it here (an estimate)
     topology_note: str = ""  # how the topology stands in for the target, where it is not exact
+    compute_capability: str | None = None  # a GPU target's CUDA compute capability; None elsewhere
 
 
 def resolve(name: str) -> Target:
@@ -131,7 +135,8 @@ def _gpu(name: str, model: str, count: int) -> Target:
         raise UsageError(f"Received --target {name!r}: a {model.upper()} box holds 1 to {family.largest} GPUs. "
                          f"Pass e.g. {model}-8.")
     peak = gpu.peak_flops_per_second(family.device_kind.split("-")[0], "bfloat16")
-    return Target(name, "gpu", family.device_kind, count, family.memory_per_device, peak, None)
+    return Target(name, "gpu", family.device_kind, count, family.memory_per_device, peak, None,
+                  compute_capability=family.compute_capability)
 
 
 def _topology(family: Family, chips: int) -> tuple[str, str]:
