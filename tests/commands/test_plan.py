@@ -270,6 +270,19 @@ def test_a_model_function_that_sets_its_own_policy_is_planned_in_it(runtime):
     assert {lever.setting.compute for lever in result.levers if lever.setting} == {"float32"}
 
 
+def test_a_lever_cannot_change_a_policy_the_model_function_sets_and_says_so(runtime):
+    """On this CPU 'auto' is float32, as the function's own: the same policy, so nothing tells them apart until the
+    bfloat16 lever's build comes back in float32 again; that lever is reported as not built, not as a figure."""
+    from acceltrain.planning import plan
+
+    result = plan("here", model=f"{SCRIPTS / 'wide_mlp.py'}:build_in_float32", batch_size=64, device_memory="1MiB",
+                  distribution="data")
+    bfloat16 = next(lever for lever in result.levers if lever.name == "bfloat16")
+    assert bfloat16.bytes_per_device is None and not bfloat16.fits
+    assert bfloat16.how == ("could not compile: UsageError: the model function sets its own dtype policy, float32, so "
+                            "the step cannot be built in mixed_bfloat16")
+
+
 def test_gpu_targets_are_an_estimate_that_says_so(runtime):
     from acceltrain.planning import plan
 

@@ -245,6 +245,9 @@ def step_compiler(build, devices, global_batch: int, *, layouts, base, sequence_
                     abstracts[variant] = step.build_abstract(
                         build, policy=setting.compute, remat=step.remat_layers(base.model) if setting.remat else (),
                         accumulation=setting.accumulation, sequence_length=sequence_length)
+            if abstracts[variant].policy != setting.compute:  # the build function set its own, as it does each time
+                raise UsageError(f"the model function sets its own dtype policy, {abstracts[variant].policy}, so the "
+                                 f"step cannot be built in {setting.compute}")
             measured[setting] = _measure(abstracts[variant], by_name[setting.distribution], devices,
                                          global_batch // setting.accumulation, label=setting.describe())
         return measured[setting]
