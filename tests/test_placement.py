@@ -116,6 +116,12 @@ def _top_level_build():
     (("cpu", 8, True), 24 * 1024**2, "device_memory=", {}, lambda: None,
      "acceltrain.plan('here', model='FILE.py:FUNCTION', device_memory='24MiB') with FILE.py:FUNCTION returning the "
      "compiled model"),
+    # A precision asked for is planned in too (plan's 'auto' is the run's own 'auto' on the same hardware).
+    (("TPU v5 lite", 8), 16 * 1024**3, "the hardware", {"recipe": "mnist-mlp", "precision": "float32"}, None,
+     "acceltrain plan --target tpu-v5e-8 mnist-mlp --precision float32"),
+    (("cpu", 8, True), 24 * 1024**2, "device_memory=", {"precision": "mixed_bfloat16"}, lambda: None,
+     "acceltrain.plan('here', model='FILE.py:FUNCTION', device_memory='24MiB', precision='mixed_bfloat16') with "
+     "FILE.py:FUNCTION returning the compiled model"),
 ])
 def test_the_plan_line_for_this_job_on_this_hardware(hardware, memory, source, job, build, expected):
     from acceltrain import placement

@@ -180,7 +180,8 @@ def _close_to_full_note(runtime, job: dict, needs: int) -> str:
     if needs <= CLOSE_TO_FULL * budget:
         return ""
     return (f"; that is {needs / budget:.0%} of it, and the activations are not counted: "
-            f"`{plan_command(runtime.sharding_request, runtime.hardware, job)}` compiles the step and counts them")
+            f"`{plan_command(runtime.sharding_request, runtime.hardware, _with_precision(runtime, job))}` compiles the "
+            "step and counts them")
 
 
 # --- Check before renting: the `acceltrain plan` line for this job ---------------------------------
@@ -193,13 +194,21 @@ def job_of(build_model, job: dict | None = None) -> dict:
 
 def check_before_renting(runtime, job: dict) -> str:
     """The sentence a "does not fit" ends with: how to check this job against hardware before renting it."""
-    return (f"Check it against hardware before renting: `{plan_command(runtime.sharding_request, runtime.hardware, job)}` compiles its "
+    command = plan_command(runtime.sharding_request, runtime.hardware, _with_precision(runtime, job))
+    return (f"Check it against hardware before renting: `{command}` compiles its "
             "training step for a --target and says what would fit (tpu-v5e-16, tpu-v4-128, h100-8 ... or here).")
 
 
+def _with_precision(runtime, job: dict) -> dict:
+    """`job` with the precision the user asked for (precision=, --precision): plan's 'auto' is the runtime's own
+    'auto' on the same hardware, so only a precision asked for needs saying."""
+    return {**job, "precision": runtime.precision} if runtime.precision_asked else job
+
+
 def plan_command(request: Request, found, job: dict) -> str:
-    """The `acceltrain plan` command line for this job (job_of) on this hardware, or, where the model's function
-    is not known (a model built in scope(), a lambda), the acceltrain.plan() call with the job's numbers.
+    """The `acceltrain plan` command line for this job (job_of, with the "precision" asked for, if any) on this
+    hardware, or, where the model's function is not known (a model built in scope(), a lambda), the
+    acceltrain.plan() call with the job's numbers.
 
     The target is this hardware's rental name (8 "TPU v5 lite" devices: tpu-v5e-8); a CPU, or a kind the
     targets table lacks, is `here`, with the device memory 'auto' used (and, for simulated devices, as many
@@ -214,12 +223,14 @@ def plan_command(request: Request, found, job: dict) -> str:
         words += [job["recipe"]] if job.get("recipe") else ["--model", job["model"]]
         words += ["--batch-size", str(job["batch_size"])] if job.get("batch_size") else []
         words += ["--device-memory", memory] if memory else []
+        words += ["--precision", job["precision"]] if job.get("precision") else []
         if found.simulated:  # `plan` sees the devices JAX starts with: simulate the same ones
             words.insert(0, f"XLA_FLAGS=--xla_force_host_platform_device_count={found.num_devices}")
         return shlex.join(words)
     arguments = [repr(target or "here"), "model='FILE.py:FUNCTION'"]
     arguments += [f"batch_size={job['batch_size']}"] if job.get("batch_size") else []
     arguments += [f"device_memory={memory!r}"] if memory else []
+    arguments += [f"precision={job['precision']!r}"] if job.get("precision") else []
     return f"acceltrain.plan({', '.join(arguments)}) with FILE.py:FUNCTION returning the compiled model"
 
 

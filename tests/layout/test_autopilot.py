@@ -102,6 +102,18 @@ def test_a_model_that_fits_no_way_stops_before_training_naming_what_else_would_h
     assert model.optimizer.iterations == 0  # stopped before any step
 
 
+def test_the_plan_line_of_a_stop_keeps_the_precision_asked_for():
+    """plan's 'auto' is the runtime's own 'auto' on the same hardware; a precision the user asked for (float32 where a
+    TPU's auto would compute in bfloat16) must travel to the plan line, or the plan would weigh another step."""
+    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", precision="float32", verbose=False)
+    with runtime.scope():
+        model = _wide_mlp()
+    with pytest.raises(UsageError) as stopped:
+        runtime.fit(model, *_wide_data(64), batch_size=64, verbose=0)
+    assert ("acceltrain.plan('here', model='FILE.py:FUNCTION', batch_size=64, device_memory='2MiB', "
+            "precision='float32')") in str(stopped.value)
+
+
 def test_a_run_users_stop_names_flags_and_the_plan_command_not_python_calls():
     """Runtime.first_fit(flags=True), as `acceltrain run` calls it: the stop names --precision and the
     `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
