@@ -17,7 +17,8 @@ Sources, looked up 2026-12-03 (Cloud TPU pages through the project's search corp
        https://docs.cloud.google.com/tpu/docs/v2 points to (not re-read today).
   GPUs: NVIDIA's datasheets, as hardware/gpu.py: H100 SXM 80 GB, A100 SXM 80 GB, H200 SXM 141 GB.
   GPU compute capability (looked up 2026-12-04): https://developer.nvidia.com/cuda-gpus  "9.0 | NVIDIA GH200
-       NVIDIA H200 NVIDIA H100", and 8.0 for the A100 (Ampere, the first with bfloat16 tensor cores).
+       NVIDIA H200 NVIDIA H100"; the A100's 8.0 (Ampere, the first with bfloat16 tensor cores) was not in the part
+       of that table read today: it is the Ampere data-center part's, as NVIDIA's forum and other tables give it.
 HBM is counted in GiB for TPUs (the v3 and v4 pages say GiB; HBM stacks come in binary sizes, the newer
 pages round to "GB"), in the datasheets' decimal GB for GPUs (the smaller of the two readings).
 The peak FLOP/s per device are hardware/tpu.py's and hardware/gpu.py's tables (bfloat16, dense).
