@@ -94,7 +94,12 @@ if args.loop in ("fit", "keras-dp"):
 else:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    model.build((None, *shape))
+    # Called, not build((None, *shape)): a subclassed model without a build method of its own makes no weights
+    # there (Keras only warns), and the jitted step then trained nothing: no gradients, no all-reduce, no Adam,
+    # the weights remade from their initializers inside each step (the MLP's floors before this were such a step).
+    model(x[:BATCH])
+    if not model.trainable_variables:
+        raise SystemExit("the hand-written step has no weights to train: it would time a step that learns nothing")
     model.optimizer.build(model.trainable_variables)
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
     mesh = Mesh(np.array(jax.devices()), ("batch",))
