@@ -471,39 +471,3 @@ def test_built_but_not_marked_is_what_keras_calls_the_model_to_build():
     model.built = True
     assert not keras_internals.built_but_not_marked(model)
     model._symbolic_build(data_batch=np.zeros((2, 4), "float32"))  # nothing left to call it for
-
-
-def test_batches_put_whole_are_the_arrays_keras_distributes_laid_out_alike():
-    """A distributed epoch's batches come from JAXEpochIterator._get_distributed_iterator (Keras's: one
-    make_array_from_process_local_data per array, layouts from the first batch's shapes): inside, the same values
-    with the same shardings, dicts, None and a last, shorter batch included; after, Keras's own method again."""
-    import jax
-    import keras
-    from keras.src.backend.jax.trainer import JAXEpochIterator
-
-    rng = np.random.default_rng(0)
-    x = {"a": rng.random((40, 3), dtype=np.float32), "b": rng.random((40, 2, 2), dtype=np.float32)}
-    y, weights = rng.integers(0, 2, 40), rng.random(40, dtype=np.float32)
-    own = JAXEpochIterator._get_distributed_iterator
-
-    def batches(sample_weight):
-        epoch = JAXEpochIterator(x=x, y=y, sample_weight=sample_weight, batch_size=16, shuffle=False)
-        return [jax.tree.leaves(batch) for batch in epoch._get_iterator()]
-
-    with keras.distribution.DataParallel(devices=jax.devices()).scope():
-        for sample_weight in (weights, None):
-            keras_own = batches(sample_weight)
-            with keras_internals.batches_put_whole():
-                assert JAXEpochIterator._get_distributed_iterator is not own
-                put_whole = batches(sample_weight)
-            arrays = 3 if sample_weight is None else 4  # x's two, y, the weights
-            assert [len(batch) for batch in put_whole] == [len(batch) for batch in keras_own] == [arrays] * 3
-            for ours, theirs in zip(sum(put_whole, []), sum(keras_own, [])):
-                assert isinstance(ours, jax.Array) and ours.sharding == theirs.sharding
-                np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
-    with keras_internals.batches_put_whole():
-        outer = JAXEpochIterator._get_distributed_iterator
-        with keras_internals.batches_put_whole():  # a call inside a call (a callback's evaluate in a fit): one deep
-            assert JAXEpochIterator._get_distributed_iterator is outer
-        assert JAXEpochIterator._get_distributed_iterator is outer
-    assert JAXEpochIterator._get_distributed_iterator is own

@@ -1,7 +1,7 @@
 """Prints, while each of its fit, evaluate and predict runs, how many of acceltrain's wrappers stand over Keras's
 own method of the trainer class (following __wrapped__: Keras wraps its own too), and validates inside its fit; at
-the first step's end, how many stand over the model's train function (and, on JAX, over the epoch iterator's method
-that puts each batch on the devices); while it saves, over keras.Model.save; and over keras.config.set_backend."""
+the first step's end, how many stand over the model's train function; while it saves, over keras.Model.save; and
+over keras.config.set_backend."""
 
 from pathlib import Path
 
@@ -29,10 +29,6 @@ class Count(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if batch == 0:
             print("train_function:", keras_internals.train_function_wrappers(self.model), flush=True)
-        if batch == 0 and keras.backend.backend() == "jax":  # where each batch is put on the devices
-            from keras.src.backend.jax.trainer import JAXEpochIterator
-
-            print("batches:", wrappers(JAXEpochIterator._get_distributed_iterator), flush=True)
 
     def on_test_begin(self, logs=None):
         print("during evaluate:", wrappers(keras_internals.trainer_class(keras.backend.backend()).evaluate), flush=True)

@@ -546,53 +546,6 @@ def variables_on_one_device(model, device, layout_of):
                 variable.assign(np.asarray(variable._value))  # from the host: alike in every process
 
 
-# --- Each batch onto the devices (backends/jax/op_by_op.py::follow_placement) ---------------------------------------
-
-@contextlib.contextmanager
-def batches_put_whole():
-    """Inside, each batch of a fit, evaluate or predict under a distribution, in a job of one process, goes onto the
-    devices in one `jax.device_put` of the whole batch ((x, y, sample_weight) with each array's data layout): the
-    arrays Keras's own `_distribute_data` makes, laid out alike, for less of the host's time. Keras makes them one
-    array at a time with `jax.make_array_from_process_local_data`, which in one process checks its arguments and then
-    device_puts that array: 0.13 ms a batch where one device_put of the whole takes 0.07-0.08 (the batch-32 MLP of
-    benchmarks/small_steps_script.py over 4 and 8 simulated CPU devices, measured in one process), on steps of
-    0.6-1.3 ms (benchmarks/small_steps.py). In a job of several processes Keras's own runs: there each process holds
-    only its rows of the global batch, which make_array_from_process_local_data assembles.
-
-    Relies on: JAXEpochIterator._get_iterator takes a distributed fit's, evaluate's or predict's batches from
-    `self._get_distributed_iterator(distribution)`, which yields `_distribute_data(batch, layouts)` for each batch of
-    `self.data_adapter.get_jax_iterator()`, layouts being `distribution.get_data_layout(array.shape).backend_layout`
-    for each array of the first batch (None for None); and `_distribute_data` is
-    `jax.make_array_from_process_local_data(layout, array)` for each array.
-    """
-    import jax
-    from keras.src.backend.jax.trainer import JAXEpochIterator
-
-    if getattr(JAXEpochIterator._get_distributed_iterator, "acceltrain_put_whole", False):  # a call inside a call
-        yield
-        return
-
-    def put_whole(name, own):
-        def distributed_iterator(self, distribution):
-            if jax.process_count() > 1:
-                yield from own(self, distribution)
-                return
-            def layout(array):
-                return None if array is None else distribution.get_data_layout(array.shape).backend_layout
-
-            layouts = None
-            for batch in self.data_adapter.get_jax_iterator():
-                if layouts is None:  # from the first batch, as Keras's: a layout follows an array's rank, not its rows
-                    layouts = keras.tree.map_structure(layout, batch)
-                yield jax.device_put(batch, layouts)
-
-        distributed_iterator.acceltrain_put_whole = True
-        return distributed_iterator
-
-    with patched(JAXEpochIterator, ("_get_distributed_iterator",), put_whole):
-        yield
-
-
 # --- A fit's step, timed again on one device (backends/jax/steps.py::_timed_on_one_device) -------------------------
 
 def training_state(model) -> tuple:

@@ -14,18 +14,13 @@ from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once, s
 def follow_placement(call, proceed):
     """Layer "placement" of the interception (interception.LAYERS): plain `model.fit` runs under the
     distribution the model was built in (Keras on JAX reads it from global state at fit time, not from the
-    model, as TensorFlow does), one step at a time where steps must not overlap, a step Keras would run op
-    by op made safe (op_by_op_made_safe), and each batch put on the devices whole (keras_internals.batches_put_whole).
-    A model built outside any acceltrain distribution runs as Keras runs it, its batches put whole too where a
-    distribution is set."""
+    model, as TensorFlow does), one step at a time where steps must not overlap, and a step Keras would run op
+    by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
     import keras
-
-    from acceltrain.backends import keras_internals
 
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
     in_force = distribution or keras.distribution.distribution()
-    with (scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed,
-          keras_internals.batches_put_whole()):
+    with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
         if undistributed:
             call.undistributed.append(undistributed)
         for callback in [] if undistributed else step_callbacks(in_force):
