@@ -9,7 +9,9 @@ of 16 features), Adam. Each run is a fresh process and times the second of two e
 - plain: `python small_steps_script.py` (plain Keras, one device);
 - run N: `acceltrain run --simulate-devices N` (N = 1, 4, 8), floor N: the hand-written step (Keras's
   `stateless_call` + `optimizer.stateless_apply`, jitted over a mesh of the N devices, the batch split over them,
-  a host sync every step as Keras's fit makes on several CPU devices) with N simulated devices;
+  a host sync every step as Keras's fit makes on several CPU devices) with N simulated devices (the MLP's floor
+  trains its weights since 74a45f9: before, built with build((None, 32)), the subclassed MLP had none, and its step
+  learned nothing at about half a real step's cost; records of the MLP older than that hold that floor);
 - launch: `acceltrain launch --processes 2 --simulate-devices 2`, floor launch: the hand-written step in the same
   2-process job (acceltrain starts jax.distributed; a loop without fit runs as written), process 0's figure;
 - keras N / keras launch: plain Keras's own fit with DataParallel set by hand over the same devices, no acceltrain
