@@ -114,8 +114,16 @@ def summarize(raw: dict) -> dict:
         "peak_bytes": script["peak_bytes_in_use"], "planned_bytes": planned,
         "planned_over_peak": planned / script["peak_bytes_in_use"] if planned and script["peak_bytes_in_use"] else None,
         "plan_recommended": plan["recommended"], "plan_compute": (plan.get("recommended_setting") or {}).get("compute"),
+        "device_kind": plan.get("compiled_for"), "published_peak": _published_bf16_peak(plan.get("compiled_for")),
         "device_memory_bytes": plan["device_memory_bytes"],
     }
+
+
+def _published_bf16_peak(device_kind: str | None) -> float | None:
+    """A GPU's published dense bf16 peak (acceltrain/hardware/gpu.py's table, cited there), or None."""
+    from acceltrain.hardware import gpu
+
+    return gpu.peak_flops_per_second(device_kind, "bfloat16") if device_kind else None
 
 
 def render(summary: dict, record: dict) -> str:
@@ -126,8 +134,12 @@ def render(summary: dict, record: dict) -> str:
                        for name, seconds in sorted(parts.items(), key=lambda item: -item[1]) if seconds > 0)
     flops = f"{summary['flops_per_step'] / 1e12:.2f} TFLOP" if summary["flops_per_step"] else "not recorded"
     rate = summary["steady_flops_per_second"]
-    rate = f"{rate / 1e12:.0f} TFLOP/s" if rate else "not recorded"
-    mfu = "not recorded" if summary["ledger_mfu"] is None else f"{summary['ledger_mfu']:.1%}"
+    peak = summary.get("published_peak")
+    share = f" ({rate / peak:.1%} of the {summary['device_kind']}'s published bf16 peak, {peak / 1e12:.0f} TFLOP/s)" \
+        if rate and peak else ""
+    rate = f"{rate / 1e12:.0f} TFLOP/s{share}" if rate else "not recorded"
+    mfu = "not recorded (its ledger noted no peak for a script's fit)" if summary["ledger_mfu"] is None else \
+        f"{summary['ledger_mfu']:.1%}"
     compute = f" in {summary['plan_compute']}" if summary["plan_compute"] else ""
     ratio = summary["planned_over_peak"]
     planned_over_peak = f"{ratio:.2f}×" if ratio else "not recorded"

@@ -4,7 +4,8 @@ Two jobs, each a fresh `acceltrain plan --target tpu-v5e-8 --sequence-length 512
 on keras_hub's gemma_2b_en config (tests/presets/gemma_2b: no weights, built from shapes alone), compiled by
 libtpu's compile-only client on this CPU:
   - LoRA of rank 4 (`--model tests/presets/gemma_2b --lora-rank 4`, the task's default Adam on the adapters);
-  - every weight fine-tuned with AdamW in float32 (tests/scripts/gemma_lm.py:gemma_2b_full_adamw).
+  - every weight fine-tuned with AdamW, the weights and optimizer in float32 (tests/scripts/gemma_lm.py:gemma_2b_full_adamw);
+  each planned in the precision `acceltrain run` would use on the target (bfloat16 compute on a TPU).
 For each: the bytes per chip of every candidate and lever the plan compiled, the recommendation, and the wall
 time, CPU time and peak resident memory of the process (measured from outside, as plan_cost.py does).
 
@@ -29,7 +30,7 @@ TARGET = "tpu-v5e-8"
 SEQUENCE_LENGTH, BATCH_SIZE = 512, 8
 JOBS = {  # smallest first: a child's peak is only seen when it exceeds every earlier child's
     "LoRA rank 4": ["--model", "tests/presets/gemma_2b", "--lora-rank", "4"],
-    "every weight, AdamW, float32": ["--model", "tests/scripts/gemma_lm.py:gemma_2b_full_adamw"],
+    "every weight, AdamW, float32 weights": ["--model", "tests/scripts/gemma_lm.py:gemma_2b_full_adamw"],
 }
 
 

@@ -440,7 +440,7 @@ class Runtime:
             return None
         from acceltrain.training import ledger_watch
 
-        return ledger_watch.layer(self.timeline, self._framework, self.distribution)
+        return ledger_watch.layer(self.timeline, self._framework, self.distribution, self.peak_flops)
 
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:

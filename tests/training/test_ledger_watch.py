@@ -162,6 +162,19 @@ def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_pu
     assert run.mfu == pytest.approx(run.flops_per_step * 4 / run.parts["device_steps"] / 1e12)
     assert run.as_json()["mfu"] == run.mfu
 
+    # A script's own fit (acceltrain run without --checkpoint-dir: the ledger layer alone) has its MFU too: on the
+    # H200, the LoRA fine-tune's ledger had the step's FLOPs and no peak, so no MFU.
+    from acceltrain.backends import interception
+    from acceltrain.training import ledger_watch
+
+    watch = ledger_watch.layer(one_device.timeline, one_device.backend_module, one_device.distribution,
+                               one_device.peak_flops)
+    with one_device.timeline.window() as window, interception.layers(ledger=watch):
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+    script_run = window.ledger
+    assert script_run.facts["peak_flops_per_second"] == 1e12 and script_run.mfu == pytest.approx(
+        script_run.flops_per_step * 4 / script_run.parts["device_steps"] / 1e12)
+
     h200s = SimpleNamespace(hardware=SimpleNamespace(simulated=False), platform="gpu", device_kind="NVIDIA H200",
                             num_devices=2)
     bf16 = SimpleNamespace(dtype_policy=SimpleNamespace(compute_dtype="bfloat16"))

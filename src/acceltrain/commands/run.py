@@ -73,7 +73,7 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
-        watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution) \
+        watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution, runtime.peak_flops) \
             if runtime.timeline.enabled else None
         trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
             checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),

@@ -162,7 +162,6 @@ class Trained:
         self._tune(model, prepared)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(classes.num_classes)
-        runtime.timeline.note("peak_flops_per_second", runtime.peak_flops(model))
         watched = [*runtime.watched_callbacks(dog, callbacks), *callbacks, divergence]  # the stall watch first
 
         def keras_fit(**kwargs):  # each Keras fit of the loop, through the layers below this one

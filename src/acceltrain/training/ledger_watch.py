@@ -132,13 +132,16 @@ class _TimedIterator:
         return batch
 
 
-def layer(timeline, framework, distribution):
+def layer(timeline, framework, distribution, peak_flops=None):
     """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution`: a
-    fit carries a LedgerWatch (told whether acceltrain makes it wait for each step); an evaluate or predict is booked
-    whole as evaluation."""
+    fit carries a LedgerWatch (told whether acceltrain makes it wait for each step) and notes the devices' published
+    peak for its model's compute dtype (`peak_flops(model)`: the MFU's denominator, Runtime.peak_flops); an evaluate
+    or predict is booked whole as evaluation."""
 
     def ledger(call, proceed):
         if call.name == "fit":
+            if peak_flops is not None:
+                timeline.note("peak_flops_per_second", peak_flops(call.model))
             syncs = bool(framework.step_callbacks(distribution))
             return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
         with timeline.timed("evaluation"):
