@@ -217,12 +217,31 @@ def _wait_for_a_checkpoint_of_epoch(slurm: Slurm, job_id: str, checkpoints: Path
 
 
 def _start_when_requeued(slurm: Slurm, job_id: str, restarts: int) -> None:
-    """Wait for the job to be queued again, then start it: Slurm holds a requeued job back for a while."""
+    """Wait for the job to be queued again and for its last run's step daemons to end, then start it: Slurm holds
+    a requeued job back for a while, and a job started while its last run's tasks still save their checkpoint on
+    the node can be killed as non-startable ("Job credential revoked": seen twice in a row, the save taking 3 s)."""
     deadline = time.monotonic() + 120
     while (job := slurm.job(job_id))["JobState"] != "PENDING" or job["Restarts"] != str(restarts):
         assert time.monotonic() < deadline, job
         time.sleep(0.5)
+    while steps := _step_daemons(job_id):
+        assert time.monotonic() < deadline, f"the last run's steps never ended after the requeue: {steps}"
+        time.sleep(0.5)
     slurm.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+
+
+def _step_daemons(job_id: str) -> list[str]:
+    """The slurmstepd processes of the job still on this node ("slurmstepd: [2.0]", "[2.batch]"): the node's idle
+    state and the job's PENDING come before they end."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # the process ended while listed
+        if command.startswith(f"slurmstepd: [{job_id}."):
+            found.append(command.strip())
+    return found
 
 
 def _listed(folder: Path) -> list:
