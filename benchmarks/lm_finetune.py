@@ -41,14 +41,18 @@ RUN_SECONDS, PLAN_SECONDS = 200, 120
 PLAIN = {"float32": [], "mixed_bfloat16": ["--policy", "mixed_bfloat16"]}  # plain Keras's runs: the default, then by hand
 
 
-def acceltrain(args: list, seconds: float) -> subprocess.CompletedProcess:
-    """`python -m acceltrain ARGS`, its output kept (it is printed too, for the log)."""
-    done = subprocess.run([sys.executable, "-m", "acceltrain", *args], capture_output=True, text=True,
-                          timeout=seconds, cwd=_results.REPO)
+def python(args: list, seconds: float, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python ARGS` in a fresh process, its output kept (its end is printed too, for the log)."""
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=seconds,
+                          cwd=_results.REPO, env=env)
     print(done.stdout[-6000:], done.stderr[-6000:], sep="\n", flush=True)
     if done.returncode != 0:
-        raise RuntimeError(f"acceltrain {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"python {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return done
+
+
+def acceltrain(args: list, seconds: float) -> subprocess.CompletedProcess:
+    return python(["-m", "acceltrain", *args], seconds)
 
 
 def said(output: str, prefix: str) -> str | None:
@@ -75,12 +79,7 @@ def keras_alone(args: list) -> dict:
     """The script's own measurements under plain Keras on JAX, in a fresh process (no acceltrain)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "lm.json"
-        done = subprocess.run([sys.executable, str(SCRIPT), *args, "--out", str(out)], capture_output=True,
-                              text=True, timeout=RUN_SECONDS, cwd=_results.REPO,
-                              env={**os.environ, "KERAS_BACKEND": "jax"})
-        print(done.stdout[-3000:], done.stderr[-3000:], sep="\n", flush=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{SCRIPT.name} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+        python([str(SCRIPT), *args, "--out", str(out)], RUN_SECONDS, env={**os.environ, "KERAS_BACKEND": "jax"})
         return json.loads(out.read_text())
 
 

@@ -66,7 +66,7 @@ def test_choose_processes_refuses_a_broken_job(flags, env, says):
 
 def test_acceltrain_runs_job_is_named_by_its_flags():
     with pytest.raises(UsageError) as refused:
-        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234", "as_flags": True}, {}, False)
+        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234"}, {}, False, as_flags=True)
     assert "Received --coordinator=10.0.0.1:1234 without --num-processes and --process-id" in str(refused.value)
     assert "e.g. --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0" in str(refused.value)
 

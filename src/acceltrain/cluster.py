@@ -76,7 +76,7 @@ class Cluster:
 
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
                      cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None,
-                     started: tuple[int, int] | None = None) -> tuple[Processes, str]:
+                     started: tuple[int, int] | None = None, as_flags: bool = False) -> tuple[Processes, str]:
     """The first source that names a job wins, in the order of the module's docstring.
 
     Args:
@@ -88,8 +88,10 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
             nothing (`accelerator-type`), as `tpu_metadata()` reads it; empty elsewhere.
         started: (process count, this process's index) of a jax.distributed job already started in this
             process, e.g. by Ray Train's JaxTrainer; None where none is.
+        as_flags: name `flags` in errors and reasons as the CLI's flags (`acceltrain run`), not as connect()'s
+            Cluster fields.
     """
-    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started)
+    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started, as_flags)
     if processes.distributed and backend != "jax" and processes.source == "tpu":
         raise UsageError(
             f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
@@ -107,9 +109,9 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     return processes, reason
 
 
-def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None) -> tuple[Processes, str]:
+def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None, as_flags=False) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
-    names = FLAG_NAMES if flags.get("as_flags") else ARGUMENT_NAMES
+    names = FLAG_NAMES if as_flags else ARGUMENT_NAMES
     given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags", names)
     if given == SINGLE:
         return given, f"{names[1]} 1: one process, whatever the environment says"
@@ -301,8 +303,7 @@ def detect(backend: str, coordinator=None, num_processes=None, process_id=None,
            started: tuple[int, int] | None = None, as_flags: bool = False) -> tuple[Processes, str]:
     """choose_processes() on this host's environment (`started`: see choose_processes; `as_flags`: errors name
     the CLI's flags)."""
-    flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id,
-             "as_flags": as_flags}
+    flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     tpu_vm = on_cloud_tpu_vm()
     metadata = tpu_metadata(os.environ) if tpu_vm else {}
-    return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started)
+    return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started, as_flags)

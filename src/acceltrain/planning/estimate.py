@@ -61,13 +61,12 @@ def _abstract_arguments(abstract, batch: int) -> tuple:
 
 def _equations(jaxpr):
     """Every equation, including those inside sub-programs (jit, custom_vjp, checkpoint ...)."""
+    from acceltrain.backends.jax import compiles
+
     for eqn in jaxpr.eqns:
         yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else (value,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _equations(inner)
+        for inner in compiles.sub_programs(eqn):
+            yield from _equations(inner)
 
 
 def _nbytes(aval) -> int:

@@ -376,7 +376,7 @@ def compile_step(abstract: AbstractModel, layout: Layout, devices: list, global_
     if " while(" in compiled.as_text() or devices[0].platform == "gpu":
         # XLA's collective matmuls (weights gathered piece by piece in a loop) are counted once per loop by
         # the cost analysis, not once per trip: measured 17% low for fsdp over 8 v5e chips. On a GPU it counts
-        # none of the matmuls it hands to cuBLAS (an H200: 1.8e11 FLOPs for a step whose matmuls hold 2e13). The
+        # none of the matmuls it hands to cuBLAS (an H200: 1.8e11 FLOPs for a step whose matmuls hold 1.5e13). The
         # step's arithmetic is the same in every layout, so count its matmuls from the traced program instead.
         from acceltrain.planning import estimate
 

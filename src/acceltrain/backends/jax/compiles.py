@@ -106,7 +106,7 @@ def step_flops(jitted_step, arguments) -> float | None:
     `arguments` (arrays or their jax.ShapeDtypeStruct): its matmuls and convolutions as traced (traced_matmul_flops),
     the count MFU divides. Not XLA's cost analysis: on a GPU it counts none of the matmuls it hands to cuBLAS (on an
     H200 the lowered step gave no count at all, and the compiled one 1.8e11 FLOPs for a step whose matmuls hold
-    2e13), and on every backend it counts a loop's body once, not once a trip (an LSTM's scan). None where the
+    1.5e13), and on every backend it counts a loop's body once, not once a trip (an LSTM's scan). None where the
     step cannot be traced again."""
     try:
         flops = traced_matmul_flops(jitted_step, *arguments)
@@ -125,14 +125,18 @@ def traced_matmul_flops(function, *arguments) -> int:
 def _program_flops(jaxpr) -> int:
     total = 0
     for eqn in jaxpr.eqns:
-        total += _matmul_flops(eqn)
         times = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else (value,):
-                inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's program, or a Jaxpr itself
-                if hasattr(inner, "eqns"):
-                    total += times * _program_flops(inner)
+        total += _matmul_flops(eqn) + times * sum(_program_flops(inner) for inner in sub_programs(eqn))
     return total
+
+
+def sub_programs(eqn):
+    """The programs an equation runs inside it (jit, scan, custom_vjp, checkpoint ...), each a Jaxpr."""
+    for value in eqn.params.values():
+        for sub in value if isinstance(value, (list, tuple)) else (value,):
+            inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's program, or a Jaxpr itself
+            if hasattr(inner, "eqns"):
+                yield inner
 
 
 def _matmul_flops(eqn) -> int:
