@@ -18,6 +18,9 @@ connect() must make of it. Sources (looked up 2026-12-03 with the project's sear
 - Ray Train: ray-project/ray python/ray/train/v2/jax/config.py: JaxTrainer's backend calls
   jax.distributed.initialize on every worker before the user's function runs; connect() then finds a job
   already started (recorded as the started (count, index) pair). Ray's own variables are not read.
+- A Ray job `acceltrain launch --emit ray` wrote (acceltrain.commands.ray_job): each worker's `acceltrain run`
+  child gets ray.train.get_context()'s world rank and size and rank 0's address as ACCELTRAIN_RAY_*; Ray's own
+  RAY_ADDRESS is there too (a worker of a Ray cluster), the address assumed.
 - Pathways on Cloud: docs.cloud.google.com/ai-hypercomputer/docs/workloads/pathways-on-cloud/
   porting-jax-workloads: "setting the JAX_PLATFORMS=proxy environment variable", "jax.process_index() is
   always 0". JAX_BACKEND_TARGET's value is assumed (the IFRT proxy's gRPC address).
@@ -70,6 +73,12 @@ SKYPILOT_ONE_NODE = Recorded(
 RAY_WORKER_3 = Recorded(
     "Ray Train JaxTrainer, worker 3 of 4", {"RAY_ADDRESS": "10.0.0.2:6379"}, started=(4, 3),
     source="started", num_processes=4, process_id=3, distributed=True, says=("Ray Train's JaxTrainer",))
+RAY_JOB_WORKER_1 = Recorded(
+    "a Ray job acceltrain emitted, worker 1 of 2",
+    {"ACCELTRAIN_RAY_WORLD_RANK": "1", "ACCELTRAIN_RAY_WORLD_SIZE": "2",
+     "ACCELTRAIN_RAY_COORDINATOR": "10.0.0.2:41234", "RAY_ADDRESS": "10.0.0.2:6379"},
+    source="ray", num_processes=2, process_id=1, coordinator="10.0.0.2:41234", distributed=True,
+    says=("Ray Train: worker 1 of 2",))
 PATHWAYS_HEAD = Recorded(
     "Pathways proxy head", {"JAX_PLATFORMS": "proxy", "JAX_BACKEND_TARGET": "grpc://pathways-proxy:29000",
                             "JOB_COMPLETION_INDEX": "0", "HOSTNAME": "pw-head-0-0"},
@@ -81,4 +90,4 @@ GKE_TPU_POD_IN_A_JOBSET = Recorded(
     cloud_tpu_vm=True, source="tpu", num_processes=4, process_id=1, distributed=True, says=("TPU slice of 4 hosts",))
 
 ALL = (JOBSET_POD_2, INDEXED_JOB_ALONE, KUBEFLOW_PROCESS_1, SKYPILOT_NODE_1, SKYPILOT_ONE_NODE, RAY_WORKER_3,
-       PATHWAYS_HEAD, GKE_TPU_POD_IN_A_JOBSET)
+       RAY_JOB_WORKER_1, PATHWAYS_HEAD, GKE_TPU_POD_IN_A_JOBSET)

@@ -29,6 +29,7 @@ def test_flags_and_launch_still_win_over_an_engine():
     ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "without JAX_COORDINATOR_ADDRESS"),
     ({**recorded.SKYPILOT_NODE_1.env, "SKYPILOT_NODE_IPS": ""}, "without SKYPILOT_NODE_IPS"),
     ({**recorded.JOBSET_POD_2.env, "JOB_COMPLETIONS": "two"}, "JOB_COMPLETIONS='two'"),
+    ({**recorded.RAY_JOB_WORKER_1.env, "ACCELTRAIN_RAY_WORLD_RANK": "2"}, "ACCELTRAIN_RAY_WORLD_RANK=2"),
 ])
 def test_a_broken_engine_environment_is_refused_naming_the_variable(env, says):
     with pytest.raises(UsageError) as refused:

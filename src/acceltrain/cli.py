@@ -56,6 +56,7 @@ EXAMPLES = {
         "  acceltrain launch --emit jobset --target tpu-v5e-16 train.py --epochs 3 > job.yaml   # a GKE JobSet\n"
         "  acceltrain launch --emit sbatch --target h100-8 --nodes 2 train.py > job.sh          # Slurm\n"
         "  acceltrain launch --emit skypilot --target tpu-v6e-32 train.py > task.yaml           # SkyPilot\n"
+        "  acceltrain launch --emit ray --target cpu --nodes 2 train.py > ray_job.py            # Ray\n"
         "  acceltrain launch --processes 2 --checkpoint-dir ckpt --resume train.py   # rerun as is after a preemption\n"
         "exit 42: preempted, checkpoint saved, restart me (a notice: SIGTERM, SIGUSR1; or a process that stopped\n"
         "making progress, named); any other failure exits 1, bad input 2."
@@ -301,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
 def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--emit", metavar="ENGINE",
                         help="print, instead of running, what ENGINE takes to run the script with `acceltrain run` on "
-                             "every host of --target: jobset (GKE, xpk), sbatch (Slurm) or skypilot")
+                             "every host of --target: jobset (GKE, xpk), sbatch (Slurm), skypilot or ray (a Ray job's driver)")
     parser.add_argument("--target", help="with --emit: the hardware, as plan names it (tpu-v5e-16, tpu-v6e-32, h100-8 "
                                          "...) or cpu")
     parser.add_argument("--nodes", type=int, metavar="N", help="with --emit: GPU boxes or CPU nodes (default: 1)")
@@ -310,7 +311,7 @@ def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
                         help="with --emit: the shared folder of JAX's compiled programs (default: beside "
                              "--checkpoint-dir's default, on the engine's shared storage)")
     parser.add_argument("--max-restarts", type=int, metavar="N",
-                        help="with --emit jobset: restarts of the whole job before it fails (default: 10)")
+                        help="with --emit jobset or ray: restarts of the whole job before it fails (default: 10)")
     parser.add_argument("--name", help="with --emit: the job's name (default: the script's)")
 
 
@@ -395,7 +396,7 @@ def _launch(args) -> int:
     if emit_only:
         flag = emit_only[0]
         raise UsageError(f"Received --{flag.replace('_', '-')} {getattr(args, flag)} without --emit: it says what an artifact "
-                         "holds. Add --emit jobset|sbatch|skypilot, or leave it out to launch here.")
+                         "holds. Add --emit jobset|sbatch|skypilot|ray, or leave it out to launch here.")
     if args.processes is None:
         raise UsageError("Received no --processes. Pass how many processes to start here, e.g. --processes 2, or "
                          "--emit ENGINE --target TARGET to print what a cluster runs.")

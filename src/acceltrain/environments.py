@@ -19,6 +19,10 @@ The variables, and where each engine documents them (looked up 2026-12-03):
   are in its spec only, so the JobSet acceltrain emits copies them into JOB_COMPLETIONS.
 - SkyPilot exports SKYPILOT_NODE_RANK, SKYPILOT_NODE_IPS (one IP a line, the head first) and
   SKYPILOT_NUM_NODES to every node's `run` (docs.skypilot.co running-jobs/distributed-jobs.html).
+- A Ray job `acceltrain launch --emit ray` wrote (commands/ray_job.py): each Ray Train worker starts `acceltrain
+  run` as a child process and passes it Ray Train's own context (ray.train.get_context(): get_world_rank(),
+  get_world_size()) and rank 0's address, broadcast by Ray (ray.train.collective.broadcast_from_rank_zero), as
+  the three ACCELTRAIN_RAY_* variables: Ray sets no variable of its own that names a worker's rank.
 """
 
 from collections.abc import Mapping
@@ -110,8 +114,23 @@ class SkyPilot:
                      f"SkyPilot: node {env['SKYPILOT_NODE_RANK']} of {count} (SKYPILOT_NODE_IPS' first is the head)")
 
 
+class RayWorker:
+    """A Ray Train worker's child: its world rank and size, and rank 0's address (commands/ray_job.py sets them)."""
+
+    source = "ray"
+    names = ("ACCELTRAIN_RAY_COORDINATOR", "ACCELTRAIN_RAY_WORLD_SIZE", "ACCELTRAIN_RAY_WORLD_RANK")
+
+    def read(self, env: Mapping[str, str]) -> Found | None:
+        coordinator, size, rank = (env.get(name) for name in self.names)
+        if size is None and rank is None:
+            return None
+        return Found(size, rank, coordinator, f"Ray Train: worker {rank} of {size} (ACCELTRAIN_RAY_*, set by the "
+                                              "Ray job `acceltrain launch --emit ray` wrote)")
+
+
 # cluster._detect's order for these (between acceltrain's own variables and the TPU VM, Slurm, Open MPI):
-# Pathways first (its head pod may run inside a JobSet too), then the explicit JAX_* triple, then what
+# Pathways first (its head pod may run inside a JobSet too), then the explicit JAX_* triple and a Ray worker's
+# (a Ray cluster on TPU VMs or on KubeRay pods: the job is Ray's, of one process a worker), then what
 # Kubernetes and SkyPilot say of a pod or node.
-BEFORE_TPU_VM = (Pathways(), Kubeflow())
+BEFORE_TPU_VM = (Pathways(), Kubeflow(), RayWorker())
 AFTER_TPU_VM = (IndexedJob(), SkyPilot())

@@ -1,5 +1,6 @@
-"""A plain Keras script for the real-Slurm tests: a small classifier on fixed random data; each process writes
-its final weights to OUT.RANK.npz (RANK: SLURM_PROCID), and prints the last epoch's loss.
+"""A plain Keras script for the real-Slurm and real-Ray tests: a small classifier on fixed random data; each process
+writes its final weights to OUT.RANK.npz (RANK: SLURM_PROCID, or a Ray job's worker rank), and prints the last
+epoch's loss.
 
     python slurm_fit.py OUT [--epochs 6]
 
@@ -34,4 +35,5 @@ class Slowly(keras.callbacks.Callback):
 
 history = model.fit(x, y, batch_size=32, epochs=args.epochs, callbacks=[Slowly()], verbose=2)
 print("final loss", history.history["loss"][-1], flush=True)
-np.savez(f"{args.out}.{os.environ.get('SLURM_PROCID', '0')}.npz", *model.get_weights())
+rank = os.environ.get("SLURM_PROCID") or os.environ.get("ACCELTRAIN_RAY_WORLD_RANK", "0")
+np.savez(f"{args.out}.{rank}.npz", *model.get_weights())

@@ -1,6 +1,6 @@
 """`acceltrain launch --emit ENGINE --target TARGET SCRIPT.py [ARGS]`: what an engine takes to run the script,
 unchanged, as one JAX job with `acceltrain run` on every host. One module per engine renders it (jobset.py,
-sbatch.py, skypilot.py) from one plain `Job`; `check_artifact` reads one back (`acceltrain doctor --artifact`).
+sbatch.py, skypilot.py, ray.py) from one plain `Job`; `check_artifact` reads one back (`acceltrain doctor --artifact`).
 
 Every artifact runs `acceltrain run --checkpoint-dir SHARED --resume SCRIPT ARGS` with JAX's persistent
 compilation cache in a shared folder (JAX_COMPILATION_CACHE_DIR): a restarted or requeued job resumes from the
@@ -10,11 +10,11 @@ a process killed by a signal), xpk's convention; any other failure is final.
 
 from pathlib import Path
 
-from acceltrain.commands.emit import jobset, sbatch, skypilot
+from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
 from acceltrain.commands.emit.job import DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout
 from acceltrain.errors import UsageError
 
-ENGINES = ("jobset", "sbatch", "skypilot")
+ENGINES = ("jobset", "sbatch", "skypilot", "ray")
 
 
 def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = None, nodes: int | None = None,
@@ -48,9 +48,9 @@ def check_artifact(path) -> tuple[str, list[str]]:
         if module.recognizes(text):
             return engine, module.check(text)
     raise UsageError(f"Received --artifact {path}, which is none of {', '.join(ENGINES)}: a JobSet YAML "
-                     "(kind: JobSet), an sbatch script (#SBATCH lines) or a SkyPilot task YAML (run:). Pass a "
+                     "(kind: JobSet), an sbatch script (#SBATCH lines), a SkyPilot task YAML (run:) or a Ray job's driver (run_job). Pass a "
                      "file `acceltrain launch --emit` wrote, or your edit of one.")
 
 
 def _module(engine: str):
-    return {"jobset": jobset, "sbatch": sbatch, "skypilot": skypilot}[engine]
+    return {"jobset": jobset, "sbatch": sbatch, "skypilot": skypilot, "ray": ray}[engine]
