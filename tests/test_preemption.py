@@ -305,3 +305,95 @@ def test_an_engine_notice_is_sent_as_sigterm_once_at_the_checked_steps_and_a_fai
     assert sent == [(os.getpid(), signal.SIGTERM)]  # at the second checked step, once
     assert "broken notice could not be read (no Ray session); asking it no more" in said[0]
     assert said[1] == f"acceltrain: ray notice at step {2 * preemption.NOTICE_CHECK_STEPS}: stopping as on SIGTERM"
+
+
+# --- A notice at any moment (issue 44): the first compile, validation, an evaluate, the script's code after fit ----
+
+NOTICE_AT = support.SCRIPTS / "notice_at.py"
+
+
+def _notice_job(folder: Path, out: Path, moment: str, *extra) -> list[str]:
+    return support.command("launch", "--processes", 2, "--checkpoint-dir", folder, "--checkpoint-every", "10 steps",
+                           *extra, NOTICE_AT, out, moment)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_notice_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("whole")
+    done = subprocess.run(_notice_job(folder / "ckpt", folder / "weights", "none"), env=support.env(),
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder / "weights"
+
+
+@pytest.mark.slow  # two 2-process runs each, and the uninterrupted one once: a few minutes here
+@pytest.mark.multi_device
+@pytest.mark.parametrize("moment", ["compile", "validation", "evaluate", "after-fit"])
+def test_a_notice_at_any_moment_ends_the_job_within_30_s_with_42_and_the_rerun_ends_as_if_never_stopped(
+        tmp_path, uninterrupted_notice_run, moment):
+    """SIGTERM to the launcher (passed to both processes, where jax.distributed owns it), sent by process 1 at
+    `moment` (notice_at.py says where, and the line is read before the clock starts): the job exits 42 within the
+    launcher's 30 s grace, each process either saving the one agreed step or saying there was nothing in flight to
+    save; the rerun with --resume ends with the weights of a run never stopped."""
+    folder, out = tmp_path / "ckpt", tmp_path / "weights"
+    job = _Job(_notice_job(folder, out, moment), PYTHONUNBUFFERED="1")
+    job.wait_for(rf"^\[1\] notice sent at {moment}$")
+    sent = time.monotonic()
+    code, output = job.end(timeout=120)
+    took = time.monotonic() - sent
+    assert code == EXIT_RESTART and took < 30, (code, took, output[-4000:])
+    assert "launch: exit 42: every process saved the agreed step" in output, output[-4000:]
+    assert not list(tmp_path.glob("weights.*.npz")), output[-4000:]  # the script did not run on to its end
+    stopped = set(re.findall(r"^\[\d\] acceltrain: error: Stopped by SIGTERM; a checkpoint is saved in (\S+)\. ",
+                             output, re.M))
+    nothing = re.findall(r"^\[\d\] acceltrain: a notice \(SIGTERM\) reached the job (.*): nothing in flight to save",
+                         output, re.M)
+    if moment == "validation":  # the epoch's steps are done: one agreed checkpoint, the rest of the pass skipped
+        assert len(stopped) == 1 and output.count("Exit 42: preempted, checkpoint saved, restart me.") == 2, output
+        assert "validation skipped after the notice" in output
+        batches = [int(n) for n in re.findall(r"^\[0\] validation batch (\d+)$", output, re.M)]
+        assert batches and max(batches) < 7, batches  # the pass was cut short
+        assert re.search(r"^\[0\] (\d+)/\1 - (?!.*val_).* loss: [\d.]+", output, re.M), output[-4000:]  # no val_
+    elif moment == "compile":  # before the first step: nothing to save, or (the notice agreed after it) step 1's
+        assert len(nothing) == 2 or len(stopped) == 1, output[-4000:]
+    else:
+        assert len(nothing) == 2 and set(nothing) == {"outside training (an evaluate or predict outside fit, the "
+                                                      "script's code after fit)"}, output[-4000:]
+    rerun = subprocess.run(_notice_job(folder, out, "none", "--resume"), env=support.env(), capture_output=True,
+                           text=True, timeout=400)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    for rank in (0, 1):
+        for got, expected in zip(_weights(f"{out}.{rank}.npz"), _weights(f"{uninterrupted_notice_run}.{rank}.npz"),
+                                 strict=True):
+            np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("counters, processes, started_at, waited, expected", [
+    ({0: 0}, 2, None, 0.0, "wait"),  # process 1's count not published yet
+    ({0: 0}, 2, None, 10.0, "exit"),  # ... and never: decided with what there is
+    ({0: 0, 1: 0}, 2, 0, 0.0, "exit"),  # the first compile: the loop has not polled
+    ({0: 7, 1: 7}, 2, 7, 0.0, "exit"),  # a second fit's first compile: no poll since it started
+    ({0: 7, 1: 8}, 2, 7, 0.0, "loop"),  # one process has polled in the loop: it stops at the agreed poll (9)
+    ({0: 12, 1: 12}, 2, 7, 0.0, "loop"),  # training, or its validation
+    ({0: 12, 1: 12}, 2, None, 0.0, "exit"),  # after fit: an evaluate, the script's own code
+])
+def test_choose_notice_action(counters, processes, started_at, waited, expected):
+    assert preemption.choose_notice_action(counters, processes, started_at, waited)[0] == expected
+
+
+def test_the_notice_watch_ends_a_watched_process_outside_training_with_42_and_one_line(monkeypatch):
+    monkeypatch.setattr(preemption, "LOOP", preemption.LoopState())
+    said, left = [], []
+    notice = {"counters": None}
+    watch = preemption.NoticeWatch(lambda: notice["counters"], lambda: 2, say=said.append, leave=left.append)
+    assert watch.check() == "none"  # not a run with checkpoints: nothing to act for
+    preemption.LOOP.watched = True
+    assert watch.check() == "none" and not left  # no notice
+    notice["counters"] = {0: 3, 1: 3}
+    preemption.LOOP.started_at = 2
+    assert watch.check() == "loop" and not left  # the loop has it
+    preemption.LOOP.started_at = None
+    assert watch.check() == "exit" and left == [EXIT_RESTART] and len(said) == 1
+    assert "outside training" in said[0] and "nothing in flight to save" in said[0] and "Exit 42" in said[0]
+    preemption.LOOP.handled = True
+    assert watch.check() == "none" and left == [EXIT_RESTART]  # the loop saved and exits: nothing more

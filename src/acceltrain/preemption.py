@@ -55,8 +55,9 @@ class PreemptedOutsideTraining(AcceltrainError):
 def notices_outside_training():
     """Inside, a notice (NOTICES) raises PreemptedOutsideTraining, so a run with checkpoints stopped before its first
     step (starting JAX, loading data, compiling) ends with the restartable exit at once, not killed by the signal.
-    The training loop takes the notices over while it runs (resumable._deferred_signals), and in a job of several
-    processes jax.distributed takes SIGTERM once it starts (its preemption sync point: the agreed step)."""
+    The training loop takes the notices over while it runs (resumable._deferred_signals). In a job of several
+    processes jax.distributed takes SIGTERM once it starts (its preemption sync point: the agreed step), and
+    NoticeWatch ends the process where the loop's poll cannot: before its first step, outside fit, after fit."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -67,11 +68,113 @@ def notices_outside_training():
         raise PreemptedOutsideTraining(signum)
 
     previous = {sig: signal.signal(sig, preempted) for sig in NOTICES}
+    LOOP.watched = True
     try:
         yield
     finally:
+        LOOP.watched = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+# --- A notice at any moment, in a job of several processes -----------------------------------------------------
+# jax.distributed owns SIGTERM there, and the training loop learns of a notice by polling the sync point at its steps,
+# its validation batches and its epoch ends (resumable._StepSaver). Elsewhere nobody polls: a notice during the first
+# compile, an evaluate outside fit or the script's code after fit waited for a poll that might never come, until the
+# engine's SIGKILL, nothing said. NoticeWatch, a thread of each process, reads the agreed notice from the job's store
+# and ends the process there, every process alike: each decides from the same numbers (choose_notice_action).
+
+class LoopState:
+    """Where this process stands, as the watch needs it: `watched` (a run with checkpoints: `run` or `train` with
+    notices_outside_training), `started_at` (the poll count when a checkpointed training loop started; None outside
+    one), `handled` (the loop stopped on the notice and saved: the watch has nothing left to do)."""
+
+    def __init__(self):
+        self.watched = False
+        self.started_at: int | None = None
+        self.handled = False
+        self.leave = os._exit  # a job of several processes: its backend's, which leaves the job first (its barrier)
+
+
+LOOP = LoopState()
+
+
+def choose_notice_action(counters: dict[int, int], processes: int, started_at: int | None,
+                         waited: float, wait_seconds: float = 10.0) -> tuple[str, str]:
+    """What this process does on a notice agreed in its job, and why. `counters`: each process's poll count at the
+    notice (jax.distributed's sync protocol publishes them); `started_at`: this process's poll count when its training
+    loop started, None outside one. In order:
+    1. "wait": some processes' counts are not published yet (the sync barrier gathers them), for up to wait_seconds;
+    2. "loop": inside a training loop that has polled since it started (some count past started_at): the loop stops
+       at the agreed poll, every process's checkpoint of one step, then exits 42;
+    3. "exit": nothing in flight to save (before the loop's first poll: starting, compiling; outside fit: an evaluate,
+       a predict, the script's code after fit): exit 42 now; the newest checkpoint stands.
+    Every process gets the same counts, and its loop starts at the same count: all decide alike."""
+    if len(counters) < processes and waited < wait_seconds:
+        return "wait", f"{len(counters)} of {processes} processes' poll counts published"
+    reached = max(counters.values(), default=0)
+    if started_at is not None and reached > started_at:
+        return "loop", f"in training, {reached - started_at} poll(s) into the loop: it stops at the agreed step"
+    if started_at is not None:
+        return "exit", "before the training loop's first step"
+    return "exit", "outside training (an evaluate or predict outside fit, the script's code after fit)"
+
+
+class NoticeWatch:
+    """A daemon thread that asks `read()` (None, or the poll counts a notice made: backends' notice_counters) every
+    POLL_SECONDS and acts on choose_notice_action: "exit" says one line and ends the process with EXIT_RESTART.
+    Acts only in a run with checkpoints (LOOP.watched) and not once the loop has handled the notice."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, read, processes, say=None, leave=None, clock=None):
+        import time
+
+        self.read, self.processes, self.leave = read, processes, leave
+        self.say = say or (lambda line: print(line, file=__import__("sys").stderr, flush=True))
+        self.clock = clock or time.monotonic
+
+    def start(self) -> None:
+        import threading
+
+        threading.Thread(target=self._watch, name="acceltrain-notice-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        import time
+
+        first = None
+        while True:
+            time.sleep(self.POLL_SECONDS)
+            if self.check(first) == "wait":
+                first = first if first is not None else self.clock()
+
+    def check(self, first_seen: float | None = None) -> str:
+        """One look: "none" (no notice, or nothing to do), "wait", "loop" or "exit" (then the process is left)."""
+        if not LOOP.watched or LOOP.handled:
+            return "none"
+        try:
+            counters = self.read()
+        except Exception:  # noqa: BLE001  (the job's store is gone: the job is ending; its own errors say why)
+            return "none"
+        if counters is None:
+            return "none"
+        waited = 0.0 if first_seen is None else self.clock() - first_seen
+        action, why = choose_notice_action(counters, self.processes(), LOOP.started_at, waited)
+        if action == "exit" and not LOOP.handled:
+            leave_with_nothing_to_save(why, self.say, self.leave)
+        return action
+
+
+def leave_with_nothing_to_save(why: str, say=None, leave=None) -> None:
+    """A notice agreed where nothing is in flight to save: one line, then EXIT_RESTART at once (the process's threads,
+    the script's code after fit, a compile in progress: none is waited for)."""
+    import sys
+
+    line = (f"acceltrain: a notice (SIGTERM) reached the job {why}: nothing in flight to save; the newest "
+            f"checkpoint, if any, stands. Exit {EXIT_RESTART}: {RESTART_MEANING}.")
+    (say or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
+    sys.stdout.flush()
+    (leave or LOOP.leave)(EXIT_RESTART)
 
 
 # --- Engine notices that are not signals ------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Runtime.fit with checkpoints follows the user's shuffle, and leaves out different samples each epoch."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -319,3 +321,65 @@ def test_a_py_dataset_run_stopped_mid_epoch_resumes_bit_identical_from_the_next_
     epoch_1 = whole_reads[-16:]  # the whole run's second epoch, batch by batch (Keras's first look at fit's start aside)
     assert sorted(epoch_1) == list(range(16)) and epoch_1 != list(range(16))  # shuffled, each batch once
     assert resumed_reads[-11:] == epoch_1[5:]  # on from the batch after the fifth
+
+
+# --- A notice: the stopped epoch's line says where it stopped, and validation after it is skipped (issue 44) -------
+
+def _notice_run(runtime, tmp_path, signal_at: str):
+    """Runtime.fit with validation data, SIGTERM sent to this process at `signal_at` ("step": the second epoch's
+    step 5; "validation": the first epoch's second validation batch). Returns (the Interrupted, validation batches
+    begun after the signal)."""
+    import os
+    import signal
+
+    import keras
+
+    from acceltrain.training.resumable import Interrupted
+
+    class Notice(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.epoch, self.sent, self.after = None, False, 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if signal_at == "step" and self.epoch == 1 and batch == 5 and not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def on_test_batch_begin(self, batch, logs=None):
+            self.after += self.sent
+            if signal_at == "validation" and batch == 1 and not self.sent:
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    x, y = _toy_data()
+    with runtime.scope():
+        model = _mlp()
+    notice = Notice()
+    with pytest.raises(Interrupted) as stopped:
+        runtime.fit(model, x, y, batch_size=32, epochs=3, validation_data=_toy_data(128, seed=1), verbose=2,
+                    checkpoint_dir=tmp_path, callbacks=[notice])
+    return stopped.value, notice.after
+
+
+def test_an_epoch_a_notice_stopped_says_where_it_stopped_and_skips_its_validation(runtime, tmp_path, capsys):
+    stopped, validated_after = _notice_run(runtime, tmp_path, "step")
+    # Noted during step 5 (the signal came after the saver's look at it): the next step's start saves step 6.
+    assert stopped.exit_code == 42 and stopped.checkpoint.name == "epoch-0001-step-00006"
+    out = capsys.readouterr().out
+    first, second = out.split("Epoch 2/3")
+    assert re.search(r"^16/16 - .* - val_accuracy", first, re.M), out  # the first epoch, whole
+    assert re.search(r"^ *6/16 - (?!.*val_).*loss", second, re.M), out  # the second: where it stopped
+    assert "16/16" not in second and validated_after == 0  # not the whole epoch; no validation after the notice
+
+
+def test_a_notice_during_validation_skips_the_rest_of_the_pass_and_checkpoints_the_epoch(runtime, tmp_path, capsys):
+    stopped, validated_after = _notice_run(runtime, tmp_path, "validation")
+    assert stopped.exit_code == 42 and stopped.checkpoint.name == "epoch-0001-step-00000"  # the epoch, trained whole
+    assert validated_after == 0  # the batch in flight when the signal came ran; none after it
+    captured = capsys.readouterr()
+    assert re.search(r"^16/16 - (?!.*val_).*loss", captured.out, re.M), captured.out
+    assert "epoch 1: validation skipped after the notice" in captured.err

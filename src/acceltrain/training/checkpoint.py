@@ -162,6 +162,10 @@ class Checkpoints:
         """Single-process jobs learn of SIGTERM from their own signal handler (see resumable)."""
         return False
 
+    @staticmethod
+    def polls_made() -> int:
+        return 0  # no sync point polled: one process
+
 
 def save_where_nobody_looks(save, name: str) -> None:
     """`save(path)` into a folder thrown away after: a process of a job that does not write still saves, as reading

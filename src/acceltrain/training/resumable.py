@@ -81,10 +81,11 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
         log.info(f"the run had ended at epoch {state.epoch}, stopped by a callback of its own (EarlyStopping): "
                  "training no further")
     with _deferred_signals(sigterm_here) as received, _closed(checkpoints, timeline), end_of_pass_expected(), \
-            _one_training_run(callbacks, last_logs):
+            _one_training_run(callbacks, last_logs), _loop_noted(checkpoints):
         saver = _StepSaver(checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo,
                            says=prepared.process_index == 0, notices=_engine_notices(prepared.process_index == 0),
                            positions=feed)
+        progress.stopped = lambda: saver.stopped_after  # a stopped epoch's line says where it stopped
         cadence = _EpochCadence(every, checkpoints, timeline, last_epoch, says=prepared.process_index == 0)
         started = time.perf_counter()  # an epoch's time runs from the previous one's end: its checkpoint counts in it
         for epoch in range(state.epoch, last_epoch):
@@ -99,25 +100,31 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                     n = data.num_samples(prepared.x)
                     inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
                                            first_step)
-            epoch_history = keras_fit(
-                **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False, validation_data=prepared.validation_data,
-                validation_batch_size=prepared.validation_batch_size, verbose=verbose,
-                callbacks=[progress, saver, *callbacks], **fit_kwargs,
-            )
+            try:
+                logs = keras_fit(
+                    **inputs, initial_epoch=epoch, epochs=epoch + 1, shuffle=False,
+                    validation_data=prepared.validation_data, validation_batch_size=prepared.validation_batch_size,
+                    verbose=verbose, callbacks=[progress, saver, *callbacks], **fit_kwargs,
+                ).history
+            except ValidationSkipped as skipped:  # a notice: the epoch's training logs, no validation
+                logs = {name: [value] for name, value in skipped.logs.items()}
+                progress.finish(skipped.logs)
+                if prepared.process_index == 0:
+                    log.info(f"epoch {epoch + 1}: validation skipped after the notice")
             if saver.stopped_mid_epoch:
+                _handled(received)
                 raise Interrupted(received[0], saver.last_saved)
             state.epoch, state.step = epoch + 1, 0
             now = time.perf_counter()
             state.epoch_seconds.append(now - started)
             started = now
             timed.append({"epoch": epoch + 1, "seconds": state.epoch_seconds[-1], "steps": steps_per_epoch - first_step})
-            for name, values in epoch_history.history.items():
+            for name, values in logs.items():
                 state.history.setdefault(name, []).extend(float(v) for v in values)
             if model.stop_training:  # a callback ended the run: the user's (EarlyStopping), or the divergence check
                 state.stopped_early = stopped_here = not _diverged(callbacks)
                 break
-            if not received and checkpoints.preempted_at((epoch + 1) * steps_per_epoch):
-                received.append(signal.SIGTERM)
+            notice_agreed(checkpoints, received, (epoch + 1) * steps_per_epoch)
             redo.passed((epoch + 1) * steps_per_epoch)
             reached.note((epoch + 1) * steps_per_epoch, now=True)
             if cadence.due(epoch + 1, state.epoch_seconds[-1], within_epochs=saver.within_epochs) or received \
@@ -125,6 +132,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
                 saver.last_saved = saver.save(model, state, notice=bool(received))
                 cadence.saved(epoch + 1)
             if received:
+                _handled(received)
                 raise Interrupted(received[0], saver.last_saved)
     if stopped_here:  # its end, as the callbacks' on_train_end left it
         _save_the_end(saver, model, state, checkpoints)
@@ -134,6 +142,46 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     history.timed_epochs = timed
     history.set_model(model)
     return history
+
+
+@contextlib.contextmanager
+def _loop_noted(checkpoints):
+    """Inside, preemption.LOOP says a training loop runs, from this process's poll count (NoticeWatch's decision)."""
+    preemption.LOOP.started_at, preemption.LOOP.handled = checkpoints.polls_made(), False
+    try:
+        yield
+    finally:
+        preemption.LOOP.started_at = None
+
+
+def notice_agreed(checkpoints, received, step: int) -> bool:
+    """The one check of a notice in the training loop, at a step, a validation batch or an epoch's end: True once a
+    notice is noted (`received`, this process's signal) or agreed by the job (jax.distributed's sync point, polled
+    here: every process must call this at the same places), SIGTERM then added to `received`. A notice the job
+    agreed before this loop's first poll is one NoticeWatch ends every process on (nothing in flight to save): here
+    too, the same way, so that no process saves what another does not."""
+    if received:
+        return True
+    if not checkpoints.preempted_at(step):
+        return False
+    if preemption.LOOP.watched and checkpoints.polls_made() == (preemption.LOOP.started_at or 0) + 1:
+        preemption.leave_with_nothing_to_save("before the training loop's first step")
+    received.append(signal.SIGTERM)
+    return True
+
+
+def _handled(received) -> None:
+    """The loop saved on a notice and raises Interrupted: NoticeWatch has nothing left to do (a SIGINT is not one)."""
+    preemption.LOOP.handled = preemption.LOOP.handled or preemption.is_notice(received[0])
+
+
+class ValidationSkipped(Exception):
+    """Raised by _StepSaver at a validation pass after a notice, out of Keras's fit (whose `finally` puts the model's
+    state back): the pass is skipped, not run inside the grace period. `logs`: the epoch's training metrics."""
+
+    def __init__(self, logs: dict):
+        super().__init__("validation skipped after a notice")
+        self.logs = logs
 
 
 def _engine_notices(says: bool):
@@ -303,6 +351,8 @@ class _StepSaver(keras.callbacks.Callback):
         self.timeline, self.reached, self.redo = timeline, reached, redo
         self.last_saved = None
         self.stopped_mid_epoch = False
+        self.stopped_after = None  # a notice stopped the epoch: the batches of this epoch's fit done by then
+        self._train_logs = {}
         self._epoch = self._first_step = 0
         self._last_global_step = None
         self._step_count = every.count if every.unit == "steps" else None  # checkpoint every this many steps
@@ -327,8 +377,7 @@ class _StepSaver(keras.callbacks.Callback):
         self.redo.passed(global_step)
         self.reached.note(global_step)
         self.notices.at_step(global_step)  # an engine's notice that is not a signal: sent as SIGTERM
-        if not self.received and self.checkpoints.preempted_at(global_step):
-            self.received.append(signal.SIGTERM)  # another process of the job got it: all stop here
+        notice_agreed(self.checkpoints, self.received, global_step)  # any process's notice: all stop here
         due = self._step_count is not None and global_step - self._last_global_step >= self._step_count
         if due or self.received:
             self.state.epoch, self.state.step = self._epoch, step
@@ -336,7 +385,23 @@ class _StepSaver(keras.callbacks.Callback):
             self._last_global_step = global_step
             if self.received:
                 self.stopped_mid_epoch = True
+                self.stopped_after = batch
                 self.model.stop_training = True
+
+    def on_test_begin(self, logs=None):
+        # Fit's validation (the only evaluate this callback sees). Keras's metrics still hold the epoch's training
+        # values here (evaluate resets them after this hook): kept, for a pass a notice skips.
+        self._train_logs = {name: float(np.asarray(value)) for name, value in self.model.get_metrics_result().items()
+                            if np.ndim(value) == 0}
+        if self.received:  # a notice stopped the epoch: no validation inside the grace period
+            raise ValidationSkipped(self._train_logs)
+
+    def on_test_batch_begin(self, batch, logs=None):
+        # Polled at every validation batch, as at every step, so that a notice during validation stops it at once
+        # (each process polls the same batches: jax.distributed agrees on one).
+        notice_agreed(self.checkpoints, self.received, (self._epoch + 1) * self.steps_per_epoch)
+        if self.received:
+            raise ValidationSkipped(self._train_logs)
 
     @property
     def within_epochs(self) -> bool:
@@ -500,6 +565,20 @@ class _WholeRunProgress(keras.callbacks.ProgbarLogger):
 
     def set_params(self, params):
         super().set_params({**params, "epochs": self._total_epochs})
+
+    stopped = staticmethod(lambda: None)  # the loop's: the batches done when a notice stopped this epoch, or None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.stopped() is None:
+            super().on_epoch_end(epoch, logs)
+        else:
+            self.finish(logs)
+
+    def finish(self, logs) -> None:
+        """The epoch's line where it stopped ("432/540", not "540/540"), with the logs it has (no validation)."""
+        if self.progbar is not None:
+            done = self.stopped()
+            self.progbar.update(self.seen if done is None else done, list((logs or {}).items()), finalize=True)
 
 
 @contextlib.contextmanager

@@ -187,19 +187,31 @@ class ShardedCheckpoints:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def preempted_at(self, step: int) -> bool:
-        """In a multi-process job: True, on every process at the same `step`, once any of them got SIGTERM.
+        """In a multi-process job: True, on every process at the same call, once any of them got SIGTERM.
 
         JAX's coordination service catches SIGTERM in each process (jax.distributed installs the
-        handler) and picks the first step all processes can still stop at. `step` must grow by at
-        least one between calls, and every process must make the same calls.
+        handler) and picks the first poll all processes can still stop at. Every process must make the same
+        calls (at the same steps, validation batches and epoch ends); `step` names where, for the reader: the
+        number JAX is given is the process's count of polls (backends/jax/processes.py::poll_preemption).
         """
         import jax
 
         if jax.process_count() == 1:
             return False
-        from jax.experimental import multihost_utils
+        from acceltrain.backends.jax.processes import poll_preemption
 
-        return multihost_utils.reached_preemption_sync_point(step)
+        return poll_preemption()
+
+    @staticmethod
+    def polls_made() -> int:
+        """This process's polls so far (a training loop notes it as it starts: preemption.NoticeWatch)."""
+        import jax
+
+        if jax.process_count() == 1:
+            return 0
+        from acceltrain.backends.jax.processes import polls_made
+
+        return polls_made()
 
     @staticmethod
     def _is_primary() -> bool:

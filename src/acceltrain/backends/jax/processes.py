@@ -1,8 +1,11 @@
 """A job of several processes on JAX: jax.distributed joined (its heartbeat bound), each process feeding its own
 share, weights split over processes found, and predict's outputs gathered from every process."""
 
+import re
+
 import jax
 
+from acceltrain import preemption
 from acceltrain.watchdog import FLOOR_SECONDS
 
 # Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others, aborting
@@ -15,12 +18,19 @@ HEARTBEAT_TIMEOUT_SECONDS = int(2 * FLOOR_SECONDS + 10)
 
 
 def start_processes(processes) -> None:
-    """Join this process to its jax.distributed job (a cluster.Processes), before JAX starts its devices.
+    """Join this process to its jax.distributed job (a cluster.Processes), before JAX starts its devices; then watch
+    for a notice the training loop's step poll cannot act on (preemption.NoticeWatch).
 
     Fields left None are read by JAX's own cluster detection (Cloud TPU, SLURM, Open MPI).
     """
     if jax.distributed.is_initialized():
         return  # the script or the user called jax.distributed.initialize() already: theirs stands
+    _initialize(processes)
+    preemption.LOOP.leave = leave_job
+    preemption.NoticeWatch(notice_counters, jax.process_count).start()  # counted once a notice comes
+
+
+def _initialize(processes) -> None:
     # CPU devices of different processes reduce through gloo (JAX ≥ 0.5 defaults to it; older, to none).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     arguments = {"heartbeat_timeout_seconds": HEARTBEAT_TIMEOUT_SECONDS}
@@ -29,6 +39,64 @@ def start_processes(processes) -> None:
         arguments.update(coordinator_address=processes.coordinator, num_processes=processes.num_processes,
                          process_id=processes.process_id, cluster_detection_method="deactivate")
     jax.distributed.initialize(**arguments)
+
+
+# --- The notice, agreed (jax.distributed's preemption sync point) ------------------------------------------------
+# On SIGTERM to any process, JAX's preemption sync manager (xla/tsl/distributed_runtime/preemption/
+# preemption_sync_manager.cc) writes RECEIVED_PREEMPTION_NOTICE to the coordination service's key-value store; then
+# every process, in a thread of its own, publishes under PREEMPTION_CURRENT_COUNTER/ the last number it passed to
+# reached_preemption_sync_point, waits for the others at a barrier, and takes the largest + 1 as the sync point.
+# Read through the client JAX keeps (`jax._src.distributed.global_state.client`, as backends.JobHeartbeats and
+# Orbax's multihost utilities do: JAX has no public handle); the key names are the C++ file's constants.
+NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
+COUNTERS_DIR = "PREEMPTION_CURRENT_COUNTER/"
+_polls = [0]  # this process's calls to poll_preemption: the number each passes, the same in every process
+
+
+def poll_preemption() -> bool:
+    """True, in every process at the same call, once a notice is agreed. Every process must make the same calls, in
+    the same order (each call's number is this process's count of them: it grows across fits, validation passes
+    and epoch ends alike, as JAX's sync point needs)."""
+    from jax.experimental import multihost_utils
+
+    _polls[0] += 1
+    return multihost_utils.reached_preemption_sync_point(_polls[0])
+
+
+def polls_made() -> int:
+    """How many times this process has polled: a training loop notes it when it starts."""
+    return _polls[0]
+
+
+def notice_counters() -> dict[int, int] | None:
+    """None while no notice reached the job; else {process: the poll number it had made at the notice}, for the
+    processes whose number the store holds yet (all of them once the sync barrier has passed)."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None:
+        return None
+    try:
+        client.key_value_try_get(NOTICE_KEY)
+    except Exception:  # noqa: BLE001  (not found: no notice yet; jaxlib raises its own error type)
+        return None
+    # Keys as the store lists them: "PREEMPTION_CURRENT_COUNTER/0" (JAX 0.10.2; the C++ file writes the task's name)
+    return {int(re.search(r"(\d+)$", key).group(1)): int(value)
+            for key, value in client.key_value_dir_get(COUNTERS_DIR)}
+
+
+def leave_job(code: int, seconds: float = 10.0) -> None:
+    """End this process with `code`, leaving its jax.distributed job first: every process calls this on an agreed
+    notice, and jax.distributed.shutdown's barrier lets all leave together. A process that simply exited would end
+    the others (the coordination service aborts them, SIGABRT: measured, the job then exited 143, not 42); one
+    waits at most `seconds` for the others, then exits anyway."""
+    import os
+    import threading
+
+    leaving = threading.Thread(target=jax.distributed.shutdown, name="acceltrain-leave-job", daemon=True)
+    leaving.start()
+    leaving.join(seconds)
+    os._exit(code)
 
 
 def shard_inputs_per_process(distribution) -> None:
