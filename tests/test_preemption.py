@@ -59,6 +59,8 @@ def test_choose_stragglers(own, expected):
     ([(1, 42), (0, 42)], signal.SIGUSR1, False, 42),  # Slurm's --signal
     ([(0, 42), (1, -9)], signal.SIGTERM, False, 128 + signal.SIGTERM),  # one was killed before it saved
     ([(0, 42), (1, 42)], signal.SIGINT, False, 130),  # Ctrl-C: the user's stop, not to be restarted
+    ([(0, 0), (1, 0)], signal.SIGTERM, False, 0),  # the job ended before the notice took effect: its work is done
+    ([(0, 0), (1, 42)], signal.SIGTERM, False, 128 + signal.SIGTERM),  # one finished, one did not: no promise
     ([(0, 0), (1, 0)], None, False, 0),
     ([(1, 42), (0, -9)], None, False, 42),  # a process preempted on its own notice; the other stopped after it
     ([(0, 42), (1, -9)], None, True, 42),  # a stall named and ended
@@ -359,6 +361,9 @@ def test_a_notice_at_any_moment_ends_the_job_within_30_s_with_42_and_the_rerun_e
     else:
         assert len(nothing) == 2 and set(nothing) == {"outside training (an evaluate or predict outside fit, the "
                                                       "script's code after fit)"}, output[-4000:]
+        if moment == "evaluate":
+            batches = [int(n) for n in re.findall(r"^\[0\] evaluate batch (\d+)$", output, re.M)]
+            assert batches and max(batches) < 7, batches  # it ended inside the evaluate
     rerun = subprocess.run(_notice_job(folder, out, "none", "--resume"), env=support.env(), capture_output=True,
                            text=True, timeout=400)
     assert rerun.returncode == 0, rerun.stderr[-3000:]

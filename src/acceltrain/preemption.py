@@ -335,8 +335,10 @@ def choose_job_exit(exits: list[tuple[int, int]], processes: int, notice: int | 
     """The exit code of a launched job from its processes' (index, code), in the order they ended, and why.
 
     0. Ctrl-C (SIGINT) to the launcher: 130, whatever the processes saved;
-    1. a notice to the launcher: EXIT_RESTART if every process exited with it (each saved the agreed step),
-       else 128 + the signal (not every process saved: an engine should not count on the checkpoint);
+    1. a notice to the launcher: 0 if every process exited 0 (the job ended before the notice took effect: its
+       work is done); EXIT_RESTART if every process exited with it (each saved the agreed step, or had nothing in
+       flight to save), else 128 + the signal (not every process saved: an engine should not count on the
+       checkpoint);
     2. every process exited 0: 0;
     3. the first failure was the restartable exit (a process preempted, or a stall watchdog that named the
        process that stopped): EXIT_RESTART, whatever the others did once it was gone;
@@ -346,6 +348,8 @@ def choose_job_exit(exits: list[tuple[int, int]], processes: int, notice: int | 
     if notice is not None and not is_notice(notice):  # Ctrl-C: the user's stop, not an engine's to restart
         return 128 + notice, f"stopped by {signal.Signals(notice).name}"
     if notice is not None:
+        if len(codes) == processes and all(code == 0 for code in codes.values()):
+            return 0, "every process finished before the notice took effect"
         if len(codes) == processes and all(code == EXIT_RESTART for code in codes.values()):
             return EXIT_RESTART, f"every process saved the agreed step (exit {EXIT_RESTART}: {RESTART_MEANING})"
         short = sorted(index for index in range(processes) if codes.get(index) != EXIT_RESTART)

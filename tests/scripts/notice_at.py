@@ -7,7 +7,7 @@ it to every process, as an engine's notice reaches every pod) at MOMENT, once, a
 - compile: at the run's first batch, before its first step is compiled;
 - validation: at the second batch of the second epoch's validation pass, inside fit (whose batches then take 1 s
   each, each said: "validation batch 3");
-- evaluate: at the second batch of the evaluate after fit;
+- evaluate: at the second batch of the evaluate after fit (whose batches then take 1 s each, each said);
 - after-fit: after fit and evaluate, before a minute of the script's own work (which a notice must not wait for).
 
 Each process writes its final weights to OUT.RANK.npz and prints the last epoch's loss.
@@ -70,6 +70,9 @@ class InEvaluate(keras.callbacks.Callback):
     def on_test_batch_begin(self, batch, logs=None):
         if batch == 1:
             notice("evaluate")
+        if batch >= 1 and moment == "evaluate":
+            print(f"evaluate batch {batch}", flush=True)
+            time.sleep(1)  # an evaluate long enough (8 s) for the job to agree on the notice inside it
         time.sleep(0.05)
 
 
