@@ -713,9 +713,9 @@ def _seen(stdout: str, process: int, what: str = "seen") -> dict:
     return found
 
 
-def _reads(stdout: str, kind: str) -> list:
+def _reads(stdout: str, kind: str, what: str = "read") -> list:
     """Each sample's reads in the whole job: the processes' own counts added."""
-    return [a + b for a, b in zip(_seen(stdout, 0, "read")[kind], _seen(stdout, 1, "read")[kind])]
+    return [a + b for a, b in zip(_seen(stdout, 0, what)[kind], _seen(stdout, 1, what)[kind])]
 
 
 def _plain_reads(stdout: str) -> dict:
@@ -760,6 +760,27 @@ def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sam
     assert _reads(job.stdout, "tfdata") == plain_reads["tfdata"]
     assert sum(_seen(job.stdout, 0, "read")["tfdata"][1::2]) == 0  # process 0 read none of process 1's samples
     assert "x (a tf.data.Dataset): each process's pipeline reads every 2nd sample of its source" in job.stderr
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("kinds", ["tfdata,pydataset", pytest.param("grain,grain_by_process", marks=pytest.mark.slow)])
+def test_in_two_processes_evaluate_predict_and_validation_read_each_sample_once_with_plain_results(kinds):
+    """Item 1 of issue 45: 330 samples in batches of 32, unshuffled, passed to evaluate, predict and as fit's
+    validation_data in a 2-process job: each sample is read once in the whole job (each process reads its share, the
+    shares joined), where every process read the whole stream before; the metrics and the predictions (in the
+    input's order) are those of the same call on the arrays."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "counts_samples.py", kinds, "1", "330", "0", "evaluate", timeout=500)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for kind in kinds.split(","):
+        for call in ("evaluate", "predict", "validation"):
+            assert _seen(job.stdout, 0, "same-" + call)[kind] is True, (kind, call)
+            assert _seen(job.stdout, 1, "same-" + call)[kind] is True, (kind, call)
+            reads = _reads(job.stdout, kind, "read-" + call)
+            assert reads == [1] * 330, (kind, call, reads)
+            assert 0 < sum(_seen(job.stdout, 0, "read-" + call)[kind]) < 330, (kind, call)  # a share, not the whole
+    assert "each process read its share (process p read samples p, p + 2, ... of its source), joined over the job" \
+        in job.stderr or "tfdata" not in kinds
 
 
 @pytest.mark.slow
