@@ -218,7 +218,8 @@ def _share_rows(x, steps, index: int, processes: int):
     if data.is_grain(x) and _grain_shard_options(x).shard_count == processes:  # its share already: process by process
         batches = data.stream_batches(x, steps)
         rows = sum(data.batch_rows(batch) for batch in batches)
-        return (batches, np.int64(index) * 2**40 + np.arange(rows)), "a Grain loader sharded by process, process by process"
+        return (batches, np.int64(index) * 2**40 + np.arange(rows)), ("a Grain loader sharded by process, joined "
+                                                                      "process by process")
     return None, ("a generator cannot be read by share" if data.is_generator(x)
                   else f"{_kind(x)} has no share to take")
 

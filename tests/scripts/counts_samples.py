@@ -2,7 +2,8 @@
 each batch's one-hot sample ids into a non-trainable weight (summed over the global batch, so the count is the whole
 job's); the input counts each sample where it is read (a tf.data map right after the source, a PyDataset's
 __getitem__, a Grain source's __getitem__), in this process.
-    python counts_samples.py KINDS [EPOCHS] [SAMPLES] [SLEEP] [evaluate]   KINDS: tfdata,pydataset,grain,grain_by_process
+    python counts_samples.py KINDS [EPOCHS] [SAMPLES] [SLEEP] [evaluate]
+KINDS: tfdata,pydataset,grain,grain_by_process.
 For each kind, a fresh model: prints "seen KIND: [...]" (each sample's count), "read KIND: [...]" (each sample's
 reads in this process) and "metrics: {...}" (the last kind's). SLEEP: seconds each batch takes more (a run slow
 enough to be stopped midway). "evaluate": after the fit, the same input unshuffled is passed to evaluate, predict and
