@@ -435,8 +435,11 @@ def source_share(dataset, process_index: int, num_processes: int, whole: bool = 
 
     found.batch_node.input[1] = const("acceltrain/batch", batch // num_processes)
     for source in found.sources:
-        values = [tf.make_ndarray(nodes[name].attr["value"].tensor) for name in source.input]
-        length = len(values[0]) if source.op == "TensorSliceDataset" else len(range(*map(int, values)))
+        consts = [nodes[name].attr["value"].tensor for name in source.input]
+        # A slice's length from its first tensor's shape: its values are not read (tf.make_ndarray cannot read
+        # strings packed in tensor_content: "cannot create an OBJECT array from memory buffer", issue 45's text job).
+        length = (consts[0].tensor_shape.dim[0].size if source.op == "TensorSliceDataset"
+                  else len(range(*(int(tf.make_ndarray(const)) for const in consts))))
         if whole and length < num_processes:
             return None
         readers = [node for node in graph_def.node if source.name in node.input]
