@@ -10,7 +10,9 @@ versions; or the source of a transcribed record) under its heading. A record mar
 is a measured one that names no commit or an uncommitted tree ("<commit>+changes").
 
 Elsewhere (README.md, docs/**/*.md) a measured figure or sentence sits between markers that name its
-section and quote; this script writes what is between them:
+section and quote; this script writes what is between them, and for a record taken on a loaded machine
+(_results.loaded) says that the figure waits for a quiet rerun instead, unless the quote is load-free (its
+script's LOAD_FREE):
 
     acceltrain's epoch was <!-- measured:epoch-speed/acceltrain-vs-hand -->...<!-- /measured --> the loop's.
 
@@ -120,14 +122,16 @@ def benchmarks_md(found: dict) -> str:
 
 
 def quotes(found: dict) -> dict:
-    """(section, name) → the text of each quote every section's script offers."""
+    """(section, name) → the text of each quote every section's script offers. A loaded record's quotes are
+    withheld (`_results.withheld`: why, and the rerun), but those its script lists in LOAD_FREE."""
     said = {}
     for name, record in found.items():
         module = script_module(BY_NAME[name].script)
         if record is None or not hasattr(module, "quotes"):
             continue
+        load_free = getattr(module, "LOAD_FREE", ())
         for key, text in module.quotes(_results.summary_of(record, module.summarize), record).items():
-            said[name, key] = text
+            said[name, key] = _results.withheld(record) if _results.loaded(record) and key not in load_free else text
     return said
 
 

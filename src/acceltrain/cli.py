@@ -71,6 +71,7 @@ EXAMPLES = {
         "examples:\n"
         "  acceltrain bench                                   # plain Keras vs acceltrain vs a hand loop vs the ceiling\n"
         "  acceltrain bench --epochs 2 --samples 6000         # a quick look\n"
+        "  acceltrain bench --batch-size 32                   # small steps: where a loop's overhead shows\n"
         "  acceltrain bench --json bench.json"
     ),
 }
@@ -266,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--epochs", type=int, default=4, help="epochs a run; the first compiles (default: 4)")
     bench.add_argument("--repeats", type=int, default=2, help="runs of each variant, interleaved (default: 2)")
     bench.add_argument("--samples", type=int, metavar="N", help="train on the first N samples (default: all)")
+    bench.add_argument("--batch-size", type=int, metavar="N", help="the batch of every variant (default: the recipe's)")
     bench.add_argument("--checkpoints", action="store_true",
                        help="time acceltrain as `acceltrain train` runs it, checkpointing as it does (--checkpoint-every auto)")
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
@@ -555,7 +557,7 @@ def _bench(args) -> int:
     outputs.check_file_folder(args.json, "--json")
     report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
                                          epochs=args.epochs, repeats=args.repeats, samples=args.samples,
-                                         checkpoints=args.checkpoints))
+                                         batch_size=args.batch_size, checkpoints=args.checkpoints))
     print(bench.format_table(report))
     if args.json:
         outputs.write_json(args.json, report)
