@@ -7,7 +7,7 @@ Runs `acceltrain bench` (src/acceltrain/commands/bench.py: each variant in its o
 interleaved, every one in the dtype policy acceltrain runs) once per batch size, and records its reports: the
 section "epoch-speed" (acceltrain on JAX) or "epoch-speed-tensorflow", with issue #43's targets, met or not. On a
 GPU machine, benchmarks/gpu_check.sh records the section "epoch-speed-gpu" with it. --quick: 2 epochs on 2,400
-samples at batch 1,200.
+samples at batch 1,200, 2 runs each.
 
 Every figure is a median: each run's median steady epoch (after its first), a variant's median of those, and the
 noise of a ratio the larger spread of the two variants' run medians (benchmarks/_noise.py): the verdict and its noise
@@ -54,7 +54,8 @@ def main():
 
     reports = []
     for batch_size in ([1200] if args.quick else args.batch_sizes):
-        config = bench.BenchConfig(epochs=2 if args.quick else args.epochs, repeats=args.repeats, backend=args.backend,
+        config = bench.BenchConfig(epochs=2 if args.quick else args.epochs, repeats=2 if args.quick else args.repeats,
+                                   backend=args.backend,
                                    samples=2400 if args.quick else args.samples, batch_size=batch_size)
         reports.append(bench.run(config))
         print(bench.format_table(reports[-1]), flush=True)

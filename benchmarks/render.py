@@ -108,6 +108,10 @@ def benchmarks_md(found: dict) -> str:
         status.append(f"transcribed from an earlier BENCHMARKS.md, awaiting a rerun: {', '.join(transcribed)}")
     if missing:
         status.append(f"not measured yet: {', '.join(missing)}")
+    loaded = [name for name, record in found.items() if record and _results.loaded(record)]
+    if loaded:
+        status.append(f"taken on a loaded machine, so README and the manual quote none of their times until a quiet "
+                      f"rerun, `python benchmarks/run_all.py --only {' '.join(loaded)}`: {', '.join(loaded)}")
     header = ("# Benchmarks\n\n"
               "Written by `python benchmarks/render.py` from the records in `benchmarks/results/` (one per section: "
               "the command, its date, the machine and its load, the versions, every figure measured); not edited "
