@@ -385,3 +385,15 @@ def test_plain_keras_in_launchs_job_is_two_processes_joined_by_hand_without_acce
     joined = [args[args.index("--job") + 1].split(",") for args, _ in job]
     assert joined[0][0] == joined[1][0] and [j[1:] for j in joined] == [["2", "0"], ["2", "1"]]
     assert all(extra["XLA_FLAGS"].endswith("device_count=2") for _, extra in job)
+
+
+@pytest.mark.parametrize("decision, policy, compute", [
+    ("float32 (cpu: bfloat16 matmuls ran no faster than float32 ...)", "float32", "float32"),
+    ("mixed_bfloat16 (compute capability 9.0 runs bfloat16 on its tensor cores)", "mixed_bfloat16", "bfloat16"),
+])
+def test_default_job_runs_its_plain_and_hand_children_in_the_policy_the_job_chose(decision, policy, compute):
+    """The precision decision is a line ("policy (reason)"): its first word, not its first character."""
+    from benchmarks import default_job
+
+    metrics = {"runtime": {"decisions": {"precision": decision}}}
+    assert default_job._policy(metrics) == policy and default_job._compute_dtype(metrics) == compute
