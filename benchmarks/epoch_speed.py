@@ -80,15 +80,17 @@ def summarize_one(report: dict) -> dict:
         samples = v.get("samples_per_epoch", report["samples_per_epoch"])
         precision = v.get("precision") or (KERAS_DEFAULT_PRECISION if name == "plain" else report["precision"])
         train_flops = flops * samples / median if flops else None
+        # a share of the ceiling only in the dtype the ceiling ran in: a variant computing in another has none here
+        same_dtype = precision.removeprefix("mixed_") == ceiling["dtype"]
         variants[name] = {
             "label": v["label"], "backend": v["backend"], "jit_compile": v["jit_compile"],
             "precision": precision, "default_precision": v.get("default_precision"),
             "median": median, "run_medians": medians, "spread": _noise.spread(medians),
             "samples_per_second": samples / median, "first_epoch_end": v["seconds_to_first_epoch_end"],
             "train_flops": train_flops,
-            "of_ceiling": train_flops / ceiling["flops_per_second"] if train_flops else None,
+            "of_ceiling": train_flops / ceiling["flops_per_second"] if train_flops and same_dtype else None,
             "of_peak": (train_flops / ceiling["published_peak_flops_per_second"]
-                        if train_flops and ceiling["published_peak_flops_per_second"] else None),
+                        if train_flops and same_dtype and ceiling["published_peak_flops_per_second"] else None),
         }
     cache = report["compilation_cache"]
     return {
@@ -165,10 +167,13 @@ def _percent(value) -> str:
 
 
 def _precision(batch: dict, variant: dict, name: str) -> str:
-    if batch["precision_inferred"] and name == "plain":
-        return f"{variant['precision']} (Keras's default, as bench then ran it)"
-    default = variant["default_precision"]
-    return f"{variant['precision']} ({'its default: ' + default if default else 'follows acceltrain'})"
+    """The policy a variant ran in, and its own default beside it, labelled."""
+    if name == "plain":
+        default = ("Keras's default, as bench then ran it" if batch["precision_inferred"] else
+                   f"its default: {variant['default_precision']}")
+    else:
+        default = "acceltrain's choice" if name == "acceltrain" else "follows acceltrain"
+    return f"{variant['precision']} ({default})"
 
 
 def table(batch: dict) -> list[str]:
@@ -254,9 +259,10 @@ def render(summary: dict, record: dict) -> str:
         lines += ["", *table(batch), "", ratios_line(batch)]
         if not batch["one_precision"]:
             lines.append("This record compares unlike precisions: "
-                         + "; ".join(f"{v['label']} ran in {v['precision']}" for v in batch["variants"].values())
-                         + (" (Keras's default: bench ran plain Keras in it then)" if batch["precision_inferred"] else "")
-                         + ". Its ratios to plain Keras are shown but not judged; a rerun compares in one precision.")
+                         + "; ".join(f"{v['label']} ran in {_precision(batch, v, name)}"
+                                     for name, v in batch["variants"].items())
+                         + ". Ratios between unlike precisions are shown but not judged, and a variant computing in "
+                           "another dtype than the ceiling's has no share of it; a rerun compares in one precision.")
         cache = batch["cache"]
         if cache["warm_seconds_to_first_epoch_end"] is not None:
             lines.append(

@@ -121,6 +121,10 @@ def test_the_committed_gpu_record_compares_unlike_precisions_and_says_so():
     record = render.records()["epoch-speed-gpu"]
     text = render.section_text("epoch-speed-gpu", record, None)
     assert "float32 (Keras's default, as bench then ran it)" in text and "This record compares unlike precisions" in text
+    # its float32 fit gets no share of the bfloat16 ceiling (nor of the bfloat16 peak); acceltrain's, in bfloat16, does
+    plain_row = next(line for line in text.splitlines() if line.startswith("| (a) plain Keras fit"))
+    accel_row = next(line for line in text.splitlines() if line.startswith("| (b) acceltrain"))
+    assert plain_row.endswith("| n/a | n/a |") and not accel_row.endswith("| n/a | n/a |")
     said = render.quotes({"epoch-speed-gpu": record})
     assert said["epoch-speed-gpu", "plain-vs-acceltrain"].startswith(
         "not compared with acceltrain: plain ran in float32, acceltrain in mixed_bfloat16")
