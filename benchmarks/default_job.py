@@ -205,9 +205,9 @@ def summarize(raw: dict) -> dict:
     """Each variant's median steady epoch and its runs' medians; the ratios, judged; the last ledger's parts."""
     variants = {}
     for name, runs in raw["runs"].items():
-        steady = [seconds for run in runs for seconds in _steady(run, raw["epochs"])]
-        variants[name] = {"median": statistics.median(steady),
-                          "run_medians": [statistics.median(_steady(run, raw["epochs"])) for run in runs]}
+        # a variant's figure is the median of its runs' medians, and its noise the spread of those: one statistic
+        run_medians = [statistics.median(_steady(run, raw["epochs"])) for run in runs]
+        variants[name] = {"median": statistics.median(run_medians), "run_medians": run_medians}
 
     def judged(a, b, **kwargs):
         ratio = variants[a]["median"] / variants[b]["median"]
