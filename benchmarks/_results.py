@@ -8,8 +8,9 @@ that measured it also renders it: its `summarize(raw)` gives the figures the sec
 (`python benchmarks/render.py`).
 
 A timed figure is quoted (README, the manual) only from a quiet record (`loaded` finds none): the machine's load
-average before the run began, and the load of others while it ran (the mean sampled load less the run's own CPU
-use, where recorded), at most half its cores: 1 on the project's 2-core machine. render.py withholds a loaded
+average before the run began, and the work of others while it ran (the machine's busy CPU time, /proc/stat, less
+the run's own, a second of wall: the cores' worth others kept busy), at most half its cores: 1 on the project's
+2-core machine. (The load average while it ran counts the run's own waiting threads too, so it is kept, not judged.) render.py withholds a loaded
 record's quotes, naming the rerun that brings them back (`withheld`), unless the script lists the quote in
 LOAD_FREE (its figures are counts, bytes or accuracies that a busy machine does not change).
 
@@ -84,6 +85,7 @@ class Run:
         self.machine = machine()
         self.loads = _LoadSampler()
         self.cpu_at_start = own_cpu_seconds()
+        self.busy_at_start = cpu_busy_seconds()
         commit = versions().get("commit")
         if not self.quick and (commit is None or commit.endswith(UNCOMMITTED)):
             tree = f"a tree with uncommitted changes ({commit})" if commit else "a tree with no git commit"
@@ -95,7 +97,10 @@ class Run:
         finished = time.time()
         samples = self.loads.stop()
         own = own_cpu_seconds() - self.cpu_at_start
-        others = (statistics.fmean(samples) - own / (finished - self.started)) if samples else None
+        busy = cpu_busy_seconds()
+        # the machine's busy CPU time less the run's own, a second of wall: the cores' worth others kept busy
+        others = (busy - self.busy_at_start - own) / (finished - self.started) if busy is not None and \
+            self.busy_at_start is not None and finished > self.started else None
         record = {
             "section": section,
             "script": self.script,
@@ -146,6 +151,17 @@ def own_cpu_seconds() -> float:
     return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
 
 
+def cpu_busy_seconds() -> float | None:
+    """The CPU seconds every core of the machine has been busy since boot (/proc/stat: user, nice, system, irq,
+    softirq and steal: a hypervisor's other guests count as others' work); None where it cannot be read."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def quiet_bound(cores: int | None) -> float:
     return QUIET_LOAD_PER_CORE * (cores or 2)
 
@@ -163,7 +179,7 @@ def loaded(record: dict) -> str | None:
     if before > bound:
         return f"measured at a load average (1 min) of {before:.1f} at its start"
     if others is not None and others > bound:
-        return f"measured while other work loaded the machine (about {others:.1f} besides the run's own)"
+        return f"measured while other work kept about {others:.1f} cores busy besides the run's own"
     return None
 
 
