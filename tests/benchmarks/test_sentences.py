@@ -403,3 +403,18 @@ def test_default_job_runs_its_plain_and_hand_children_in_the_policy_the_job_chos
 
     metrics = {"runtime": {"decisions": {"precision": decision}}}
     assert default_job._policy(metrics) == policy and default_job._compute_dtype(metrics) == compute
+
+
+def test_bench_says_its_times_are_indicative_when_other_work_held_over_half_the_cores(monkeypatch):
+    import os
+
+    from acceltrain.commands import bench
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    report = bench_report(**RUNS)
+    report["load_average"] = {"before": 0.8, "after": 2.5}  # its own runs load the machine at the end: not others
+    assert "2 cores." in bench.format_table(report) and "indicative" not in bench.format_table(report)
+    report["load_average"] = {"before": 1.5, "after": 2.5}
+    assert "other work held over half of them before the runs began, so these times are indicative only" in \
+        bench.format_table(report)
+    assert "Median epoch ratios" in bench.format_table(report) and "fastest" not in bench.format_table(report)

@@ -257,8 +257,11 @@ def format_table(report: dict) -> str:
         lines.append(f"acceltrain's Runtime.fit, its last run: {ledger.Ledger.from_json(ledgers[-1]).line()}.")
     load = report["load_average"]
     if load["before"] is not None:
+        cores = os.cpu_count() or 1
+        busy = load["before"] > cores / 2  # other work held over half the cores before the runs began
         lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
-                     f"{os.cpu_count()} cores.")
+                     f"{cores} cores" + (": other work held over half of them before the runs began, so these times "
+                                         "are indicative only; rerun on a quiet machine." if busy else "."))
     peak = c["published_peak_flops_per_second"]
     lines.append(f"Published peak of {runtime['device_kind']} in {c['dtype']}: "
                  + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."))
