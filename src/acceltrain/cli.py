@@ -432,6 +432,7 @@ def _emit(args) -> int:
 
     processes = emit.layout(args.target, args.nodes, args.processes).processes
     _settings(args).check(processes=processes)
+    _check_the_scripts_backend(args.script, args.backend, processes)
     run_checkpoints.check_cadence(args.checkpoint_every, args.keep_checkpoints)
     verify.check_steps(args.verify, "--verify", processes)
     run_flags = []
@@ -456,6 +457,24 @@ def _emit(args) -> int:
                  "script there (or pass --image)")
     print(text, end="")
     return 0
+
+
+def _check_the_scripts_backend(script: str, backend: str | None, processes: int) -> None:
+    """A script here that sets TensorFlow itself, in a job of several processes: refused as `launch` refuses it (the
+    job's variables are the cluster's, not this machine's, so only the script's own forced choice is read)."""
+    from pathlib import Path
+
+    from acceltrain import script_source
+
+    if backend is not None or processes < 2 or not Path(script).is_file():
+        return
+    choice = script_source.backend_choice(Path(script).read_text(errors="replace"))
+    if choice is not None and choice.over(None) == "tensorflow":
+        raise UsageError(f"Received {Path(script).name}, whose line {choice.line} sets its backend ({choice.said}), "
+                         f"for a job of {processes} processes. A job of several processes trains on JAX only: Keras "
+                         "3's fit fails under TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585). Where "
+                         f"its code runs on JAX too, change line {choice.line} to 'jax' (check it plainly first: "
+                         f"python {script}) or pass --backend jax.")
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:

@@ -225,6 +225,18 @@ def test_emit_refuses_every_flag_launch_refuses(engine, flags, says, capsys, tmp
     assert code == 2 and out == "" and says in err and "Traceback" not in err, (engine, err)
 
 
+@pytest.mark.parametrize("engine", ["jobset", "sbatch", "skypilot"])
+def test_emit_refuses_a_script_that_sets_tensorflow_in_a_job_of_several_processes(engine, capsys, tmp_path):
+    """As `launch` refuses it (naming the script's line), before the artifact is written; one process is fine."""
+    (tmp_path / "train.py").write_text("import os\nos.environ['KERAS_BACKEND'] = 'tensorflow'\nimport keras\n")
+    code, out, err = _launch(capsys, "--processes 2 train.py")
+    assert code == 2 and "whose line 2 sets its backend" in err, ("launch", err)
+    code, out, err = _launch(capsys, f"--emit {engine} --target h100-8 --nodes 2 train.py")
+    assert code == 2 and out == "" and "whose line 2 sets its backend" in err and "JAX only" in err, err
+    code, out, err = _launch(capsys, f"--emit {engine} --target h100-8 train.py")
+    assert code == 0, err
+
+
 def test_a_jobsets_grace_queue_priority_and_placement_are_set_said_and_pass_the_crd(capsys):
     import yaml
 
