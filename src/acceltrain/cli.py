@@ -312,9 +312,10 @@ def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-restarts", type=int, metavar="N",
                         help="with --emit jobset: restarts of the whole job before it fails (default: 10)")
     parser.add_argument("--name", help="with --emit: the job's name (default: the script's)")
-    parser.add_argument("--grace-period", type=int, metavar="SECONDS",
+    parser.add_argument("--grace-period", metavar="SECONDS|FILE.json",
                         help="with --emit jobset: the pods' time from SIGTERM to SIGKILL, for the checkpoint's save "
-                             "(terminationGracePeriodSeconds; default: Kubernetes's 30)")
+                             "(terminationGracePeriodSeconds; default: Kubernetes's 30), or a run's ledger "
+                             "(acceltrain run --ledger FILE.json) to size it from its measured checkpoints")
     parser.add_argument("--queue", metavar="NAME", help="with --emit jobset: the Kueue LocalQueue to admit the job "
                                                          "(label kueue.x-k8s.io/queue-name)")
     parser.add_argument("--priority-class", metavar="NAME", help="with --emit jobset: the pods' PriorityClass")

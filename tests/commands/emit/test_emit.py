@@ -261,8 +261,33 @@ def test_a_jobsets_grace_queue_priority_and_placement_are_set_said_and_pass_the_
     assert "Kubernetes's default 30 s" in out and "terminationGracePeriodSeconds" not in out
 
 
+@pytest.mark.parametrize("checkpoint_seconds, checkpoints, grace, says", [
+    (24.0, 2, 46, "46 s, sized from run.json: a checkpoint took 12.0 s (2 measured): 3 × it + 10 s = 46 s"),
+    (0.3, 3, 30, "30 s, sized from run.json: a checkpoint took 0.1 s (3 measured): 3 × it + 10 s = 11 s ≤ 30 s → Kubernetes's default"),
+])
+def test_a_jobsets_grace_is_sized_from_a_runs_measured_checkpoints(checkpoint_seconds, checkpoints, grace, says,
+                                                                   capsys, tmp_path):
+    """--grace-period FILE.json: the ledger `acceltrain run --ledger` writes (ledger.Ledger.as_json), its checkpoint
+    seconds and count; the header says the grace and how it was sized."""
+    import json
+
+    import yaml
+
+    from acceltrain import ledger
+
+    parts = dict.fromkeys(ledger.PARTS, 0.0) | {"checkpoint": checkpoint_seconds, "device_steps": 50.0}
+    record = ledger.Ledger(60.0, parts, 0.0, 60.0, {"checkpoints": checkpoints}).as_json()
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    code, out, err = _launch(capsys, "--emit jobset --target h100-8 --grace-period run.json train.py")
+    assert code == 0, err
+    pod = yaml.safe_load(out)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert f"within the pods' grace: {says}." in out, out.splitlines()[:4]
+
+
 @pytest.mark.parametrize("command, says", [
     ("--emit jobset --target h100-8 --grace-period 0 train.py", "--grace-period 0"),
+    ("--emit jobset --target h100-8 --grace-period missing.json train.py", "--grace-period 'missing.json'"),
     ("--emit jobset --target h100-8 --queue 'team a' train.py", "--queue 'team a'"),
     ("--emit jobset --target h100-8 --priority-class High train.py", "--priority-class 'High'"),
     ("--emit jobset --target h100-8 --exclusive-topology 'a b' train.py", "--exclusive-topology 'a b'"),

@@ -24,7 +24,7 @@ ENGINES = ("jobset", "sbatch", "skypilot")
 def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = None, nodes: int | None = None,
          processes: int | None = None, image: str | None = None, checkpoint_dir: str | None = None,
          compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=(),
-         grace_period: int | None = None, queue: str | None = None, priority_class: str | None = None,
+         grace_period: int | str | None = None, queue: str | None = None, priority_class: str | None = None,
          exclusive_topology: str | None = None, wheel: str | None = None) -> str:
     """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...), checked by
     the caller as `launch` checks them. The JobSet's own settings (grace_period ... exclusive_topology) and
@@ -45,7 +45,8 @@ def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = N
     if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
                                      or max_restarts < 0):
         raise UsageError(f"Received --max-restarts {max_restarts!r}. Expected a whole number of at least 0.")
-    jobset.check_options(grace_period, queue, priority_class, exclusive_topology)
+    jobset.check_options(None, queue, priority_class, exclusive_topology)
+    grace_seconds, grace_reason = jobset.grace(grace_period)
     if engine == "skypilot":
         script = script_in_folder(script, engine, "which SkyPilot syncs to every host as the task's workdir")
     elif engine == "jobset":
@@ -55,7 +56,8 @@ def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = N
     cache = compile_cache_dir or module.SHARED_DEFAULT + "/compile-cache"
     run = ("acceltrain", "run", *run_flags, "--checkpoint-dir", checkpoints, "--resume", script, *argv)
     job = Job(job_name(name, script), where, run, checkpoints, cache, image or IMAGE_PLACEHOLDER,
-              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, grace_seconds=grace_period,
+              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, grace_seconds=grace_seconds,
+              grace_reason=grace_reason,
               queue=queue, priority_class=priority_class, exclusive_topology=exclusive_topology, wheel=wheel)
     return module.render(job)
 

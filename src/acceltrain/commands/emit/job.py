@@ -59,6 +59,7 @@ class Job:
     image: str
     max_restarts: int
     grace_seconds: int | None = None  # the JobSet's terminationGracePeriodSeconds (None: Kubernetes's 30 s)
+    grace_reason: str = ""  # how it was set (jobset.grace)
     queue: str | None = None  # Kueue's LocalQueue (kueue.x-k8s.io/queue-name)
     priority_class: str | None = None  # a Kubernetes PriorityClass
     exclusive_topology: str | None = None  # a node label: one replicated Job per domain of it

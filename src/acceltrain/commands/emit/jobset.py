@@ -12,9 +12,11 @@ JobSet CRD's own schema (schemas/, with its source).
 """
 
 import functools
+import json
 import re
 from pathlib import Path
 
+from acceltrain import decisions
 from acceltrain.commands.emit import job as emit
 from acceltrain.errors import UsageError
 
@@ -22,7 +24,7 @@ SHARED_DEFAULT = "/shared"  # where the pods mount the shared volume
 SHARED_CLAIM = "acceltrain-shared"  # a ReadWriteMany PersistentVolumeClaim (Filestore, GCS FUSE, Lustre)
 CONTAINER = "acceltrain"
 SCHEMA = Path(__file__).parent / "schemas" / "jobset.x-k8s.io_jobsets.yaml"
-KUBERNETES_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when unset: SIGTERM, then SIGKILL after it
+KUBERNETES_GRACE_SECONDS = decisions.KUBERNETES_GRACE_SECONDS  # a pod's terminationGracePeriodSeconds when unset
 # Kueue admits a JobSet labelled with its LocalQueue (kueue.sigs.k8s.io docs, "Run a JobSet"); JobSet's own
 # exclusive placement puts each replicated Job alone in one domain of the node label named (jobset's
 # api/jobset/v1alpha2/jobset_types.go::ExclusiveKey; GKE's TPU examples name cloud.google.com/gke-nodepool).
@@ -34,9 +36,10 @@ def check_options(grace_seconds=None, queue=None, priority_class=None, exclusive
     """The JobSet's optional settings, each as Kubernetes takes it, refused here rather than by the API server."""
     if grace_seconds is not None and (isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int)
                                       or grace_seconds < 1):
-        raise UsageError(f"Received --grace-period {grace_seconds!r}. Expected whole seconds, at least 1 (the time from "
-                         f"SIGTERM to SIGKILL; Kubernetes's default is {KUBERNETES_GRACE_SECONDS}), e.g. --grace-period 120 "
-                         "for a checkpoint that takes a minute to save.")
+        raise UsageError(f"Received --grace-period {grace_seconds!r}. Expected whole seconds, at least 1 (the time "
+                         f"from SIGTERM to SIGKILL; Kubernetes's default is {KUBERNETES_GRACE_SECONDS}), e.g. "
+                         "--grace-period 120, or a run's ledger (acceltrain run --ledger FILE.json) to size it from "
+                         "its measured checkpoints.")
     if queue is not None and not _LABEL_VALUE.fullmatch(queue):
         raise UsageError(f"Received --queue {queue!r}. Expected a Kueue LocalQueue's name, a Kubernetes label value "
                          "(at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit), "
@@ -47,6 +50,27 @@ def check_options(grace_seconds=None, queue=None, priority_class=None, exclusive
     if exclusive_topology is not None and not _LABEL_KEY.fullmatch(exclusive_topology):
         raise UsageError(f"Received --exclusive-topology {exclusive_topology!r}. Expected a node label's key, "
                          "e.g. --exclusive-topology cloud.google.com/gke-nodepool (one slice a node pool).")
+
+
+def grace(given) -> tuple[int | None, str]:
+    """--grace-period as given (None, whole seconds, or a run's ledger FILE.json): (seconds or None, how it was set)."""
+    if given is None:
+        return None, f"Kubernetes's default {KUBERNETES_GRACE_SECONDS} s (--grace-period SECONDS or a run's --ledger " \
+                     "FILE.json for a longer save)"
+    if isinstance(given, str) and given.strip().isdigit():
+        given = int(given)
+    if not isinstance(given, str):
+        check_options(grace_seconds=given)
+        return given, f"{given} s (--grace-period)"
+    path = Path(given)
+    try:
+        ledger = json.loads(path.read_text())
+        seconds, count = float(ledger["parts"]["checkpoint"]), int(ledger.get("checkpoints", 0))
+    except (OSError, ValueError, KeyError, TypeError):
+        check_options(grace_seconds=given)  # neither seconds nor a ledger: said as seconds, with the ledger's form
+        raise
+    chosen, why = decisions.choose_grace(seconds, count)
+    return chosen, f"{chosen} s, sized from {path.name}: {why}"
 
 
 _LABEL_VALUE = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -147,12 +171,10 @@ def render(job: emit.Job) -> str:
     else:
         where = (f"{layout.hosts} host(s) x {layout.chips_per_host} {'chips' if layout.kind == 'tpu' else 'GPUs'}, "
                  f"one pod a host{f' ({layout.slice_name}, topology {layout.topology})' if layout.kind == 'tpu' else ''}")
-    grace = (f"{job.grace_seconds} s (--grace-period)" if job.grace_seconds is not None
-             else f"Kubernetes's default {KUBERNETES_GRACE_SECONDS} s (--grace-period SECONDS for a longer save)")
     head = (f"# acceltrain launch --emit jobset --target {layout.target}: {where}.\n"
             f"# Exit 42 or 128-255 restarts the JobSet (at most {job.max_restarts} times); any other failure is "
             "final, 127 (no acceltrain in the image) included.\n"
-            f"# On SIGTERM each process saves a checkpoint and exits 42 within the pods' grace: {grace}.\n"
+            f"# On SIGTERM each process saves a checkpoint and exits 42 within the pods' grace: {job.grace_reason}.\n"
             f"# The pods mount the PersistentVolumeClaim {SHARED_CLAIM} (ReadWriteMany) at {SHARED_DEFAULT}.\n"
             "# Submit: kubectl apply -f THIS.yaml   Check an edit: acceltrain doctor --artifact THIS.yaml\n")
     return head + emit.dump_yaml(document(job))
