@@ -215,10 +215,12 @@ def targets(summary: dict) -> list[str]:
             if judged[key] is None:
                 lines.append(f"| {label} | {batch['batch_size']} | unlike precisions | {sense} {bound}× | not judged |")
                 continue
-            value = judged[key].ratio
-            met = value >= bound if sense == "≥" else value <= bound
+            value, noise = judged[key].ratio, judged[key].noise
+            met = "yes" if (value >= bound if sense == "≥" else value <= bound) else "no"
+            if noise is None or abs(value / bound - 1) <= noise:  # the run cannot tell the ratio from the bound
+                met += " (the bound lies within this run's noise)" if noise is not None else " (noise unknown)"
             lines.append(f"| {label} | {batch['batch_size']} | {judged[key].says('{:.3f}×')} | {sense} {bound}× | "
-                         f"{'yes' if met else 'no'} |")
+                         f"{met} |")
     return lines
 
 

@@ -103,6 +103,8 @@ def test_epoch_speed_records_every_batch_size_and_quotes_each():
     text, said = rendered("epoch-speed", {"reports": reports})
     assert text.count("| (b) acceltrain |") == 2 and "Batch 32: 60000 samples" in text and "Batch 1200:" in text
     assert "| acceltrain's steady epoch over the hand-written scanned epoch's (#43) | 32 | 0.913×" in text
+    # 0.913× against ≤ 1.15×: met, and beyond the noise (±11%) of the bound; 1.271× against ≥ 1.0×: met, beyond ±0.5%
+    assert "| ≤ 1.15× | yes |" in text and "| ≥ 1.0× | yes |" in text and "within this run's noise)" not in text
     assert "at batch 32, acceltrain's epoch" in said["summary"] and "; at batch 1200, " in said["summary"]
 
 
