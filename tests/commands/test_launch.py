@@ -624,7 +624,7 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("verify, processes, message", [
-    (3, 2, r"Received --verify 3 with --processes 2: the one-device run .* `acceltrain run --verify N`"),
+    (3, 2, r"Received --verify 3 for a job of 2 processes: the one-device run .* `acceltrain run --verify N`"),
     (0, 1, r"Received --verify 0\. Expected a whole number of at least 1"),
 ])
 def test_launch_refuses_a_verify_it_cannot_do_before_starting_anything(monkeypatch, tmp_path, verify, processes,

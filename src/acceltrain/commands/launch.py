@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, ledger, log, preemption, sharding, watchdog
+from acceltrain import backends, cluster, decisions, ledger, log, preemption, watchdog
 from acceltrain.commands import run_checkpoints
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import Settings
@@ -57,17 +57,10 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name = _backend_of_the_job(script, backend, processes)
-    stall_timeout = watchdog.check_timeout(settings.stall_timeout, "--stall-timeout")
-    decisions.check_distribution(distribution, backend_name)
-    if device_memory is not None:
-        sharding.parse_bytes(device_memory, "--device-memory")
+    stall_timeout = settings.check(backend_name, processes).stall_timeout  # as `launch --emit` checks them too
     checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
                                                                 checkpoints.every, checkpoints.keep)
-    verify = verification.check_steps(verify, "--verify")
-    if verify is not None and processes > 1:
-        raise UsageError(f"Received --verify {verify} with --processes {processes}: the one-device run of the "
-                         "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
-                         "one host first, then launch without it.")
+    verify = verification.check_steps(verify, "--verify", processes)
     outputs.check_file_folder(ledger_file, "--ledger")
 
     # 2. Start the processes: the same command, each told its index.
