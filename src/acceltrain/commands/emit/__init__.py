@@ -1,17 +1,23 @@
 """`acceltrain launch --emit ENGINE --target TARGET SCRIPT.py [ARGS]`: what an engine takes to run the script,
 unchanged, as one JAX job with `acceltrain run` on every host. One module per engine renders it (jobset.py,
-sbatch.py, skypilot.py, ray.py) from one plain `Job`; `check_artifact` reads one back (`acceltrain doctor --artifact`).
+sbatch.py, skypilot.py, ray.py) from one plain `Job`; `check_artifact` reads one back (`acceltrain doctor
+--artifact`).
 
 Every artifact runs `acceltrain run --checkpoint-dir SHARED --resume SCRIPT ARGS` with JAX's persistent
 compilation cache in a shared folder (JAX_COMPILATION_CACHE_DIR): a restarted or requeued job resumes from the
-newest checkpoint and finds its programs compiled. An engine restarts the job on exit code 42 (and 127-255,
-a process killed by a signal), xpk's convention; any other failure is final.
+newest checkpoint and finds its programs compiled. An engine restarts the job on exit code 42 (a checkpoint saved
+on a notice); the JobSet also on 128-255 (a process killed by a signal: a lost node), xpk's convention less 127,
+the shell's "command not found", which each artifact says in one line before it fails. Any other failure is
+final (a Ray job: Ray Train restarts on any failure, up to max_failures). The script is named as the engine's host
+finds it: relative to this folder, which SkyPilot syncs and a JobSet's image holds as its working folder (a Ray job:
+as given, relative to the folder `ray job submit --working-dir` sends, or on a file system every node sees).
 """
 
 from pathlib import Path
 
 from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
-from acceltrain.commands.emit.job import DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout
+from acceltrain.commands.emit.job import (DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout,
+                                          script_in_folder)
 from acceltrain.errors import UsageError
 
 ENGINES = ("jobset", "sbatch", "skypilot", "ray")
@@ -19,21 +25,43 @@ ENGINES = ("jobset", "sbatch", "skypilot", "ray")
 
 def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = None, nodes: int | None = None,
          processes: int | None = None, image: str | None = None, checkpoint_dir: str | None = None,
-         compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=()) -> str:
-    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...)."""
+         compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=(),
+         grace_period: int | str | None = None, queue: str | None = None, priority_class: str | None = None,
+         exclusive_topology: str | None = None, wheel: str | None = None) -> str:
+    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...), checked by
+    the caller as `launch` checks them. The JobSet's own settings (grace_period ... exclusive_topology) and
+    SkyPilot's wheel are refused with another engine."""
     if engine not in ENGINES:
         raise UsageError(f"Received --emit {engine!r}. Valid: {', '.join(ENGINES)}.")
     module = _module(engine)
+    own = {("jobset",): {"--grace-period": grace_period, "--queue": queue, "--priority-class": priority_class,
+                         "--exclusive-topology": exclusive_topology, "--image": image},
+           ("jobset", "ray"): {"--max-restarts": max_restarts}, ("skypilot",): {"--wheel": wheel}}
+    for owners, flags in own.items():
+        for flag, value in flags.items():
+            if value is not None and engine not in owners:
+                named = " or ".join(f"--emit {owner}" for owner in owners)
+                raise UsageError(f"Received {flag} {value} with --emit {engine}: it is a setting of {named} only. "
+                                 f"Leave it out, or pass {named}.")
     where = layout(target, nodes, processes)
     module.check_layout(where)
     if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
                                      or max_restarts < 0):
         raise UsageError(f"Received --max-restarts {max_restarts!r}. Expected a whole number of at least 0.")
+    jobset.check_options(None, queue, priority_class, exclusive_topology)
+    grace_seconds, grace_reason = jobset.grace(grace_period)
+    if engine == "skypilot":
+        script = script_in_folder(script, engine, "which SkyPilot syncs to every host as the task's workdir")
+    elif engine == "jobset":
+        script = script_in_folder(script, engine, "which the image must hold as its working folder",
+                                  image_paths=True)
     checkpoints = checkpoint_dir or module.SHARED_DEFAULT + "/checkpoints"
     cache = compile_cache_dir or module.SHARED_DEFAULT + "/compile-cache"
     run = ("acceltrain", "run", *run_flags, "--checkpoint-dir", checkpoints, "--resume", script, *argv)
     job = Job(job_name(name, script), where, run, checkpoints, cache, image or IMAGE_PLACEHOLDER,
-              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts)
+              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, grace_seconds=grace_seconds,
+              grace_reason=grace_reason,
+              queue=queue, priority_class=priority_class, exclusive_topology=exclusive_topology, wheel=wheel)
     return module.render(job)
 
 
@@ -48,7 +76,8 @@ def check_artifact(path) -> tuple[str, list[str]]:
         if module.recognizes(text):
             return engine, module.check(text)
     raise UsageError(f"Received --artifact {path}, which is none of {', '.join(ENGINES)}: a JobSet YAML "
-                     "(kind: JobSet), an sbatch script (#SBATCH lines), a SkyPilot task YAML (run:) or a Ray job's driver (run_job). Pass a "
+                     "(kind: JobSet), an sbatch script (#SBATCH lines), a SkyPilot task YAML (run:) or a Ray job's "
+                     "driver (run_job). Pass a "
                      "file `acceltrain launch --emit` wrote, or your edit of one.")
 
 

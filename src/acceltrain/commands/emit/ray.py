@@ -36,10 +36,13 @@ def arguments(job: emit.Job) -> dict:
 
 def render(job: emit.Job) -> str:
     layout = job.layout
-    where = (f"a {layout.slice_name} slice: one worker on each of its {layout.hosts} host(s), {layout.chips_per_host} "
-             "chips each" if layout.kind == "tpu" else
-             f"{layout.hosts} GPU box(es): one worker each, {layout.chips_per_host} GPUs" if layout.kind == "gpu" else
-             f"{layout.hosts} node(s), {layout.processes_per_host} worker(s) each")
+    workers = layout.hosts * layout.processes_per_host
+    devices = (f"{layout.chips_per_host} chips" if layout.kind == "tpu" else f"{layout.chips_per_host} GPUs"
+               if layout.kind == "gpu" else f"{_simulated(job.run)} CPU device(s)")
+    where = (f"one on each host of a {layout.slice_name} slice" if layout.kind == "tpu" else
+             "one a GPU box" if layout.kind == "gpu" else
+             f"{layout.hosts} node(s) x {layout.processes_per_host} process(es)")
+    where = f"{workers} process(es) x {devices}, one Ray Train worker each ({where})"
     keywords = "".join(f"    {name}={pprint.pformat(value, width=100)},\n" for name, value in arguments(job).items())
     command = pprint.pformat(list(job.run), width=96, compact=True).replace("\n", "\n    ")
     return (f"# acceltrain launch --emit ray --target {layout.target}: {where}; one JAX job.\n"
@@ -50,6 +53,12 @@ def render(job: emit.Job) -> str:
             "raise SystemExit(run_job(\n"
             f"    {command},\n"
             f"{keywords}))\n")
+
+
+def _simulated(run) -> int:
+    """The CPU devices of each process: --simulate-devices in the run command, else 1."""
+    run = list(run)
+    return int(run[run.index("--simulate-devices") + 1]) if "--simulate-devices" in run else 1
 
 
 def recognizes(text: str) -> bool:

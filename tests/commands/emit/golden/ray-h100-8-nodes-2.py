@@ -1,4 +1,4 @@
-# acceltrain launch --emit ray --target h100-8: 2 GPU box(es): one worker each, 8 GPUs; one JAX job.
+# acceltrain launch --emit ray --target h100-8: 2 process(es) x 8 GPUs, one Ray Train worker each (one a GPU box); one JAX job.
 # Submit: ray job submit --working-dir . -- python THIS.py (or `python THIS.py` on the head node).
 # Ray Train restarts the whole job on any failure, up to max_failures times; each restart resumes
 # from the newest checkpoint. /mnt/shared must be one folder every node sees (NFS, a bucket).

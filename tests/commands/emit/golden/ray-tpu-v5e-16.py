@@ -1,4 +1,4 @@
-# acceltrain launch --emit ray --target tpu-v5e-16: a v5litepod-16 slice: one worker on each of its 4 host(s), 4 chips each; one JAX job.
+# acceltrain launch --emit ray --target tpu-v5e-16: 4 process(es) x 4 chips, one Ray Train worker each (one on each host of a v5litepod-16 slice); one JAX job.
 # Submit: ray job submit --working-dir . -- python THIS.py (or `python THIS.py` on the head node).
 # Ray Train restarts the whole job on any failure, up to max_failures times; each restart resumes
 # from the newest checkpoint. /mnt/shared must be one folder every node sees (NFS, a bucket).
