@@ -5,6 +5,7 @@ FailureConfig and resumes to the weights of the uninterrupted run. Slow (a minut
 runs them (`-m slow -k ray`). They skip, saying so, only where Ray is not installed. The pieces run fast."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -122,6 +123,7 @@ class RayCluster:
         for node in self.nodes:
             node.wait(timeout=10)
         left = _in_sessions(sessions)
+        shutil.rmtree(self.temp, ignore_errors=True)
         assert not left, f"Ray processes left: {left}"
 
     def job(self, folder: Path, name: str) -> subprocess.Popen:
