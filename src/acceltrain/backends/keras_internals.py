@@ -594,12 +594,10 @@ def keep_last_batch(model) -> dict:
 @contextlib.contextmanager
 def variables_initialized_at_once():
     """Keras variables created inside from an initializer get their initial values at the block's end from one
-    compiled program, in place of one eager op (and on JAX one compile) per initializer and shape: the seed's MLP
-    compiled 13 programs in its build. The values are the initializers' own, drawn from the same seeds (the same
-    arrays, tests/backends/test_keras_internals.py). A variable read inside before the end computes its value as
-    Keras would. JAX only (elsewhere, and under NNX, a plain block). A variable whose initializer draws from a
-    SeedGenerator (whose state a draw advances) is initialized as Keras would, op by op, and so are all of them if
-    the program cannot be traced.
+    compiled program, not one eager op (on JAX one compile) per initializer and shape (the seed's MLP: 13): the
+    same arrays, from the same seeds. One read before the end computes its value as Keras would. JAX only, not NNX.
+    One whose initializer draws from a SeedGenerator (a draw advances its state) is initialized as Keras would, op
+    by op, and so are all if the program cannot be traced.
 
     Relies on: a JAX Variable made from a callable initializer sets `_shape`, then calls
     `_initialize_with_initializer(initializer)`; one whose `_value` is None and `_initializer` set computes its
@@ -653,9 +651,8 @@ def _initialize_at_once(variables) -> None:
 
 
 def optimizer_built_at_once(model) -> None:
-    """From now on, the build of `model`'s optimizer (fit's first call makes it, once its gradient accumulation is
-    settled) initializes its slots in one program (variables_initialized_at_once), not one op per shape: 5 compiles
-    for the seed's MLP under RMSprop.
+    """From now on, `model`'s optimizer's build (at fit's first call, its gradient accumulation settled) makes its
+    slots in one program (variables_initialized_at_once), not one op per shape (5 for the seed's MLP's RMSprop).
 
     Relies on: fit builds an unbuilt optimizer by calling `model.optimizer.build(trainable_variables)` (an
     instance attribute shadows the class's method; object.__setattr__ passes Keras's attribute tracking by).
@@ -674,10 +671,9 @@ def optimizer_built_at_once(model) -> None:
 
 
 def metrics_results_from_the_last_step(model) -> None:
-    """From now on, `model`'s fit and evaluate on JAX end with the metrics' results its last step returned, where
-    they name the same metrics, in place of each metric's result computed again eagerly from the same variables
-    (3 more compiles: divide_no_nan's equal, where and divide). The same values: the step computes them by the
-    same functions from the state it leaves. Where the names differ (a custom step), Keras's own choice.
+    """From now on, `model`'s fit and evaluate on JAX end with the metrics' results its last step returned where
+    they name the same metrics, not each result computed again eagerly (3 compiles: divide_no_nan's equal, where,
+    divide): the same values, the step's same functions of the state it leaves. Other names: Keras's own choice.
 
     Relies on: JAXTrainer.fit and evaluate, the steps done and their state synced, return
     `self._get_metrics_result_or_logs(logs)` with `logs` the last step's; it returns `get_metrics_result()` where
