@@ -527,7 +527,7 @@ def _models():
 
 
 @pytest.mark.parametrize("which", range(3))
-def test_variables_initialized_at_once_jax_variable_initialize_with_initializer_gives_keras_arrays(which):
+def test_variables_initialized_at_once_and_optimizer_built_at_once_give_keras_arrays(which):
     """JaxVariable._initialize_with_initializer, _initialize and _deferred_initialize: the same arrays as Keras's
     op-by-op initialization, the model's and its optimizer's (optimizer_built_at_once), the stateless ones from one
     program each."""

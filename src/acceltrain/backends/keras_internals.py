@@ -8,7 +8,8 @@ test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Impor
 The doors into Keras are here too, each one wrapper deep: the trainer class (`trainer_class`, where
 interception.py installs the one interception of fit/evaluate/predict and its LAYERS), each model's train function
 (TRAIN_FUNCTION_HOOKS), Model.save/save_weights (`saving_replaced`) and keras.config.set_backend
-(`set_backend_replaced`). `keras_method(model, name)` is Keras's own fit/evaluate/predict, passing no layer.
+(`set_backend_replaced`). `keras_method(model, name)` is Keras's own fit/evaluate/predict, passing no layer. A recipe's
+model (commands/train.py) also gets its optimizer's build and its metrics' results replaced on its own instances.
 """
 
 import contextlib
