@@ -256,5 +256,5 @@ INTERFACE = (
 SHARDING = (
     "make_sharded_distribution", "candidate_distribution", "distribution_of", "is_layout_map", "sharding_parts",
     "indivisible_weights", "variable_layouts", "first_device_bytes", "device_memory", "abstract_state",
-    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device",
+    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device", "own_distribution", "mesh_words",
 )
