@@ -73,8 +73,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 2. Choose the backend and start it.
     set_before_keras = backends.set_before_keras() is not None  # importing acceltrain set KERAS_BACKEND, not the user
+    users_env = None if set_before_keras or backends.set_by_load() else os.environ.get("KERAS_BACKEND")  # not ours
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), None if set_before_keras else os.environ.get("KERAS_BACKEND"),
+        backend, backends.loaded_keras_backend(), users_env,
         backends.jax_importable(), backends.keras_config_backend(), set_before_keras,
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
