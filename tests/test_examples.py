@@ -133,7 +133,7 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
     progress, the stop in one line with no traceback, nothing of the stopped fit left behind. About a minute here."""
     import asyncio
 
-    book = _Notebook(tmp_path, EPOCHS=5, TRAIN_SAMPLES=4000, BATCH_SIZE=200)
+    book = _Notebook(tmp_path, EPOCHS=6, TRAIN_SAMPLES=4000, BATCH_SIZE=200)
     handlers = "import signal\nprint(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))"
 
     async def session():
@@ -145,7 +145,8 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
             for name in ("data", "build"):
                 seen[name] = await book.run(name)
             seen["handlers before"] = await book.run("", handlers)
-            seen["stopped"] = await book.run("train", interrupt_when=lambda shown: "Epoch 3/" in shown)
+            # Stopped once the second epoch starts: four more to land in before the fit could end by itself.
+            seen["stopped"] = await book.run("train", interrupt_when=lambda shown: "Epoch 2/" in shown)
             seen["handlers after"] = await book.run("", handlers)
             for name, cell in (("resumed", "train"), ("again", "train"), ("evaluate", "evaluate")):
                 seen[name] = await book.run(cell)
@@ -160,14 +161,14 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
         banner[0], everything  # said the same the second time: acceltrain's own KERAS_BACKEND is not the user's
     stopped = seen["stopped"]
     assert "acceltrain: global batch 200 = 200 × 1 replica(s); steps_per_execution" in stopped, everything
-    assert "Epoch 1/5" in stopped and re.search(r"\d+/20 .*step - accuracy", stopped), everything  # Keras's progress
+    assert "Epoch 1/6" in stopped and re.search(r"\d+/20 .*step - accuracy", stopped), everything  # Keras's progress
     assert re.search(r"ERROR Interrupted: Stopped by SIGINT; a checkpoint is saved in checkpoints/mnist/"
                      r"epoch-000(\d)-step-\d+\. Resume with resume=True", stopped), everything
     assert "Traceback" not in stopped and "File " not in stopped and stopped.count("ERROR") == 1, everything
     assert seen["handlers after"] == seen["handlers before"], everything  # the fit's SIGINT/SIGTERM handlers gone
     done = int(re.search(r"resuming from epoch-000\d-step-\d+: (\d) epochs", seen["resumed"])[1])
-    assert 2 <= done < 5 and f"Epoch {done + 1}/5" in seen["resumed"] and "Epoch 5/5" in seen["resumed"], everything
-    assert "resuming from epoch-0005-step-00000: 5 epochs and 0 steps done" in seen["again"], everything
+    assert 1 <= done < 6 and f"Epoch {done + 1}/6" in seen["resumed"] and "Epoch 6/6" in seen["resumed"], everything
+    assert "resuming from epoch-0006-step-00000: 6 epochs and 0 steps done" in seen["again"], everything
     assert all("ERROR" not in seen[name] for name in seen if name != "stopped"), everything
     accuracy = float(seen["evaluate"].rsplit("test accuracy ", 1)[1])
-    assert accuracy > 0.85 and (tmp_path / "mnist_mlp.keras").is_file(), everything  # 5 epochs of 4,000: about 0.93
+    assert accuracy > 0.85 and (tmp_path / "mnist_mlp.keras").is_file(), everything  # 6 epochs of 4,000: about 0.93
