@@ -48,6 +48,9 @@ SECTIONS = (
     Section("verify-tolerance", "verify_tolerance.py", (), 4),
     Section("small-steps", "small_steps.py", (), 15),
     Section("small-steps-lstm", "small_steps.py", ("--models", "lstm", "--section", "small-steps-lstm"), 15),
+    # Issue 45's IMDB-shaped text classifier under launch only, against plain Keras's own 2-process fit (the floor).
+    Section("small-steps-bilstm", "small_steps.py", ("--models", "bilstm", "--places", "launch", "--section",
+                                                     "small-steps-bilstm"), 15),
     Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "6", "--repeats", "2"), 6,
             needs="gpu"),
     Section("lm-finetune-gpu", "lm_finetune.py", (), 5, needs="gpu"),
