@@ -158,6 +158,18 @@ SHAPES = [
     Shape("augment_attention_split.py", "a small ViT: Normalization adapted, random flip/rotation/zoom in the model, "
           "MultiHeadAttention, `validation_data` as a list of 167 images",
           notes_at={mode: ("validation_data: each sample counted",) for mode in MULTI_DEVICE}),
+    # Issue 45's public scripts. keras.io's EEG classifier: evaluate on a dataset whose last batch (74 rows) divides
+    # over no replica count above 2 (a raw IndivisibleError under run -4 before streams took the arrays' rules).
+    Shape("conv1d_eval_remainder.py", "Conv1D + BatchNormalization on tf.data, `class_weight`, TopK/AUC/Precision/"
+          "Recall, callbacks on a validation metric, evaluate on a dataset whose last batch is 74 rows",
+          notes_at={mode: ("x (a tf.data.Dataset): read into memory (586 samples)",
+                           "validation_data (a tf.data.Dataset): read into memory (586 samples)")
+                    for mode in ("run-4", "run-8")}),
+    # keras.io's FeatureSpace model on TensorFlow: predict on a dict of one-sample tensors, one of them tf.string,
+    # which acceltrain read into an array of objects ("Invalid dtype: object" at 1, 4 and 8 devices).
+    Shape("feature_space_raw_dict.py", "TensorFlow: `FeatureSpace` preprocessing in tf.data, then an inference model "
+          "called on a dict of raw values (a string among them)",
+          refused_at={"launch-2x2": "feature_space_raw_dict.py, whose line 8 sets its backend"}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 
