@@ -170,6 +170,12 @@ SHAPES = [
     Shape("feature_space_raw_dict.py", "TensorFlow: `FeatureSpace` preprocessing in tf.data, then an inference model "
           "called on a dict of raw values (a string among them)",
           refused_at={"launch-2x2": "feature_space_raw_dict.py, whose line 8 sets its backend"}),
+    # keras.io's text classification from scratch on TensorFlow: an end-to-end model on raw strings, evaluated. Keras
+    # builds a model under a strategy from the first batch's mean over the replicas, which strings do not have (AddN
+    # refused tf.string at 4 devices): keras_internals.built_from_one_replica.
+    Shape("text_vectorization_strings.py", "TensorFlow: `TextVectorization` adapted on strings, an end-to-end model "
+          "on raw strings evaluated", refused_at={"launch-2x2": "text_vectorization_strings.py, whose line 7 sets its "
+                                                               "backend"}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

@@ -471,3 +471,18 @@ def test_built_but_not_marked_is_what_keras_calls_the_model_to_build():
     model.built = True
     assert not keras_internals.built_but_not_marked(model)
     model._symbolic_build(data_batch=np.zeros((2, 4), "float32"))  # nothing left to call it for
+
+
+@pytest.mark.tensorflow
+def test_built_from_one_replica_builds_a_string_model_that_keras_reduces_to_a_sum_of_strings():
+    """Keras's own symbolic build under MirroredStrategy means the first batch over the replicas: with strings, AddN
+    refuses (a plain reproduction, no runtime); from the first replica's slice it builds, and the model's own method
+    is given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "strings_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("keras: InvalidArgumentError") and "of string is not in the list" in lines[0], done.stdout
+    assert lines[1:] == ["one replica: ok", "own method back: True"], done.stdout

@@ -470,6 +470,42 @@ def built_but_not_marked(model) -> bool:
     return not own_call and not model.built and all(layer.built for layer in model._flatten_layers(include_self=False))
 
 
+
+@contextlib.contextmanager
+def built_from_one_replica(model):
+    """Within: Keras's symbolic build of `model` under a tf.distribute strategy reads the first replica's slice of the
+    first batch, not its mean over the replicas. The build reads only the batch's shapes and dtypes, which every
+    slice shares with the mean; but a batch of strings has no mean: TensorFlow's AddN refuses tf.string, so a model
+    called on strings (TextVectorization inside it) fails its first evaluate or fit under MirroredStrategy, before any
+    step, whether acceltrain runs it or not (issue 45; tests/backends/test_keras_internals.py reproduces it plainly).
+
+    Relies on: backend/tensorflow/trainer.py::TensorFlowTrainer._maybe_symbolic_build(iterator=None, data_batch=None),
+    called as a method at the start of fit and evaluate: under a strategy it takes next() of the epoch iterator's
+    first (_, _, iterator), reduces it with strategy.reduce("MEAN", ..., axis=None) where every leaf is
+    DistributedValues, and builds from the batch it is given as `data_batch` otherwise.
+    """
+    import tensorflow as tf
+
+    keras_build = model._maybe_symbolic_build
+    strategy = model.distribute_strategy
+
+    def one_replica(value):
+        return strategy.experimental_local_results(value)[0] \
+            if isinstance(value, tf.distribute.DistributedValues) else value
+
+    def from_one_replica(iterator=None, data_batch=None):
+        if iterator is not None and data_batch is None:
+            for _, _, batches in iterator:
+                data_batch = keras.tree.map_structure(one_replica, next(batches))
+                break
+        return keras_build(data_batch=data_batch)
+
+    object.__setattr__(model, "_maybe_symbolic_build", from_one_replica)  # the model's own, not its class's
+    try:
+        yield
+    finally:
+        object.__delattr__(model, "_maybe_symbolic_build")
+
 # --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax/op_by_op.py) -
 
 def layers_not_jitted(model) -> list:

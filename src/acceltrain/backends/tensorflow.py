@@ -292,12 +292,17 @@ def follow_placement(call, proceed):
     Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a
     decoder, its own train_step) is marked built: Keras builds a model under a strategy by calling it on a symbolic
     batch (`_maybe_symbolic_build`), which such a model cannot answer, and a plain run never calls it. Keras still
-    builds its optimizer and metrics, in the strategy's scope."""
+    builds its optimizer and metrics, in the strategy's scope. And that symbolic batch is the first replica's slice
+    of the first batch, not its mean over the replicas, which a batch of strings does not have
+    (keras_internals.built_from_one_replica)."""
     from acceltrain.backends import keras_internals
 
-    if tf.distribute.has_strategy() and keras_internals.built_but_not_marked(call.model):
+    if not tf.distribute.has_strategy():
+        return proceed(call)
+    if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
-    return proceed(call)
+    with keras_internals.built_from_one_replica(call.model):
+        return proceed(call)
 
 
 def step_callbacks(distribution) -> list:
