@@ -176,6 +176,12 @@ SHAPES = [
     Shape("text_vectorization_strings.py", "TensorFlow: `TextVectorization` adapted on strings, an end-to-end model "
           "on raw strings evaluated", refused_at={"launch-2x2": "text_vectorization_strings.py, whose line 7 sets its "
                                                                "backend"}),
+    # keras.io's endpoint layer on TensorFlow: a loss added by a layer, computed by a keras.losses.Loss, which Keras
+    # divides by the replicas twice under a strategy (its loss 1/4 of plain's at 4 replicas, 1/8 at 8):
+    # keras_internals.added_losses_scaled_once.
+    Shape("add_loss_endpoint.py", "TensorFlow: a layer's own loss (`add_loss`), a model called on a dict with no "
+          "targets, compiled with no loss", refused_at={"launch-2x2": "add_loss_endpoint.py, whose line 7 sets its "
+                                                                      "backend"}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

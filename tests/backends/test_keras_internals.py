@@ -486,3 +486,20 @@ def test_built_from_one_replica_builds_a_string_model_that_keras_reduces_to_a_su
     lines = done.stdout.splitlines()
     assert lines[0].startswith("keras: InvalidArgumentError") and "of string is not in the list" in lines[0], done.stdout
     assert lines[1:] == ["one replica: ok", "own method back: True"], done.stdout
+
+
+@pytest.mark.tensorflow
+def test_added_losses_scaled_once_reports_a_layers_own_loss_as_one_device_does():
+    """A layer's add_loss of a keras.losses.Loss's value: under MirroredStrategy over 2 replicas Keras divides it by
+    the replicas twice (half the one-device loss: a plain reproduction, no runtime); scaled once, it is the
+    one-device loss; the model's own method and Loss.__call__ are given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "added_loss_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    one_device, keras_own, once = (float(lines[name]) for name in ("one device", "keras", "scaled once"))
+    assert keras_own == pytest.approx(one_device / 2, rel=1e-5)
+    assert once == pytest.approx(one_device, rel=1e-5)
+    assert lines["given back"] == "True"

@@ -506,6 +506,51 @@ def built_from_one_replica(model):
     finally:
         object.__delattr__(model, "_maybe_symbolic_build")
 
+
+SCALED_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")  # reduce_values scales these
+
+
+@contextlib.contextmanager
+def added_losses_scaled_once(model):
+    """Within: a loss a layer adds (`add_loss`) that a keras.losses.Loss object computed is divided by the replicas
+    of a tf.distribute strategy once, as a compiled loss is, not twice. Keras divides such a value once in the Loss
+    (so that the replicas' gradients sum to the global batch's) and again as an added loss, so its reported loss and
+    its gradients were 1/replicas of a plain run's (issue 45: keras.io's endpoint layer, 0.344 plainly, 0.086 at 4
+    replicas, 0.043 at 8; under MirroredStrategy without acceltrain too: tests/scripts/added_loss_under_mirrored.py).
+    A value the layer computes itself (ops.mean(...)) is divided once, by Keras's own aggregate, as before.
+
+    Relies on: losses/loss.py::Loss.__call__, which returns reduce_weighted_values(...), scaled by
+    scale_loss_for_distribution for the reductions in SCALED_REDUCTIONS; backend/tensorflow/trainer.py::
+    TensorFlowTrainer._aggregate_additional_loss(loss), called as a method on each of `model.losses` (the Loss's
+    result itself, as add_loss keeps it), which scales again after trainers/trainer.py::Trainer's sum and cast.
+    """
+    from keras.src.losses.loss import Loss
+    from keras.src.trainers.trainer import Trainer
+
+    scaled = []  # the Loss objects' results, kept alive for the call: compared by identity
+
+    def recording(name, keras_call):
+        def call(self, *args, **kwargs):
+            value = keras_call(self, *args, **kwargs)
+            if self.reduction in SCALED_REDUCTIONS:
+                scaled.append(value)
+            return value
+        return call
+
+    keras_aggregate = model._aggregate_additional_loss
+
+    def once(loss):
+        if any(loss is value for value in scaled):
+            return Trainer._aggregate_additional_loss(model, loss)  # summed and cast, not scaled again
+        return keras_aggregate(loss)
+
+    object.__setattr__(model, "_aggregate_additional_loss", once)  # the model's own, not its class's
+    with patched(Loss, ["__call__"], recording):
+        try:
+            yield
+        finally:
+            object.__delattr__(model, "_aggregate_additional_loss")
+
 # --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax/op_by_op.py) -
 
 def layers_not_jitted(model) -> list:
