@@ -7,8 +7,8 @@ test instead of breaking acceltrain somewhere. Verified with Keras 3.15.1. Impor
 
 The doors into Keras are here too, each one wrapper deep: the trainer class (`trainer_class`, where
 interception.py installs the one interception of fit/evaluate/predict and its LAYERS), each model's train function
-(TRAIN_FUNCTION_HOOKS), Model.save/save_weights (`saving_replaced`) and keras.config.set_backend
-(`set_backend_replaced`). `keras_method(model, name)` is Keras's own fit/evaluate/predict, passing no layer.
+(TRAIN_FUNCTION_HOOKS), Model.save/save_weights (`saving_replaced`), keras.config.set_backend
+(`set_backend_replaced`) and keras.backend.clear_session (`clear_session_replaced`). `keras_method(model, name)` is Keras's own fit/evaluate/predict, passing no layer.
 """
 
 import contextlib
@@ -419,6 +419,16 @@ def set_backend_replaced(replace):
     """Inside, keras.config.set_backend is `replace(original)`; restored on exit: its one door (acceltrain run keeps a
     script's call from reloading Keras). Public API, patched here beside the other doors into Keras."""
     with patched(keras.config, ["set_backend"], lambda _, keras_own: replace(keras_own)):
+        yield
+
+
+@contextlib.contextmanager
+def clear_session_replaced(replace):
+    """Inside, keras.backend.clear_session and keras.utils.clear_session (one function, exported twice) are
+    `replace(original)`; restored on exit: its one door (on TensorFlow, acceltrain leaves its strategy's scope for
+    the reset and enters it again: backends/tensorflow.py::scope). Public API, patched here beside the other doors."""
+    with patched(keras.backend, ["clear_session"], lambda _, keras_own: replace(keras_own)), \
+            patched(keras.utils, ["clear_session"], lambda _, keras_own: replace(keras_own)):
         yield
 
 

@@ -262,12 +262,34 @@ def num_replicas(distribution) -> int:
 
 @contextlib.contextmanager
 def scope(distribution):
-    """Models built inside have their variables placed by the strategy; the previous one is restored."""
+    """Models built inside have their variables placed by the strategy; the previous one is restored.
+
+    keras.backend.clear_session() called inside (keras.io's TensorFlow NumPy example calls it between its models)
+    resets TensorFlow's default graph, and the strategy's scope with it: the models built after it were no longer
+    the strategy's, and leaving the scope then popped an empty stack (IndexError: pop from empty list, issue 45). So
+    the scope is left for Keras's reset and entered again after it (keras_internals.clear_session_replaced)."""
     if distribution is None:
         yield
         return
-    with distribution.scope(), tf.variable_creator_scope(_plain_in_dataset_functions):
-        yield  # TensorFlow leaves both scopes in a finally
+    from acceltrain.backends import keras_internals
+
+    with contextlib.ExitStack() as inside:
+        def enter():
+            inside.enter_context(distribution.scope())
+            inside.enter_context(tf.variable_creator_scope(_plain_in_dataset_functions))
+
+        def outside_the_scope(keras_own):
+            def clear_session(*args, **kwargs):
+                inside.close()  # TensorFlow leaves both scopes in a finally
+                try:
+                    return keras_own(*args, **kwargs)
+                finally:
+                    enter()
+            return clear_session
+
+        enter()
+        with keras_internals.clear_session_replaced(outside_the_scope):
+            yield
 
 
 def _plain_in_dataset_functions(next_creator, **kwargs):
