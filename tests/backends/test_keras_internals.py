@@ -503,3 +503,18 @@ def test_added_losses_scaled_once_reports_a_layers_own_loss_as_one_device_does()
     assert keras_own == pytest.approx(one_device / 2, rel=1e-5)
     assert once == pytest.approx(one_device, rel=1e-5)
     assert lines["given back"] == "True"
+
+
+def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
+    """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
+    both Keras's own again after."""
+    import keras
+
+    own = keras.backend.clear_session
+    assert keras.utils.clear_session is own
+    calls = []
+    with keras_internals.clear_session_replaced(lambda keras_own: lambda: calls.append(keras_own is own)):
+        keras.backend.clear_session()
+        keras.utils.clear_session()
+    assert calls == [True, True]
+    assert keras.backend.clear_session is own and keras.utils.clear_session is own
