@@ -292,3 +292,14 @@ def test_choose_plain_recheck(processes, platform, seconds, bound, reason):
 def test_slower_on_several_devices_names_the_processes_of_a_job():
     line = decisions.slower_on_several_devices(4, 0.038, 0.001, 4.4, 5, processes=2)
     assert line.startswith("4 CPU devices over 2 processes: a training step takes 38 ms here, 38.0x the 1.0 ms ")
+
+
+@pytest.mark.parametrize("checkpoint_seconds, checkpoints, grace, reason", [
+    (0.0, 0, 30, "no checkpoint measured → Kubernetes's default 30 s"),
+    (1.5, 3, 30, "a checkpoint took 0.5 s (3 measured): 3 × it + 10 s = 12 s ≤ 30 s → Kubernetes's default"),
+    (20.0, 3, 30, "a checkpoint took 6.7 s (3 measured): 3 × it + 10 s = 30 s ≤ 30 s → Kubernetes's default"),
+    (21.0, 3, 31, "a checkpoint took 7.0 s (3 measured): 3 × it + 10 s = 31 s"),
+    (120.0, 2, 190, "a checkpoint took 60.0 s (2 measured): 3 × it + 10 s = 190 s"),
+])
+def test_choose_grace(checkpoint_seconds, checkpoints, grace, reason):
+    assert decisions.choose_grace(checkpoint_seconds, checkpoints) == (grace, reason)

@@ -73,8 +73,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 2. Choose the backend and start it.
     set_before_keras = backends.set_before_keras() is not None  # importing acceltrain set KERAS_BACKEND, not the user
+    users_env = None if set_before_keras or backends.set_by_load() else os.environ.get("KERAS_BACKEND")  # not ours
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), None if set_before_keras else os.environ.get("KERAS_BACKEND"),
+        backend, backends.loaded_keras_backend(), users_env,
         backends.jax_importable(), backends.keras_config_backend(), set_before_keras,
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
@@ -152,6 +153,28 @@ class Settings:
     @property
     def tpu(self) -> str | None:
         return self.cluster.tpu if self.cluster is not None else None
+
+    def check(self, backend: str | None = None, processes: int = 1) -> "Settings":
+        """These settings checked as the flags they came from, before anything starts or is written: what `launch`
+        checks before its processes start and `launch --emit` before it writes an artifact, so that an engine is
+        never handed a command `acceltrain run` refuses. `backend`: the job's, where known (launch resolves it);
+        `processes`: the job's count. Returns them with stall_timeout in seconds."""
+        backend = backend if backend is not None else self.backend
+        if backend is not None and backend not in decisions.BACKENDS:
+            raise UsageError(f"Received --backend {backend!r}. Valid: {', '.join(decisions.BACKENDS)}.")
+        if backend == "tensorflow" and processes > 1:
+            raise UsageError(f"Received --backend tensorflow for a job of {processes} processes. A job of several "
+                             "processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
+                             "MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass --backend jax.")
+        if self.simulate_devices is not None:
+            positive_int(self.simulate_devices, "--simulate-devices", " (e.g. 8 to try an 8-device run on a CPU)")
+        decisions.check_distribution(self.distribution, backend)
+        stall_timeout = watchdog.check_timeout(self.stall_timeout, "--stall-timeout")
+        if self.device_memory is not None:
+            from acceltrain import sharding
+
+            sharding.parse_bytes(self.device_memory, "--device-memory")
+        return dataclasses.replace(self, stall_timeout=stall_timeout)
 
 
 def _heartbeats(found):
@@ -249,6 +272,18 @@ class Runtime:
     @property
     def distribution_name(self) -> str:
         return self._framework.distribution_name(self.distribution)
+
+    def own_distribution(self):
+        """The Keras distribution in force now that no open runtime made: the caller's own (a script's
+        keras.distribution.set_distribution, or its scope), which its calls keep, as they do plainly; None where
+        there is none, or on a backend that does not shard."""
+        return self._framework.own_distribution() if self._framework.SHARDS else None
+
+    def as_called(self):
+        """This runtime as a call made now sees it: under the caller's own distribution (own_distribution), that
+        distribution, its name and its replicas (its mesh's batch axis); otherwise the runtime itself."""
+        own = self.own_distribution()
+        return self if own is None else _UnderOwn(self, own)
 
     def describe(self) -> dict:
         """Everything about this runtime as JSON-able data (written into metrics.json)."""
@@ -579,3 +614,22 @@ def _check_compiled(model) -> None:
             f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
             "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
         )
+
+
+class _UnderOwn:
+    """A runtime as a call under the caller's own distribution sees it (Runtime.as_called): that distribution, its
+    name, its replicas (the size of its mesh's batch axis) and its scope; everything else the runtime's. `words`:
+    the distribution and its mesh, as the lines that report a call name it."""
+
+    def __init__(self, runtime, distribution):
+        framework = runtime.backend_module
+        self._runtime, self.distribution = runtime, distribution
+        self.distribution_name = framework.distribution_name(distribution)
+        self.num_replicas = framework.num_replicas(distribution)
+        self.words = f"the script's own {self.distribution_name} (mesh {framework.mesh_words(distribution)})"
+
+    def scope(self):
+        return self._runtime.backend_module.scope(self.distribution)
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)
