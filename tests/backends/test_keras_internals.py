@@ -592,3 +592,50 @@ def test_metrics_results_from_the_last_step_get_metrics_result_or_logs_gives_ker
     model.compile("sgd", "mse")
     keras_internals.metrics_results_from_the_last_step(model)
     assert model._get_metrics_result_or_logs({"other": 1.0}) == {"other": 1.0}  # not Keras's metrics
+
+
+@pytest.mark.tensorflow
+def test_built_from_one_replica_builds_a_string_model_that_keras_reduces_to_a_sum_of_strings():
+    """Keras's own symbolic build under MirroredStrategy means the first batch over the replicas: with strings, AddN
+    refuses (a plain reproduction, no runtime); from the first replica's slice it builds, and the model's own method
+    is given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "strings_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("keras: InvalidArgumentError") and "of string is not in the list" in lines[0], done.stdout
+    assert lines[1:] == ["one replica: ok", "own method back: True"], done.stdout
+
+
+@pytest.mark.tensorflow
+def test_added_losses_scaled_once_reports_a_layers_own_loss_as_one_device_does():
+    """A layer's add_loss of a keras.losses.Loss's value: under MirroredStrategy over 2 replicas Keras divides it by
+    the replicas twice (half the one-device loss: a plain reproduction, no runtime); scaled once, it is the
+    one-device loss; the model's own method and Loss.__call__ are given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "added_loss_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    one_device, keras_own, once = (float(lines[name]) for name in ("one device", "keras", "scaled once"))
+    assert keras_own == pytest.approx(one_device / 2, rel=1e-5)
+    assert once == pytest.approx(one_device, rel=1e-5)
+    assert lines["given back"] == "True"
+
+
+def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
+    """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
+    both Keras's own again after."""
+    import keras
+
+    own = keras.backend.clear_session
+    assert keras.utils.clear_session is own
+    calls = []
+    with keras_internals.clear_session_replaced(lambda keras_own: lambda: calls.append(keras_own is own)):
+        keras.backend.clear_session()
+        keras.utils.clear_session()
+    assert calls == [True, True]
+    assert keras.backend.clear_session is own and keras.utils.clear_session is own

@@ -52,6 +52,17 @@ def test_plain_script_runs_under_mirrored_strategy_on_tensorflow():
     assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.02
 
 
+@pytest.mark.tensorflow
+def test_a_tensorflow_script_that_clears_its_session_keeps_the_strategy_for_the_models_after():
+    # Issue 45: clear_session() resets TensorFlow's default graph, and a strategy's scope entered around the script
+    # with it: the models after it were built undistributed, and leaving the scope raised "pop from empty list".
+    run = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "clears_session.py", timeout=300)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == ["before: MirroredStrategy 2", "after clear_session: MirroredStrategy 2",
+                                       "after utils.clear_session: MirroredStrategy 2"], run.stdout
+
+
 @pytest.mark.multi_device
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]
