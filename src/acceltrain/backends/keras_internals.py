@@ -142,16 +142,20 @@ TRAIN_FUNCTION_HOOKS = (
 
 class _TrainFunctionDoor:
     """A model's train function with acceltrain's hooks: each execution's iterator passes the filled hooks in
-    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it."""
+    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it, or, while a fit runs
+    many steps a dispatch (`runs`: backends/jax/resident.py), the runner does, Keras's own function in hand."""
 
     def __init__(self, own):
         self.__wrapped__ = own
         self.hooks = {}  # slot -> wrap_iterator(state, iterator)
+        self.runs = None  # run(state, iterator, keras_own) -> (logs, state), or None: Keras's own function
 
     def __call__(self, state, iterator):
         for slot in TRAIN_FUNCTION_HOOKS:
             if slot in self.hooks:
                 iterator = self.hooks[slot](state, iterator)
+        if self.runs is not None:
+            return self.runs(state, iterator, self.__wrapped__)
         return self.__wrapped__(state, iterator)
 
 
@@ -171,8 +175,35 @@ def _unhook_train_function(model, slot: str, wrap_iterator=None) -> None:
         return
     if wrap_iterator is None or door.hooks[slot] is wrap_iterator:
         del door.hooks[slot]
-    if not door.hooks:
+    if not door.hooks and door.runs is None:
         model.train_function = door.__wrapped__
+
+
+def run_train_executions(model, run) -> bool:
+    """From now on each execution of the model's train function is `run(state, iterator, keras_own)` (after the
+    hooks of TRAIN_FUNCTION_HOOKS have wrapped the iterator), until `stop_running_train_executions`. False where it
+    cannot: TensorFlow, or no train function made yet.
+
+    Relies on: JAXTrainer.fit calls make_train_function() (public, kept while `train_function` is set) and then, for
+    each execution of `steps_per_execution` steps, `logs, state = self.train_function(state, iterator)`; the
+    EpochIterator steps by `steps_per_execution` whatever the function pulls from the iterator.
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    model.make_train_function()
+    door = model.train_function
+    if not isinstance(door, _TrainFunctionDoor):
+        door = model.train_function = _TrainFunctionDoor(door)
+    door.runs = run
+    return True
+
+
+def stop_running_train_executions(model) -> None:
+    door = getattr(model, "train_function", None)
+    if isinstance(door, _TrainFunctionDoor):
+        door.runs = None
+        if not door.hooks:
+            model.train_function = door.__wrapped__
 
 
 def train_function_wrappers(model) -> int:
@@ -587,3 +618,63 @@ def keep_last_batch(model) -> dict:
     _hook_train_function(model, "last_batch", last_batch)
     kept["stop"] = lambda: _unhook_train_function(model, "last_batch", last_batch)
     return kept
+
+
+# --- In-memory arrays kept on the devices (backends/jax/resident.py) -----------------------------------------------
+
+def arrays_on_devices(x, y, sample_weight, *, batch_size, steps, shuffle, class_weight, place, gather, token):
+    """A Keras data adapter over in-memory arrays that keeps them on the devices: `place(inputs)` once, on the packed
+    (x, y, sample_weight) with class weights already turned into sample weights, then each batch `gather(placed,
+    indices)` there, in Keras's own order and sizes (the same host permutation, the partial last batch). While its
+    `tokens` is True it yields `token(indices)` instead of a batch: what a runner of many steps a dispatch pulls.
+    `batch_indices()`: an epoch's index arrays in order, drawn as Keras draws them.
+
+    Relies on: data_adapters.get_data_adapter returns a DataAdapter instance as it is; ArrayDataAdapter.__init__
+    turns class_weight into sample weights (one output), resolves the batch size (steps: ceil(n / steps), else 32),
+    and keeps the packed inputs in `_inputs`; its `_get_iterator(fn, inputs)` draws the epoch's permutation with
+    np.random.permutation at the first batch (shuffle=True; "batch": one per batch) and yields
+    `tree.map_structure(partial(fn, indices=...), inputs)` per batch (a slice when not shuffled); JAXTrainer reads
+    batches through get_jax_iterator.
+    """
+    return _on_devices_class()(x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token)
+
+
+@functools.cache
+def _on_devices_class():
+    import numpy as np
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    whole = object()  # one leaf: the index function is called once a batch
+
+    def indices_of(_, indices=None):
+        if isinstance(indices, slice):
+            return np.arange(indices.start, indices.stop, dtype=np.int32)
+        return np.asarray(indices, dtype=np.int32)
+
+    class ArraysOnDevices(ArrayDataAdapter):
+        def __init__(self, x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token):
+            super().__init__(x, y=y, sample_weight=sample_weight, batch_size=batch_size, steps=steps,
+                             shuffle=shuffle, class_weight=class_weight)
+            self.placed, self._gather, self._token, self.tokens = place(self._inputs), gather, token, False
+
+        def batch_indices(self):
+            return self._get_iterator(indices_of, whole)
+
+        def get_jax_iterator(self):
+            for indices in self.batch_indices():
+                yield self._token(indices) if self.tokens else self._gather(self.placed, indices)
+
+    return ArraysOnDevices
+
+
+def keras_scans_steps() -> bool:
+    """Whether this Keras runs steps_per_execution on JAX as its own scan over stacked batches (keras-nightly 3.16:
+    keras-team/keras#23527): acceltrain's own device data and steps a dispatch then step aside.
+
+    Relies on: that Keras's DataAdapter.get_jax_iterator takes `super_batch`; 3.15's takes nothing.
+    """
+    import inspect
+
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    return "super_batch" in inspect.signature(DataAdapter.get_jax_iterator).parameters
