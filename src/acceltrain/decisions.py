@@ -374,7 +374,7 @@ def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, ba
 def choose_step_loop(platform: str) -> tuple[bool, str]:
     """How a fit on device data runs the steps of one execution: in one compiled loop (one dispatch for many steps:
     an accelerator waits on no host between them), or, on CPU, each step its own program dispatched back to back
-    with nothing of Keras's between them (XLA's CPU loop was no faster there: benchmarks/device_data.py)."""
+    with nothing of Keras's between them (XLA's CPU loop measured no faster than that on the 2-core CPU of issue 43)."""
     if platform == "cpu":
         return False, "cpu: each step its own program, dispatched back to back"
     return True, f"{platform}: the steps in one compiled loop a dispatch"
