@@ -331,3 +331,15 @@ def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, com
 @pytest.mark.parametrize("platform, one_program", [("cpu", False), ("gpu", True), ("tpu", True)])
 def test_choose_step_loop(platform, one_program):
     assert decisions.choose_step_loop(platform)[0] is one_program
+
+
+def test_the_platforms_steps_per_execution_is_capped_by_the_bytes_of_the_batches_it_stacks():
+    """Keras 3.16 stacks steps_per_execution batches on the device: the platform's default (tpu: 32) keeps them
+    within decisions.STACKED_BATCHES_SHARE of a device's memory; the user's own setting is left as asked."""
+    gib = 2**30
+    steps, reason = decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=gib // 10,
+                                                         device_bytes=16 * gib)
+    assert steps == int(decisions.STACKED_BATCHES_SHARE * 16 * gib // (gib // 10)) == 8 and "capped at 8" in reason
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=2**20, device_bytes=16 * gib)[0] == 32
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, 64, batch_bytes=gib, device_bytes=16 * gib)[0] == 64
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=None, device_bytes=16 * gib)[0] == 32

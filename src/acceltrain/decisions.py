@@ -85,11 +85,17 @@ def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
     return "none", "one device"
 
 
+STACKED_BATCHES_SHARE = 0.05  # of a device's memory: the most the platform's steps_per_execution may stack
+
+
 def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1,
-                               requested: int | None = None) -> tuple[int, str]:
+                               requested: int | None = None, batch_bytes: int | None = None,
+                               device_bytes: int | None = None) -> tuple[int, str]:
     """Training steps per compiled call: fit's argument, else the model's own setting, else the platform's,
-    within an epoch. Keras's default of 1 cannot be told from a 1 set in compile(): see
-    steps_per_execution_override for the warning when the platform's replaces it."""
+    within an epoch, and, where a batch's and a device's bytes are known, within STACKED_BATCHES_SHARE of the
+    device's memory (Keras 3.16 stacks that many batches on the device at once, whatever the input). Keras's default
+    of 1 cannot be told from a 1 set in compile(): see steps_per_execution_override for the warning when the
+    platform's replaces it."""
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise UsageError(f"Received steps_per_execution={requested!r}. Expected a whole number of at least 1.")
@@ -97,6 +103,12 @@ def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_wit
     if compiled_with != 1:
         return compiled_with, "set by the model's compile()"
     per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
+    if batch_bytes and device_bytes and per_platform * batch_bytes > STACKED_BATCHES_SHARE * device_bytes:
+        fits = max(1, int(STACKED_BATCHES_SHARE * device_bytes // batch_bytes))
+        if fits < min(per_platform, steps_per_epoch):
+            return fits, (f"{platform}: {per_platform}, capped at {fits}: {fits} batches of "
+                          f"{batch_bytes / 2**20:,.1f} MiB within {STACKED_BATCHES_SHARE:.0%} of a device's "
+                          f"{device_bytes / 2**30:,.1f} GiB")
     if steps_per_epoch < per_platform:
         return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
     return per_platform, f"{platform}'s setting"

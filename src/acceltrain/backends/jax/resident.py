@@ -43,7 +43,7 @@ def on_devices(call, distribution):
     parts = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
     split = bool(arguments.get("validation_split")) and validation is None
     arrays = _arrays(parts[:3]) and (validation is None or _arrays(tuple(validation))) and not split
-    device_memory, copies = _device_memory(distribution)
+    device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
         keras_internals_backend(), arrays, _nbytes(parts) * copies if arrays else 0, device_memory,
         jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps())
@@ -148,7 +148,8 @@ def _device_memory(distribution) -> tuple[int | None, int]:
     """(bytes one device may hold, copies of the data that memory holds): an accelerator's own limit, one copy; CPU
     devices share the host's memory, each holding a copy."""
     devices = _devices(distribution)
-    stats = devices[0].memory_stats()
+    here = [device for device in devices if device.process_index == jax.process_index()]
+    stats = here[0].memory_stats() if here else None
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"]), 1
     try:
