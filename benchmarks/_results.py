@@ -1,10 +1,18 @@
 """A benchmark run's record, benchmarks/results/<section>.json, and the words every section shares.
 
 A record holds what one run measured (`raw`: every number, as measured), the command, when it ran (UTC),
-on what (the CPU's model, its cores, the 1-minute load average at the start and the end) and with what
-(Python and library versions, the commit). The script that measured it also renders it: its `summarize(raw)`
-gives the figures the section prints, its `render(summary, record)` the section, so BENCHMARKS.md is a
-function of the committed records (`python benchmarks/render.py`).
+on what (the CPU's model, its cores, the 1-minute load average at the start and the end, sampled while it ran,
+and the CPU time the run itself used) and with what (Python and library versions, the commit). The script
+that measured it also renders it: its `summarize(raw)` gives the figures the section prints, its
+`render(summary, record)` the section, so BENCHMARKS.md is a function of the committed records
+(`python benchmarks/render.py`).
+
+A timed figure is quoted (README, the manual) only from a quiet record (`loaded` finds none): the machine's load
+average before the run began, and the work of others while it ran (the machine's busy CPU time, /proc/stat, less
+the run's own, a second of wall: the cores' worth others kept busy), at most half its cores: 1 on the project's
+2-core machine. (The load average while it ran counts the run's own waiting threads too, so it is kept, not judged.) render.py withholds a loaded
+record's quotes, naming the rerun that brings them back (`withheld`), unless the script lists the quote in
+LOAD_FREE (its figures are counts, bytes or accuracies that a busy machine does not change).
 
 Two kinds of record are not measurements of the committed kind, and say so:
 - quick (`--quick`): tiny settings, to check the pipeline end to end. Written outside benchmarks/results
@@ -18,10 +26,13 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import subprocess
 import sys
 import tempfile
+import statistics
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -36,6 +47,9 @@ UNCOMMITTED = "+changes"  # after a record's commit: the tree had changes no com
 # the session's first commit) names its commit here: the caller passes `git rev-parse --short HEAD` of a clean tree.
 TREE_COMMIT = "ACCELTRAIN_TREE_COMMIT"
 # Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
+# A quiet machine: a load average (1 min) of at most this many per core (1 on the project's 2-core machine).
+QUIET_LOAD_PER_CORE = 0.5
+LOAD_SAMPLE_SECONDS = 5
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
              "numpy")
 
@@ -69,6 +83,9 @@ class Run:
         self.command = shlex.join(["python", f"benchmarks/{self.script}", *without_results(sys.argv[1:])])
         self.started = time.time()
         self.machine = machine()
+        self.loads = _LoadSampler()
+        self.cpu_at_start = own_cpu_seconds()
+        self.busy_at_start = cpu_busy_seconds()
         commit = versions().get("commit")
         if not self.quick and (commit is None or commit.endswith(UNCOMMITTED)):
             tree = f"a tree with uncommitted changes ({commit})" if commit else "a tree with no git commit"
@@ -78,6 +95,12 @@ class Run:
 
     def save(self, section: str, raw: dict) -> Path:
         finished = time.time()
+        samples = self.loads.stop()
+        own = own_cpu_seconds() - self.cpu_at_start
+        busy = cpu_busy_seconds()
+        # the machine's busy CPU time less the run's own, a second of wall: the cores' worth others kept busy
+        others = (busy - self.busy_at_start - own) / (finished - self.started) if busy is not None and \
+            self.busy_at_start is not None and finished > self.started else None
         record = {
             "section": section,
             "script": self.script,
@@ -87,7 +110,8 @@ class Run:
             "started": utc(self.started),
             "finished": utc(finished),
             "wall_seconds": round(finished - self.started, 1),
-            "machine": {**self.machine, "load_after": load_average()},
+            "machine": {**self.machine, "load_after": load_average(), "load_samples": samples,
+                        "own_cpu_seconds": round(own, 1), "others_load": None if others is None else round(others, 2)},
             "versions": versions(),
             "raw": raw,
         }
@@ -98,6 +122,74 @@ class Run:
         temporary.replace(path)
         print(f"{section}: record written to {path} ({record['wall_seconds']:.0f} s)", file=sys.stderr, flush=True)
         return path
+
+
+class _LoadSampler:
+    """The 1-minute load average every LOAD_SAMPLE_SECONDS while a run measures, in a daemon thread."""
+
+    def __init__(self):
+        self.samples, self._done = [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        while not self._done.wait(LOAD_SAMPLE_SECONDS):
+            load = load_average()
+            if load is not None:
+                self.samples.append(load)
+
+    def stop(self) -> list[float]:
+        self._done.set()
+        self._thread.join()
+        return self.samples
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds (user and system) this process and its ended children used so far (Run counts from its start):
+    the run's own share of the load."""
+    self_, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cpu_busy_seconds() -> float | None:
+    """The CPU seconds every core of the machine has been busy since boot (/proc/stat: user, nice, system, irq,
+    softirq and steal: a hypervisor's other guests count as others' work); None where it cannot be read."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[1:9])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def quiet_bound(cores: int | None) -> float:
+    return QUIET_LOAD_PER_CORE * (cores or 2)
+
+
+def loaded(record: dict) -> str | None:
+    """Why a measured record is not quiet enough to quote a time from (None: it is): the load before it began, or
+    the others' load while it ran, above half the machine's cores."""
+    if record.get("provenance") != MEASURED:
+        return None
+    machine_ = record.get("machine") or {}
+    bound = quiet_bound(machine_.get("cores"))
+    before, others = machine_.get("load_before"), machine_.get("others_load")
+    if before is None:
+        return "its load average was not recorded"
+    if before > bound:
+        return f"measured at a load average (1 min) of {before:.1f} at its start"
+    if others is not None and others > bound:
+        return f"measured while other work kept about {others:.1f} cores busy besides the run's own"
+    return None
+
+
+def wait_for_quiet(limit_seconds: float = 300, cores: int | None = None) -> float | None:
+    """Wait (at most `limit_seconds`) until the 1-minute load average is within the quiet bound; the load then."""
+    bound = quiet_bound(cores or os.cpu_count())
+    deadline = time.time() + limit_seconds
+    while (load := load_average()) is not None and load > bound and time.time() < deadline:
+        time.sleep(10)
+    return load
 
 
 def without_results(argv: list[str]) -> list[str]:
@@ -185,12 +277,24 @@ def provenance(record: dict, usual_machine: dict | None = None) -> str:
         dated = f"dated {record['started']} by that section" if record.get("started") else "undated"
         said = (f"{record['provenance']}: the figures that section printed (rounded as printed), none remeasured; "
                 f"{dated}; ran on {on}, {versions_phrase(record.get('versions') or {})}.")
+    why = loaded(record)
+    if why:
+        said += (f" Not a quiet run ({why}, above the quiet bound of {quiet_bound(machine_.get('cores')):g}): its "
+                 f"times are indicative only, and README and the manual quote none of them until a quiet rerun "
+                 f"(`{record['command']}`).")
     if record.get("quick"):
         said = "A --quick run (tiny settings, to check the pipeline): not a measurement to quote. " + said
     if usual_machine and same_cpu(machine_) is not None and same_cpu(machine_) != same_cpu(usual_machine):
         said += (f" This ran on another CPU than most sections here ({usual_machine['cores']} cores of "
                  f"{usual_machine['cpu']}): compare its figures with theirs only as ratios.")
     return said
+
+
+def withheld(record: dict) -> str:
+    """What a marker says in place of a loaded record's timed quote: why, and the rerun that brings it back."""
+    cores = (record.get("machine") or {}).get("cores")
+    return (f"(figure withheld: BENCHMARKS.md, {record['section']}, was {loaded(record)}, above the quiet bound of "
+            f"{quiet_bound(cores):g} on {cores} cores; it waits for a quiet rerun, `{record['command']}`)")
 
 
 def same_cpu(machine_: dict) -> tuple | None:

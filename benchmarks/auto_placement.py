@@ -170,6 +170,11 @@ def render(summary: dict, record: dict) -> str:
     return "\n".join(lines)
 
 
+# Quotes whose figures a busy machine does not change (copies of the weights a device held):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("summary",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`summary`: the peak of a script's model laid out by 'auto', in one sentence."""
     born, moved = summary["variants"]["born"], summary["variants"]["moved"]

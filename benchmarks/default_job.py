@@ -82,8 +82,10 @@ def measure(epochs: int, repeats: int, samples: int | None) -> dict:
                 if name in TRAIN_FLAGS:
                     runs[name].append(_train(folder / f"{name}-{round_}", epochs, data, ledger=name != "no-ledger",
                                              flags=TRAIN_FLAGS[name]))
-                else:  # the compute dtype of the default job on this machine's platform (float32 on a CPU)
-                    extra = {"compute_dtype": runs["train"][0]["compute_dtype"], "platform": runs["train"][0]["platform"]}
+                else:  # in the default job's precision on this machine's platform (float32 on a CPU): one precision
+                    first = runs["train"][0]
+                    extra = {"compute_dtype": first["compute_dtype"], "platform": first["platform"],
+                             "precision": first["precision"]}
                     result = bench._run_child(name, config, recipe.BATCH_SIZE, str(folder / "no-cache"), extra)
                     runs[name].append({"epoch_seconds": result["epoch_seconds"], "backend": result["backend"]})
     return {"epochs": epochs, "repeats": repeats, "samples": samples, "batch_size": recipe.BATCH_SIZE, "runs": runs}
@@ -105,7 +107,7 @@ def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool, flags: li
     chosen = [line.split("): ", 1)[1] for line in done.stderr.splitlines() if "(--checkpoint-every auto" in line]
     return {"epoch_seconds": metrics["epoch_seconds"], "ledger": metrics.get("ledger"), "auto": chosen[-1:] or None,
             "platform": runtime["platform"], "backend": runtime["backend"], "device_kind": runtime["device_kind"],
-            "compute_dtype": _compute_dtype(metrics)}
+            "compute_dtype": _compute_dtype(metrics), "precision": _policy(metrics)}
 
 
 def _own_cost_child(epochs: int, samples: int | None) -> dict:
@@ -168,11 +170,15 @@ def own_cost(epochs: int, samples: int | None) -> dict:
     return {"recording_seconds": spent["recording"], "flops_seconds": spent["flops"], "ledger": history.ledger.as_json()}
 
 
+def _policy(metrics: dict) -> str:
+    """The Keras dtype policy acceltrain chose: the first word of its precision decision ("float32 (cpu: ...)")."""
+    decision = metrics["runtime"]["decisions"].get("precision") or "float32"
+    return str(decision).split(" ", 1)[0]
+
+
 def _compute_dtype(metrics: dict) -> str:
-    """The compute dtype of the Keras policy acceltrain chose (decisions' precision: [policy, reason];
-    "mixed_bfloat16" computes in bfloat16)."""
-    precision = metrics["runtime"]["decisions"].get("precision") or ["float32"]
-    return str(precision[0]).removeprefix("mixed_")
+    """The compute dtype of that policy ("mixed_bfloat16" computes in bfloat16)."""
+    return _policy(metrics).removeprefix("mixed_")
 
 
 def _small_data(folder: Path, samples: int) -> Path:
@@ -199,9 +205,9 @@ def summarize(raw: dict) -> dict:
     """Each variant's median steady epoch and its runs' medians; the ratios, judged; the last ledger's parts."""
     variants = {}
     for name, runs in raw["runs"].items():
-        steady = [seconds for run in runs for seconds in _steady(run, raw["epochs"])]
-        variants[name] = {"median": statistics.median(steady),
-                          "run_medians": [statistics.median(_steady(run, raw["epochs"])) for run in runs]}
+        # a variant's figure is the median of its runs' medians, and its noise the spread of those: one statistic
+        run_medians = [statistics.median(_steady(run, raw["epochs"])) for run in runs]
+        variants[name] = {"median": statistics.median(run_medians), "run_medians": run_medians}
 
     def judged(a, b, **kwargs):
         ratio = variants[a]["median"] / variants[b]["median"]

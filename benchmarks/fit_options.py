@@ -4,8 +4,8 @@
 
 The seed's MNIST MLP through connect() → scope() → Runtime.fit on JAX, in one process, each option on a
 fresh model, the options interleaved round by round (A B C D, A B C D, ...). A run's steady epoch is the
-median of its epochs after the first; the section gives each option's best and median over the rounds and
-its best against the baseline's, judged against the rounds' spread (benchmarks/_noise.py). Records the
+median of its epochs after the first; the section gives each option's median over the rounds and its ratio to
+the baseline's, judged against the spread of the same rounds' figures (benchmarks/_noise.py). Records the
 section "fit-options". --quick: 1 round of 2 epochs.
 """
 
@@ -92,27 +92,28 @@ def main():
 
 def summarize(raw: dict) -> dict:
     return {**{key: raw[key] for key in ("rounds", "epochs", "batch_size", "steps_per_epoch", "runtime")},
-            "options": [{"label": o["label"], "adds_work": o["adds_work"], "best": min(o["steady_seconds"]),
+            "options": [{"label": o["label"], "adds_work": o["adds_work"],
                          "median": statistics.median(o["steady_seconds"]), "spread": _noise.spread(o["steady_seconds"])}
                         for o in raw["options"]]}
 
 
 def judged(summary: dict) -> list[tuple[dict, _noise.Difference | None]]:
-    """Each option with its best against the baseline's (the first option), judged by the rounds' spread."""
+    """Each option's median against the baseline's (the first option), judged by the spread of the same rounds'
+    figures: the verdict and its noise from one statistic."""
     base = summary["options"][0]
     return [(option, None if option is base else
-             _noise.judge(option["best"] / base["best"], (base["spread"], option["spread"]),
+             _noise.judge(option["median"] / base["median"], (base["spread"], option["spread"]),
                           adds_work=option["adds_work"]))
             for option in summary["options"]]
 
 
 def render(summary: dict, record: dict) -> str:
-    table = ["| option | best steady epoch | median | spread over rounds | best / baseline's best |",
-             "|---|---|---|---|---|"]
+    table = ["| option | median steady epoch | spread over rounds | median / baseline's median |",
+             "|---|---|---|---|"]
     for option, difference in judged(summary):
         spread = _results.not_recorded(option["spread"], "{:.0%}")
         versus = "1.000× (the control)" if difference is None else difference.says("{:.3f}×")
-        table.append(f"| {option['label']} | {option['best']:.3f} s | {option['median']:.3f} s | {spread} | {versus} |")
+        table.append(f"| {option['label']} | {option['median']:.3f} s | {spread} | {versus} |")
     said = []
     for verdicts, words in (((_noise.HIGHER, _noise.LOWER), "Beyond this run's noise"),
                             ((_noise.WITHIN,), "Within it"), ((_noise.UNKNOWN,), "With the noise unknown"),
@@ -127,8 +128,8 @@ def render(summary: dict, record: dict) -> str:
         f"`{record['command']}`, {summary['runtime']}. One process, a fresh model per run, the options interleaved "
         f"over {summary['rounds']} round(s) of {summary['epochs']} epochs; batch {summary['batch_size']}, "
         f"{summary['steps_per_epoch']} steps an epoch. A run's steady epoch is the median of its epochs after the "
-        "first; an option's best is judged against the baseline's with the spread of both over the rounds as the "
-        f"noise. {said}\n\n" + "\n".join(table)
+        "first; an option's median over the rounds is judged against the baseline's, with the spread of both over the "
+        f"rounds as the noise. {said}\n\n" + "\n".join(table)
     )
 
 

@@ -129,6 +129,11 @@ def render(summary: dict, record: dict) -> str:
     )
 
 
+# Quotes whose figures a busy machine does not change (accuracies over seeds):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("seeds",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`seeds`: each setting's scores in one sentence, for README and the docs."""
     parts = []

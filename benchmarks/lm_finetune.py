@@ -172,5 +172,29 @@ def render(summary: dict, record: dict) -> str:
     ])
 
 
+def quotes(summary: dict, record: dict) -> dict:
+    """`summary`: acceltrain's steady step beside plain Keras's in the same dtype policy (and plain Keras's own
+    default labelled), one run each, so no verdict; where acceltrain's run's time went."""
+    runs = summary["runs"]
+    accel = runs["acceltrain run"]
+    policy = accel["dtype_policy"]
+    same = next((run for name, run in runs.items() if name != "acceltrain run" and run["dtype_policy"] == policy), None)
+    default = next((run for name, run in runs.items() if name != "acceltrain run" and run["dtype_policy"] == "float32"),
+                   None)
+    parts = summary["ledger_parts"]
+    largest = sorted(parts.items(), key=lambda item: -item[1])[:2]
+    said = (f"{summary['model']['parameters'] / 1e6:.0f}M parameters, LoRA rank {summary['model']['lora_rank']} "
+            f"({_results.cite(record)}; each run one fresh process, once, so no noise is known and no verdict given): "
+            f"`acceltrain run`'s steady step {1000 * accel['steady_step_seconds']:.1f} ms in {policy}")
+    if same:
+        said += f", plain Keras's {1000 * same['steady_step_seconds']:.1f} ms in the same policy"
+    if default and policy != "float32":
+        said += f" ({1000 * default['steady_step_seconds']:.1f} ms in its own default, float32)"
+    said += (f"; of acceltrain's run's {summary['ledger_seconds']:.0f} s, "
+             + " and ".join(f"{name.replace('_', ' ')} took {seconds / summary['ledger_seconds']:.0%}"
+                            for name, seconds in largest) + ".")
+    return {"summary": said}
+
+
 if __name__ == "__main__":
     main()

@@ -133,6 +133,11 @@ def plan_table(job: dict) -> str:
     return "\n".join(lines)
 
 
+# Quotes whose figures a busy machine does not change (the compiler's bytes and FLOPs, and times at the published peak):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("big-plan",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`big-cost`: what planning the big MLP took; `big-plan`: its candidates, as `plan --json` gave them."""
     said = {}

@@ -10,7 +10,9 @@ versions; or the source of a transcribed record) under its heading. A record mar
 is a measured one that names no commit or an uncommitted tree ("<commit>+changes").
 
 Elsewhere (README.md, docs/**/*.md) a measured figure or sentence sits between markers that name its
-section and quote; this script writes what is between them:
+section and quote; this script writes what is between them, and for a record taken on a loaded machine
+(_results.loaded) says that the figure waits for a quiet rerun instead, unless the quote is load-free (its
+script's LOAD_FREE):
 
     acceltrain's epoch was <!-- measured:epoch-speed/acceltrain-vs-hand -->...<!-- /measured --> the loop's.
 
@@ -106,6 +108,10 @@ def benchmarks_md(found: dict) -> str:
         status.append(f"transcribed from an earlier BENCHMARKS.md, awaiting a rerun: {', '.join(transcribed)}")
     if missing:
         status.append(f"not measured yet: {', '.join(missing)}")
+    loaded = [name for name, record in found.items() if record and _results.loaded(record)]
+    if loaded:
+        status.append(f"taken on a loaded machine, so README and the manual quote none of their times until a quiet "
+                      f"rerun, `python benchmarks/run_all.py --only {' '.join(loaded)}`: {', '.join(loaded)}")
     header = ("# Benchmarks\n\n"
               "Written by `python benchmarks/render.py` from the records in `benchmarks/results/` (one per section: "
               "the command, its date, the machine and its load, the versions, every figure measured); not edited "
@@ -120,14 +126,16 @@ def benchmarks_md(found: dict) -> str:
 
 
 def quotes(found: dict) -> dict:
-    """(section, name) → the text of each quote every section's script offers."""
+    """(section, name) → the text of each quote every section's script offers. A loaded record's quotes are
+    withheld (`_results.withheld`: why, and the rerun), but those its script lists in LOAD_FREE."""
     said = {}
     for name, record in found.items():
         module = script_module(BY_NAME[name].script)
         if record is None or not hasattr(module, "quotes"):
             continue
+        load_free = getattr(module, "LOAD_FREE", ())
         for key, text in module.quotes(_results.summary_of(record, module.summarize), record).items():
-            said[name, key] = text
+            said[name, key] = _results.withheld(record) if _results.loaded(record) and key not in load_free else text
     return said
 
 

@@ -4,8 +4,9 @@
     python benchmarks/run_all.py --only corpus      # some sections; the others keep their records
     python benchmarks/run_all.py --quick            # tiny settings: the whole pipeline in minutes
 
-Run it on a quiet machine: each benchmark's own record says what the load average was, and its section says
-so. Each benchmark runs in its own process, in turn; its wall time is printed as it ends, beside the time
+Run it on a quiet machine: each benchmark's own record says what the load average was before and while it ran,
+and README and the manual quote no time from a record taken at a load above half the cores (render.py). A full
+run waits before each benchmark (up to --wait seconds) for the load average to fall to that bound. Each benchmark runs in its own process, in turn; its wall time is printed as it ends, beside the time
 sections.py expects, and a table of all of them at the end. A failed benchmark keeps its old record; the
 others go on, and the exit code is 1.
 
@@ -38,10 +39,15 @@ def runnable_here(section) -> bool:
     return section.needs != "gpu" or shutil.which("nvidia-smi") is not None
 
 
-def run(section, quick: bool, folder: Path) -> tuple[bool, float]:
+def run(section, quick: bool, folder: Path, wait: float = 0) -> tuple[bool, float]:
     """Run one benchmark in its own process, its output shown as it goes; (succeeded, wall seconds)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(_results.REPO / "src"), str(_results.REPO), os.environ.get("PYTHONPATH")) if p)}
+    if not quick and wait:
+        load = _results.wait_for_quiet(wait)
+        if load is not None and load > _results.quiet_bound(os.cpu_count()):
+            print(f"=== {section.name}: the load average is still {load:.1f} after {wait:.0f} s of waiting: its record "
+                  "will say so, and its timed figures will not be quoted", flush=True)
     print(f"\n=== {section.name}: {section.command}{' --quick' if quick else ''} "
           f"(load average {_results.load_average()}; expected about {section.minutes:g} min in full)", flush=True)
     started = time.perf_counter()
@@ -66,6 +72,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny settings, records in a temporary folder")
     parser.add_argument("--results", type=Path, help="with --quick: the folder for its records (default: a new "
                                                      "temporary one)")
+    parser.add_argument("--wait", type=float, default=300, metavar="SECONDS",
+                        help="a full run: wait up to this long before each benchmark for a quiet machine (default 300)")
     parser.add_argument("--only", nargs="+", choices=list(BY_NAME), metavar="SECTION",
                         help=f"only these sections: {', '.join(BY_NAME)}")
     args = parser.parse_args(argv)
@@ -79,7 +87,7 @@ def main(argv=None) -> int:
     folder = _results.RESULTS
     if args.quick:
         folder = args.results or Path(tempfile.mkdtemp(prefix="acceltrain-benchmarks-quick-"))
-    timings = [(section, *run(section, args.quick, folder)) for section in chosen]
+    timings = [(section, *run(section, args.quick, folder, args.wait)) for section in chosen]
     print("\nsection                      result  wall time  expected (full run)")
     for section, succeeded, seconds in timings:
         print(f"{section.name:28} {'ok' if succeeded else 'FAILED':7} {_results.duration(seconds):>9}  "

@@ -30,8 +30,8 @@ class Section:
 # their settings and the epoch times they reported; `run_all.py` prints each run's wall time to correct them.
 SECTIONS = (
     Section("learning-rate", "learning_rate.py", (), 12),
-    Section("epoch-speed", "epoch_speed.py", (), 3),
-    Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 4),
+    Section("epoch-speed", "epoch_speed.py", (), 12),  # batch 32, 128 and 1,200: 3 runs each of 3 variants
+    Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 14),
     Section("default-job", "default_job.py", (), 8),
     Section("fit-options", "fit_options.py", (), 4),
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),
@@ -48,7 +48,11 @@ SECTIONS = (
     Section("verify-tolerance", "verify_tolerance.py", (), 4),
     Section("small-steps", "small_steps.py", (), 15),
     Section("small-steps-lstm", "small_steps.py", ("--models", "lstm", "--section", "small-steps-lstm"), 15),
-    Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "10"), 5, needs="gpu"),
+    # Issue 45's IMDB-shaped text classifier under launch only, against plain Keras's own 2-process fit (the floor).
+    Section("small-steps-bilstm", "small_steps.py", ("--models", "bilstm", "--places", "launch", "--section",
+                                                     "small-steps-bilstm"), 15),
+    Section("epoch-speed-gpu", "epoch_speed.py", ("--section", "epoch-speed-gpu", "--epochs", "6", "--repeats", "2"), 6,
+            needs="gpu"),
     Section("lm-finetune-gpu", "lm_finetune.py", (), 5, needs="gpu"),
 )
 BY_NAME = {section.name: section for section in SECTIONS}

@@ -154,6 +154,11 @@ def render(summary: dict, record: dict) -> str:
     return "\n".join(lines)
 
 
+# Quotes whose figures a busy machine does not change (bytes and copies of the weights):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("summary",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`summary`: what building born sharded cost against the other ways, in one sentence."""
     variants = summary["variants"]

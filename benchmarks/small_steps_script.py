@@ -11,7 +11,7 @@ import os
 import time
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--model", choices=("mlp", "lstm"), default="mlp")
+parser.add_argument("--model", choices=("mlp", "lstm", "bilstm"), default="mlp")
 parser.add_argument("--loop", choices=("fit", "keras-dp", "hand"), default="fit")
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--job", metavar="COORDINATOR,PROCESSES,INDEX",
@@ -29,6 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 BATCH = 32
+VOCABULARY = 5000  # the bilstm's tokens
 
 
 class MLP(keras.Model):
@@ -51,9 +52,15 @@ def make_model():
         keras.distribution.set_distribution(distribution)
     if args.model == "mlp":
         model, shape = MLP(), (32,)
-    else:
+    elif args.model == "lstm":
         model = keras.Sequential([keras.layers.LSTM(64), keras.layers.Dense(10, activation="softmax")])
         shape = (40, 16)
+    else:  # issue 45's IMDB-shaped text classifier: an embedding, then two bidirectional LSTMs
+        model = keras.Sequential([keras.Input((80,), dtype="int32"), keras.layers.Embedding(VOCABULARY, 32),
+                                  keras.layers.Bidirectional(keras.layers.LSTM(32, return_sequences=True)),
+                                  keras.layers.Bidirectional(keras.layers.LSTM(32)),
+                                  keras.layers.Dense(10, activation="softmax")])
+        shape = (80,)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     return model, shape
 
@@ -62,7 +69,8 @@ model, shape = make_model()
 processes = jax.process_count()
 samples = BATCH * args.steps
 rng = np.random.default_rng(0)
-x = rng.random((samples, *shape), dtype=np.float32)
+x = rng.integers(0, VOCABULARY, (samples, *shape)) if args.model == "bilstm" else rng.random((samples, *shape),
+                                                                                                 dtype=np.float32)
 y = rng.integers(0, 10, samples)
 
 

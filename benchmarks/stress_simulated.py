@@ -161,6 +161,11 @@ finished.
 {chr(10).join(rows)}"""
 
 
+# Quotes whose figures a busy machine does not change (finished runs and accuracies):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("summary",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`summary`: each job's count of finished runs and its accuracy against 1 device."""
     parts = []

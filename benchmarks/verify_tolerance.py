@@ -249,6 +249,11 @@ def render(summary: dict, record: dict) -> str:
     )
 
 
+# Quotes whose figures a busy machine does not change (differences of weights):
+# quoted from a loaded record too (render.py).
+LOAD_FREE = ("per-precision",)
+
+
 def quotes(summary: dict, record: dict) -> dict:
     """`per-precision`: each precision's tolerance beside the largest difference of a correct model and the smallest
     of a wrong one."""

@@ -338,9 +338,11 @@ COMMANDS = {"devices": "acceltrain.runtime:connect", "train": "acceltrain.comman
 # Flags the verb uses itself rather than hand on: how it prints, and the file its settings are read from.
 USED_BY_THE_VERB = {"help", "quiet", "verbose", "run", "config", *(f"{verb}:json" for verb in ("devices", "doctor", "bench"))}
 # Flags that take another path of the verb: launch --emit's (each reaches an artifact pinned in
-# tests/commands/emit/golden/) and doctor --artifact (tests/commands/emit/test_emit.py::test_doctor_checks_an_artifact).
+# tests/commands/emit/golden/ or checked in test_emit.py) and doctor --artifact (tests/commands/emit/test_emit.py::test_doctor_checks_an_artifact).
 USED_BY_THE_VERB |= {*(f"launch:{flag}" for flag in ("emit", "target", "nodes", "image", "compile_cache_dir",
-                                                     "max_restarts", "name")), "doctor:artifact"}
+                                                     "max_restarts", "name", "grace_period", "queue",
+                                                     "priority_class", "exclusive_topology", "wheel")),
+                      "doctor:artifact"}
 
 
 class _Reached(Exception):

@@ -134,6 +134,17 @@ def test_a_pipeline_is_shared_at_its_source_each_process_reading_only_its_sample
     assert sorted(read) == list(range(process, 20, 2)) and data.num_batches(shared) == 3
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_pipeline_of_strings_in_a_dict_is_shared_at_its_source(whole):
+    """Issue 45's text job failed here: strings packed in the source's tensor could not be read back to count them
+    ("cannot create an OBJECT array from memory buffer"). 21 texts batched by 8: process 1 reads texts 1, 3, ... (the
+    21st too where the share is evaluate's, `whole`)."""
+    texts = np.array([f"review {i}" for i in range(21)])
+    dataset = tf.data.Dataset.from_tensor_slices(({"text": texts}, np.arange(21))).batch(8)
+    shared = data.source_share(dataset, 1, 2, whole=whole)
+    assert [t.decode() for batch, _ in shared.as_numpy_iterator() for t in batch["text"]] == list(texts[1::2])
+
+
 def test_a_shuffled_pipeline_is_shared_at_its_source_into_disjoint_shares():
     shares = []
     for process in (0, 1):

@@ -343,3 +343,14 @@ def test_the_platforms_steps_per_execution_is_capped_by_the_bytes_of_the_batches
     assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=2**20, device_bytes=16 * gib)[0] == 32
     assert decisions.choose_steps_per_execution("tpu", 1000, 1, 64, batch_bytes=gib, device_bytes=16 * gib)[0] == 64
     assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=None, device_bytes=16 * gib)[0] == 32
+
+
+@pytest.mark.parametrize("checkpoint_seconds, checkpoints, grace, reason", [
+    (0.0, 0, 30, "no checkpoint measured → Kubernetes's default 30 s"),
+    (1.5, 3, 30, "a checkpoint took 0.5 s (3 measured): 3 × it + 10 s = 12 s ≤ 30 s → Kubernetes's default"),
+    (20.0, 3, 30, "a checkpoint took 6.7 s (3 measured): 3 × it + 10 s = 30 s ≤ 30 s → Kubernetes's default"),
+    (21.0, 3, 31, "a checkpoint took 7.0 s (3 measured): 3 × it + 10 s = 31 s"),
+    (120.0, 2, 190, "a checkpoint took 60.0 s (2 measured): 3 × it + 10 s = 190 s"),
+])
+def test_choose_grace(checkpoint_seconds, checkpoints, grace, reason):
+    assert decisions.choose_grace(checkpoint_seconds, checkpoints) == (grace, reason)

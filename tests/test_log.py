@@ -21,6 +21,8 @@ NOISE = [
     "env var `TPU_ACCELERATOR_TYPE` manually, otherwise libtpu.so may not properly initialize.",
     "=== Source Location Trace: ===",
     "learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327",
+    "[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1",  # on stdout
+    "\x1b[1m 3/32\x1b[0m [Gloo] Rank 0 is connected to 3 peer ranks. Expected number of connected peer ranks is : 3",
 ]
 KEPT = [
     "acceltrain: jax on cpu: 1 × cpu → no distribution (backend: the default; one device)",

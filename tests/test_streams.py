@@ -155,3 +155,49 @@ def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise
     assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13, 14, 15, 16, 17], [18, 19]]
     with pytest.raises(UsageError, match="a Grain loader sharded 3 ways, in a job of 2 process.*ShardByJaxProcess"):
         streams.share_stream(_runtime(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
+
+
+def _joined(shares):
+    """What join_shares gives every process: the processes' rows together, in the order of their places."""
+    from acceltrain import data
+
+    order = np.argsort(np.concatenate([keys for _, keys in shares]), kind="stable")
+
+    def join(parts):
+        if parts[0] is None:
+            return None
+        if isinstance(parts[0], dict):
+            return {key: join([part[key] for part in parts]) for key in parts[0]}
+        return np.concatenate(parts)[order]
+
+    return tuple(join(list(parts)) for parts in zip(*(data.batches_to_arrays(batches) for batches, _ in shares)))
+
+
+@pytest.mark.parametrize("kind", ["pydataset", "grain"])
+def test_for_evaluate_and_predict_each_process_reads_its_share_and_the_shares_join_into_the_stream_in_order(kind):
+    """Issue 45: 70 samples in batches of 16 (a PyDataset: process 0 reads batches 0, 2, 4, process 1 batches 1, 3)
+    or 20 records of a Grain loader in batches of 8 (every 2nd record each): no sample read twice, and the shares,
+    put back by their places, are the stream read whole, in its order."""
+    if kind == "pydataset":
+        reads = []
+        stream, whole = _py_dataset(70, 16, reads), list(range(70))
+    else:
+        grain = pytest.importorskip("grain.python")
+        stream = grain.DataLoader(data_source=np.arange(20, dtype="int64"), worker_count=0,
+                                  sampler=grain.IndexSampler(num_records=20, shard_options=grain.NoSharding(),
+                                                             shuffle=False, num_epochs=1),
+                                  operations=[grain.Batch(8, drop_remainder=False)])
+        whole = list(range(20))
+    shares = []
+    for process in (0, 1):
+        if kind == "pydataset":
+            reads.clear()
+        shared, how = streams._share_rows(stream, None, process, 2)
+        assert shared is not None, how
+        shares.append(shared)
+        if kind == "pydataset":
+            assert reads == list(range(process, 5, 2)), reads  # its own batches, each once
+    ids = _joined(shares)[1] if kind == "pydataset" else _joined(shares)[0]
+    assert ids.tolist() == whole
+    if kind == "grain":  # every 2nd record each: none read by both
+        assert [int(i) for batches, _ in shares[:1] for b in batches for i in np.ravel(b)] == whole[0::2]

@@ -71,6 +71,7 @@ EXAMPLES = {
         "examples:\n"
         "  acceltrain bench                                   # plain Keras vs acceltrain vs a hand loop vs the ceiling\n"
         "  acceltrain bench --epochs 2 --samples 6000         # a quick look\n"
+        "  acceltrain bench --batch-size 32                   # small steps: where a loop's overhead shows\n"
         "  acceltrain bench --json bench.json"
     ),
 }
@@ -266,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--epochs", type=int, default=4, help="epochs a run; the first compiles (default: 4)")
     bench.add_argument("--repeats", type=int, default=2, help="runs of each variant, interleaved (default: 2)")
     bench.add_argument("--samples", type=int, metavar="N", help="train on the first N samples (default: all)")
+    bench.add_argument("--batch-size", type=int, metavar="N", help="the batch of every variant (default: the recipe's)")
     bench.add_argument("--checkpoints", action="store_true",
                        help="time acceltrain as `acceltrain train` runs it, checkpointing as it does (--checkpoint-every auto)")
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
@@ -312,6 +314,19 @@ def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-restarts", type=int, metavar="N",
                         help="with --emit jobset: restarts of the whole job before it fails (default: 10)")
     parser.add_argument("--name", help="with --emit: the job's name (default: the script's)")
+    parser.add_argument("--grace-period", metavar="SECONDS|FILE.json",
+                        help="with --emit jobset: the pods' time from SIGTERM to SIGKILL, for the checkpoint's save "
+                             "(terminationGracePeriodSeconds; default: Kubernetes's 30), or a run's ledger "
+                             "(acceltrain run --ledger FILE.json) to size it from its measured checkpoints")
+    parser.add_argument("--queue", metavar="NAME", help="with --emit jobset: the Kueue LocalQueue to admit the job "
+                                                         "(label kueue.x-k8s.io/queue-name)")
+    parser.add_argument("--priority-class", metavar="NAME", help="with --emit jobset: the pods' PriorityClass")
+    parser.add_argument("--exclusive-topology", metavar="NODE-LABEL",
+                        help="with --emit jobset: the job alone in one domain of NODE-LABEL, e.g. "
+                             "cloud.google.com/gke-nodepool (annotation alpha.jobset.sigs.k8s.io/exclusive-topology)")
+    parser.add_argument("--wheel", metavar="FILE.whl",
+                        help="with --emit skypilot: the acceltrain wheel each host installs (default: the project in "
+                             "this folder, which SkyPilot syncs)")
 
 
 def _add_script_args(parser: argparse.ArgumentParser) -> None:
@@ -390,7 +405,8 @@ def _run(args) -> int:
 def _launch(args) -> int:
     if args.emit is not None:
         return _emit(args)
-    emit_only = [flag for flag in ("target", "nodes", "image", "compile_cache_dir", "max_restarts", "name")
+    emit_only = [flag for flag in ("target", "nodes", "image", "compile_cache_dir", "max_restarts", "name",
+                                   "grace_period", "queue", "priority_class", "exclusive_topology", "wheel")
                  if getattr(args, flag) is not None]
     if emit_only:
         flag = emit_only[0]
@@ -412,7 +428,16 @@ def _emit(args) -> int:
     if args.target is None:
         raise UsageError(f"Received --emit {args.emit} without --target. Pass the hardware the job runs on, e.g. "
                          "--target tpu-v5e-16, h100-8 or cpu.")
-    # Every `acceltrain run` flag the user set goes into the artifact's command, as given.
+    # Every `acceltrain run` flag the user set goes into the artifact's command, as given, once checked as `launch`
+    # checks it (the folders aside: the job's are on the cluster).
+    from acceltrain.commands import run_checkpoints
+    from acceltrain.layout import verify
+
+    processes = emit.layout(args.target, args.nodes, args.processes).processes
+    _settings(args).check(processes=processes)
+    _check_the_scripts_backend(args.script, args.backend, processes)
+    run_checkpoints.check_cadence(args.checkpoint_every, args.keep_checkpoints)
+    verify.check_steps(args.verify, "--verify", processes)
     run_flags = []
     for flag, value, default in (("--backend", args.backend, None), ("--simulate-devices", args.simulate_devices, None),
                                  ("--distribution", args.distribution, "auto"), ("--platform", args.platform, "auto"),
@@ -427,12 +452,32 @@ def _emit(args) -> int:
     run_flags += [] if args.autopilot else ["--no-autopilot"]
     text = emit.emit(args.emit, args.target, args.script, args.script_args, name=args.name, nodes=args.nodes,
                      processes=args.processes, image=args.image, checkpoint_dir=args.checkpoint_dir,
-                     compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags)
+                     compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags,
+                     grace_period=args.grace_period, queue=args.queue, priority_class=args.priority_class,
+                     exclusive_topology=args.exclusive_topology, wheel=args.wheel)
     if args.emit == "jobset" and args.image is None:
         log.warn(f"no --image: the JobSet names {emit.IMAGE_PLACEHOLDER}; put an image with acceltrain and your "
                  "script there (or pass --image)")
     print(text, end="")
     return 0
+
+
+def _check_the_scripts_backend(script: str, backend: str | None, processes: int) -> None:
+    """A script here that sets TensorFlow itself, in a job of several processes: refused as `launch` refuses it (the
+    job's variables are the cluster's, not this machine's, so only the script's own forced choice is read)."""
+    from pathlib import Path
+
+    from acceltrain import script_source
+
+    if backend is not None or processes < 2 or not Path(script).is_file():
+        return
+    choice = script_source.backend_choice(Path(script).read_text(errors="replace"))
+    if choice is not None and choice.over(None) == "tensorflow":
+        raise UsageError(f"Received {Path(script).name}, whose line {choice.line} sets its backend ({choice.said}), "
+                         f"for a job of {processes} processes. A job of several processes trains on JAX only: Keras "
+                         "3's fit fails under TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585). Where "
+                         f"its code runs on JAX too, change line {choice.line} to 'jax' (check it plainly first: "
+                         f"python {script}) or pass --backend jax.")
 
 
 def _verb(verbs, name: str, help: str) -> argparse.ArgumentParser:
@@ -555,7 +600,7 @@ def _bench(args) -> int:
     outputs.check_file_folder(args.json, "--json")
     report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
                                          epochs=args.epochs, repeats=args.repeats, samples=args.samples,
-                                         checkpoints=args.checkpoints))
+                                         batch_size=args.batch_size, checkpoints=args.checkpoints))
     print(bench.format_table(report))
     if args.json:
         outputs.write_json(args.json, report)

@@ -406,7 +406,7 @@ def _graph(dataset) -> _Graph:
     return found
 
 
-def source_share(dataset, process_index: int, num_processes: int):
+def source_share(dataset, process_index: int, num_processes: int, whole: bool = False):
     """This process's share of a batched tf.data pipeline, read at its source: every num_processes-th sample of each
     source (from its index; the last length % num_processes left out, so every process has as many), batched by
     batch / num_processes where the pipeline batched by the global batch. So process p's pipeline reads samples p,
@@ -415,7 +415,9 @@ def source_share(dataset, process_index: int, num_processes: int):
     None where no such share can be taken: a source other than from_tensor_slices or range (a generator, files), other
     than one batch op of a known size not dividing by the processes, a static batch (drop_remainder=True: the map
     functions after it were traced for that size), or a length per process TensorFlow does not know (a filter: the
-    processes could take different numbers of steps)."""
+    processes could take different numbers of steps). `whole` (evaluate, predict: read into memory, then joined): no
+    sample left out, process p reading ceil((length - p) / num_processes) of them; None where a source has fewer
+    samples than processes (a process would read none)."""
     import tensorflow as tf
 
     found = _graph(dataset)
@@ -433,11 +435,16 @@ def source_share(dataset, process_index: int, num_processes: int):
 
     found.batch_node.input[1] = const("acceltrain/batch", batch // num_processes)
     for source in found.sources:
-        values = [tf.make_ndarray(nodes[name].attr["value"].tensor) for name in source.input]
-        length = len(values[0]) if source.op == "TensorSliceDataset" else len(range(*map(int, values)))
+        consts = [nodes[name].attr["value"].tensor for name in source.input]
+        # A slice's length from its first tensor's shape: its values are not read (tf.make_ndarray cannot read
+        # strings packed in tensor_content: "cannot create an OBJECT array from memory buffer", issue 45's text job).
+        length = (consts[0].tensor_shape.dim[0].size if source.op == "TensorSliceDataset"
+                  else len(range(*(int(tf.make_ndarray(const)) for const in consts))))
+        if whole and length < num_processes:
+            return None
         readers = [node for node in graph_def.node if source.name in node.input]
         take = graph_def.node.add(name=f"{source.name}/acceltrain/take", op="TakeDataset", input=[
-            source.name, const(f"{source.name}/acceltrain/count", length - length % num_processes)])
+            source.name, const(f"{source.name}/acceltrain/count", length if whole else length - length % num_processes)])
         shard = graph_def.node.add(name=f"{source.name}/acceltrain/shard", op="ShardDataset", input=[
             take.name, const(f"{source.name}/acceltrain/shards", num_processes),
             const(f"{source.name}/acceltrain/index", process_index)])

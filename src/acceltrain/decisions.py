@@ -390,3 +390,26 @@ def choose_step_loop(platform: str) -> tuple[bool, str]:
     if platform == "cpu":
         return False, "cpu: each step its own program, dispatched back to back"
     return True, f"{platform}: the steps in one compiled loop a dispatch"
+
+
+# launch --emit jobset --grace-period FILE.json: the pods' grace after SIGTERM (terminationGracePeriodSeconds) sized
+# from a run's measured checkpoints, with room for a slower shared file system than the measured run's and for the
+# step in flight and the processes' agreement on it; never under Kubernetes's default.
+KUBERNETES_GRACE_SECONDS = 30
+GRACE_SAVE_MARGIN = 3
+GRACE_STEP_SECONDS = 10
+
+
+def choose_grace(checkpoint_seconds: float, checkpoints: int) -> tuple[int, str]:
+    """Whole seconds of grace from a run's ledger (its `checkpoint` part, the loop's time blocked saving, restoring or
+    finishing checkpoints: an upper bound of a save, and their count): GRACE_SAVE_MARGIN x a checkpoint +
+    GRACE_STEP_SECONDS, at least KUBERNETES_GRACE_SECONDS."""
+    if checkpoints <= 0:
+        return KUBERNETES_GRACE_SECONDS, f"no checkpoint measured → Kubernetes's default {KUBERNETES_GRACE_SECONDS} s"
+    each = checkpoint_seconds / checkpoints
+    needed = math.ceil(GRACE_SAVE_MARGIN * each + GRACE_STEP_SECONDS)
+    measured = (f"a checkpoint took {each:.1f} s ({checkpoints} measured): {GRACE_SAVE_MARGIN} × it + "
+                f"{GRACE_STEP_SECONDS} s = {needed} s")
+    if needed <= KUBERNETES_GRACE_SECONDS:
+        return KUBERNETES_GRACE_SECONDS, f"{measured} ≤ {KUBERNETES_GRACE_SECONDS} s → Kubernetes's default"
+    return needed, f"{measured}"

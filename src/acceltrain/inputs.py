@@ -176,7 +176,7 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     if streams.is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
             and not (checked and data.is_dataset(validation_data)):
         *validation_data, weights = streams.stream_to_arrays(validation_data, validation_steps, "validation_data",
-                                                             fit.notes)
+                                                             fit.notes, runtime)
         validation_data = (*validation_data, weights) if weights is not None else tuple(validation_data)
     if data.is_arrays(fit.x):
         _trim_training_arrays(runtime, fit, classes, checked, trim)
@@ -222,7 +222,7 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
     x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
     if streams.is_stream(x) and (runtime.num_replicas > 1 or runtime.num_processes > 1):
-        x = streams.stream_to_arrays(x, name="x", notes=notes)[0]
+        x = streams.stream_to_arrays(x, name="x", notes=notes, runtime=runtime)[0]
     if batch_size is not None:
         data.check_batch_size(batch_size, runtime.num_replicas)
     predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(runtime))
@@ -357,9 +357,14 @@ def _eval_dataset(runtime, dataset, batch_size, classes, name, notes):
         return dataset, batch_size
     # This backend cannot split the last, partial batch over the replicas: evaluate from memory,
     # where every sample is counted equally (see _repeat_eval_arrays).
-    x, y = data.dataset_to_arrays(dataset, name=name)
-    notes.append(("in_memory", f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial "
-                               f"batch divides over {runtime.num_replicas} replicas"))
+    if runtime.num_processes > 1:  # each process reads its share, joined (streams.stream_to_arrays says so)
+        x, y, weights = streams.stream_to_arrays(dataset, name=name, notes=notes, runtime=runtime)
+        if weights is not None:
+            data.dataset_to_arrays(dataset.take(1), name=name)  # refuses a 3-part element, as one process does
+    else:
+        x, y = data.dataset_to_arrays(dataset, name=name)
+        notes.append(("in_memory", f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial "
+                                   f"batch divides over {runtime.num_replicas} replicas"))
     x, y, _ = _repeat_eval_arrays(runtime, (x, y), classes, True, name, notes)
     return (x, y), batch_size
 

@@ -23,8 +23,11 @@ The parts (PARTS):
 - checkpoint: the training loop blocked saving, restoring or finishing a checkpoint;
 - preemption: after a resume, the steps run again that the stopped run had done past its last checkpoint;
 - rest: what no part covers (building the model, writing outputs: the model, the report; callbacks' work at an
-  epoch's end). A command's ledger ends as its last output is written: `acceltrain train` then leaves at once
-  (cli.py::_leave_at_once), so the process ends within milliseconds of it.
+  epoch's end; a `run` script's own code outside its Keras calls, such as its imports: keras.utils.set_random_seed
+  imports TensorFlow to seed it too; in a job of several processes, one waiting in a collective for another still
+  compiling: both seen with py-spy in a 2-process launch of examples/plain_mnist.py, issue 45). A command's ledger
+  ends as its last output is written: `acceltrain train` then leaves at once (cli.py::_leave_at_once), so the
+  process ends within milliseconds of it.
 
 The method. Every part is measured as intervals of one clock (time.time(), as JAX's events are), recorded by
 whoever sees them: JAX's listeners, the ledger's Keras callback (training/callbacks.py::LedgerWatch), the

@@ -94,6 +94,9 @@ START_UP_NOISE = tuple(re.compile(pattern) for pattern in (
     r"^Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type",
     r"^=== Source Location Trace: ===$",  # libtpu's exception texts: this line, then its C++ frames
     r"^[\w/.-]+\.cc:\d+$",
+    # Gloo's, once per collective group a process of a job joins, on stdout: the launcher drops it there; where a
+    # bar's line was not ended yet, it follows the bar's text, so it is looked for anywhere in the line.
+    r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+$",
 ))
 _stderr_terminal = None  # whether the stderr the filter writes to is a terminal (while the filter runs)
 

@@ -153,6 +153,28 @@ class Settings:
     def tpu(self) -> str | None:
         return self.cluster.tpu if self.cluster is not None else None
 
+    def check(self, backend: str | None = None, processes: int = 1) -> "Settings":
+        """These settings checked as the flags they came from, before anything starts or is written: what `launch`
+        checks before its processes start and `launch --emit` before it writes an artifact, so that an engine is
+        never handed a command `acceltrain run` refuses. `backend`: the job's, where known (launch resolves it);
+        `processes`: the job's count. Returns them with stall_timeout in seconds."""
+        backend = backend if backend is not None else self.backend
+        if backend is not None and backend not in decisions.BACKENDS:
+            raise UsageError(f"Received --backend {backend!r}. Valid: {', '.join(decisions.BACKENDS)}.")
+        if backend == "tensorflow" and processes > 1:
+            raise UsageError(f"Received --backend tensorflow for a job of {processes} processes. A job of several "
+                             "processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
+                             "MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass --backend jax.")
+        if self.simulate_devices is not None:
+            positive_int(self.simulate_devices, "--simulate-devices", " (e.g. 8 to try an 8-device run on a CPU)")
+        decisions.check_distribution(self.distribution, backend)
+        stall_timeout = watchdog.check_timeout(self.stall_timeout, "--stall-timeout")
+        if self.device_memory is not None:
+            from acceltrain import sharding
+
+            sharding.parse_bytes(self.device_memory, "--device-memory")
+        return dataclasses.replace(self, stall_timeout=stall_timeout)
+
 
 def _heartbeats(found):
     """Each process's beats shared through the job's coordinator (a job of several processes on JAX), for the

@@ -10,6 +10,8 @@ import random
 import threading
 import weakref
 
+import numpy as np
+
 from acceltrain import data
 from acceltrain.errors import UsageError
 
@@ -29,7 +31,10 @@ from acceltrain.errors import UsageError
 # - what cannot be read by share (a generator, a pipeline that does not start at from_tensor_slices or range, a
 #   Grain dataset): every process reads every batch whole and keeps its rows (every P-th), so each sample is still
 #   computed once; said in one line with the reason.
-# evaluate and predict read a stream whole into arrays (in_memory) and take the arrays' rules from there.
+# evaluate and predict (and a validation stream) read a stream into arrays (in_memory) and take the arrays' rules from
+# there; in a job, each process reads its share (a tf.data pipeline's every P-th source sample, a PyDataset's batches
+# p, p + P, ..., a Grain loader's shard p) and the shares are joined over the job (the backend's join_shares), each
+# row put back at its place in the stream: every process holds the whole set, read once in the job.
 
 def is_stream(x) -> bool:
     return x is not None and not data.is_arrays(x)
@@ -153,13 +158,76 @@ def _cut_note(name: str, kind: str, replicas: int, whose: str = "") -> tuple:
                                   "final batch is trimmed)")
 
 
-def stream_to_arrays(x, steps=None, name: str = "x", notes: list | None = None):
-    """A finite stream read whole (its first `steps` batches) as (x, y, sample_weight) arrays."""
-    arrays = data.batches_to_arrays(data.stream_batches(x, steps), name=name)
+def stream_to_arrays(x, steps=None, name: str = "x", notes: list | None = None, runtime=None):
+    """A finite stream read whole (its first `steps` batches) as (x, y, sample_weight) arrays. In a job of several
+    processes (`runtime`), each process reads its share where it can (_share_rows) and the shares are joined in
+    every process (runtime.backend_module.join_shares), in the stream's order; else every process reads it whole."""
+    processes = runtime.num_processes if runtime is not None else 1
+    shared, how = _share_rows(x, steps, runtime.process_index, processes) if processes > 1 else (None, "")
+    arrays = None
+    if shared is not None:
+        batches, keys = shared
+        local = data.batches_to_arrays(batches, name=name)
+        if all(np.asarray(leaf).dtype.kind not in "OSU" for leaf in data.leaves([a for a in local if a is not None])):
+            arrays = runtime.backend_module.join_shares(local, keys)
+        else:  # the same in every process: their streams yield the same dtypes
+            how = "its strings are not joined over the job"
+    joined = arrays is not None
+    if not joined:
+        arrays = data.batches_to_arrays(data.stream_batches(x, steps), name=name)
     if notes is not None:
+        whose = ""
+        if processes > 1:
+            whose = (f"; each process read its share ({how}), joined over the job, so each sample was read once"
+                     if joined else f"; every process read it whole: {how}")
         notes.append((f"in_memory:{name}", f"{name} ({_kind(x)}): read into memory ({data.num_samples(arrays[0])} "
-                                           "samples), so every batch divides over the replicas with none dropped"))
+                                           f"samples), so every batch divides over the replicas with none dropped"
+                                           f"{whose}"))
     return arrays
+
+
+def _share_rows(x, steps, index: int, processes: int):
+    """((this process's batches, each row's place in the whole stream), how) of a finite stream read by share, to be
+    joined; (None, why not) where it cannot be. Each way reads a share every process computes from what they all
+    know alike (a source's length, a PyDataset's batches, a Grain sampler's records), so all of them share or none."""
+    if data.is_dataset(x):
+        shared = data.source_share(x, index, processes, whole=True)
+        if shared is None:
+            return None, ("its source is not from_tensor_slices or range of at least as many samples as processes, "
+                          f"or it has no single batch op of a size dividing by {processes} before a static shape or a "
+                          "filter")
+        batches = data.stream_batches(shared, steps)
+        return (batches, _every_nth(batches, index, processes)), (
+            f"process p read samples p, p + {processes}, ... of its source")
+    if data.is_py_dataset(x):
+        count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
+        if count is None or count < processes:
+            return None, f"it has fewer batches than processes ({count}), or no length"
+        mine = range(index, count, processes)
+        batches = [data.tensors_as_numpy(_read(x, i)) for i in mine]
+        keys = [np.int64(i) * 2**32 + np.arange(data.batch_rows(batch)) for i, batch in zip(mine, batches)]
+        return (batches, np.concatenate(keys)), f"process p read batches p, p + {processes}, ..."
+    if data.is_grain(x) and not _grain_sharded(x):
+        shared = _grain_records_share(x, index, processes)
+        if shared is None:
+            return None, (f"Grain shares only a DataLoader with an IndexSampler of records dividing by {processes} "
+                          f"and one grain.Batch dividing by them")
+        batches = data.stream_batches(shared, steps)
+        return (batches, _every_nth(batches, index, processes)), (
+            f"process p read records p, p + {processes}, ... (Grain's ShardOptions)")
+    if data.is_grain(x) and _grain_shard_options(x).shard_count == processes:  # its share already: process by process
+        batches = data.stream_batches(x, steps)
+        rows = sum(data.batch_rows(batch) for batch in batches)
+        return (batches, np.int64(index) * 2**40 + np.arange(rows)), ("a Grain loader sharded by process, joined "
+                                                                      "process by process")
+    return None, ("a generator cannot be read by share" if data.is_generator(x)
+                  else f"{_kind(x)} has no share to take")
+
+
+def _every_nth(batches, index: int, processes: int) -> np.ndarray:
+    """The places in the whole stream of the rows of `batches`, read as samples index, index + processes, ..."""
+    rows = sum(data.batch_rows(batch) for batch in batches)
+    return index + processes * np.arange(rows, dtype=np.int64)
 
 
 def _kind(x) -> str:
@@ -225,6 +293,27 @@ def _grain_share(x, index: int, processes: int):
     return grain.DataLoader(data_source=x._data_source, sampler=sampler, operations=operations,
                             worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
                             shard_options=shards, read_options=x._read_options)
+
+
+def _grain_records_share(x, index: int, processes: int):
+    """An unsharded Grain DataLoader rebuilt to read records index, index + processes, ... of its sampler's order, all
+    of them (evaluate, predict): its sampler as it is, the loader given ShardOptions(index, processes), which takes
+    every processes-th record of the sampler's order (tried here, Grain 0.2: with 11 records and 2 shards it left the
+    last out even without drop_remainder, so the records must divide by the processes), its one Batch of B given
+    B / processes. None where the loader is not made so. Relies on: the parts _grain_share names."""
+    import grain.python as grain
+
+    batch = _grain_batch(x)
+    if batch is None or type(x._sampler) is not grain.IndexSampler or batch.batch_size % processes \
+            or len(x._sampler) % processes:
+        return None
+    operations = [grain.Batch(batch.batch_size // processes, drop_remainder=batch.drop_remainder,
+                              batch_fn=batch.batch_fn) if op is batch else op for op in x._operations]
+    options = x._multiprocessing_options
+    return grain.DataLoader(data_source=x._data_source, sampler=x._sampler, operations=operations,
+                            worker_count=options.num_workers, worker_buffer_size=options.per_worker_buffer_size,
+                            shard_options=grain.ShardOptions(shard_index=index, shard_count=processes),
+                            read_options=x._read_options)
 
 
 def grain_num_batches(x) -> int | None:

@@ -137,3 +137,73 @@ def test_rendering_imports_no_framework():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+# --- No figure from a loaded machine --------------------------------------------------------------
+
+@pytest.mark.parametrize("machine, says", [
+    ({"cores": 2, "load_before": 0.9, "load_after": 2.4}, None),  # its own load at the end is not another's
+    ({"cores": 2, "load_before": 1.0, "others_load": 1.0}, None),
+    ({"cores": 2, "load_before": 1.2}, "measured at a load average (1 min) of 1.2 at its start"),
+    ({"cores": 2, "load_before": 0.2, "others_load": 1.6}, "other work kept about 1.6 cores busy besides the run's own"),
+    ({"cores": 16, "load_before": 3.7}, None),  # the GPU machine: half of 16 cores
+    ({"cores": 2, "load_before": None}, "its load average was not recorded"),
+])
+def test_a_record_is_loaded_when_others_held_more_than_half_the_cores(machine, says):
+    found = _results.loaded({"provenance": _results.MEASURED, "machine": machine})
+    assert found == says if says is None else says in found
+
+
+def test_a_loaded_records_timed_quotes_are_withheld_naming_why_and_the_rerun():
+    committed = render.records()
+    quiet = {**committed["epoch-speed"], "machine": {**committed["epoch-speed"]["machine"], "load_before": 0.4}}
+    loaded = {**quiet, "machine": {**quiet["machine"], "load_before": 7.5}}
+    shown, withheld = render.quotes({"epoch-speed": quiet}), render.quotes({"epoch-speed": loaded})
+    assert shown["epoch-speed", "summary"].startswith("On 2 cores of")
+    assert withheld["epoch-speed", "summary"] == (
+        "(figure withheld: BENCHMARKS.md, epoch-speed, was measured at a load average (1 min) of 7.5 at its start, "
+        f"above the quiet bound of 1 on 2 cores; it waits for a quiet rerun, `{loaded['command']}`)")
+    # a quote whose figures no load changes (accuracies) is quoted from a loaded record too
+    learning = committed["learning-rate"]
+    assert _results.loaded(learning) and not render.quotes({"learning-rate": learning})[
+        "learning-rate", "seeds"].startswith("(figure withheld")
+
+
+def test_every_quote_in_readme_and_the_manual_comes_from_a_quiet_record_or_is_withheld():
+    found = render.records()
+    said = render.quotes(found)
+    for path in render.documents():
+        for match in render.MARKER.finditer(path.read_text()):
+            section, name = match["section"], match["name"]
+            record = found[section]
+            if record is None or not _results.loaded(record):
+                continue
+            load_free = getattr(render.script_module(BY_NAME[section].script), "LOAD_FREE", ())
+            assert name in load_free or match["content"] == _results.withheld(record) == said[section, name], \
+                f"{path.name} quotes {section}/{name} from a loaded record ({_results.loaded(record)}): {FIX}"
+
+
+def test_a_record_keeps_the_load_while_it_ran_and_others_cpu_time_less_its_own(tmp_path, monkeypatch):
+    """others_load: the machine's busy CPU seconds less the run's own, a second of wall. Here 18 s busy over a
+    10 s run of which 8 s were the run's own: others kept 1.0 core busy."""
+    import argparse
+    import itertools
+
+    monkeypatch.setattr(_results, "LOAD_SAMPLE_SECONDS", 0.01)
+    busy, own, clock = iter([100.0, 118.0]), iter([5.0, 13.0]), itertools.chain([1000.0], itertools.repeat(1010.0))
+    monkeypatch.setattr(_results, "cpu_busy_seconds", lambda: next(busy))
+    monkeypatch.setattr(_results, "own_cpu_seconds", lambda: next(own))
+    monkeypatch.setattr(_results.time, "time", lambda: next(clock))
+    monkeypatch.setattr(_results, "load_average", lambda: 0.5)  # the 1-minute load: quiet at the start
+    run = _results.Run("matmul_dtypes.py", argparse.Namespace(quick=True, results=tmp_path))
+    import threading
+    threading.Event().wait(0.1)  # a few load samples
+    machine = json.loads(run.save("matmul-dtypes", {}).read_text())["machine"]
+    assert machine["own_cpu_seconds"] == 8.0 and machine["others_load"] == 1.0 and machine["load_samples"]
+    assert _results.loaded({"provenance": _results.MEASURED, "machine": machine}) is None  # 1.0: at the bound
+
+
+def test_the_machines_busy_cpu_time_is_read_where_linux_keeps_it():
+    first = _results.cpu_busy_seconds()
+    sum(i * i for i in range(3_000_000))
+    assert first is not None and _results.cpu_busy_seconds() > first

@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ from acceltrain.commands import bench
 from acceltrain.hardware import cpu, gpu, tpu
 
 SRC = Path(__file__).resolve().parent.parent / "src"
-VARIANT_FIELDS = {"label", "backend", "jit_compile", "steady_epoch_seconds", "median_steady_epoch_seconds", "samples_per_second", "seconds_to_first_epoch_end",
+VARIANT_FIELDS = {"label", "backend", "precision", "default_precision", "jit_compile", "median_epoch_seconds",
+                  "run_medians", "spread", "samples_per_epoch", "samples_per_second", "seconds_to_first_epoch_end",
                   "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
 
 
@@ -20,8 +22,8 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
     report_path = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     env.pop("XLA_FLAGS", None)  # the children see this machine as a user would
-    done = subprocess.run([sys.executable, "-m", "acceltrain", "bench", "--epochs", "2", "--repeats", "2",
-                           "--samples", "2400", "--json", str(report_path)],
+    done = subprocess.run([sys.executable, "-m", "acceltrain", "bench", "--epochs", "3", "--repeats", "2",
+                           "--samples", "2400", "--batch-size", "600", "--json", str(report_path)],
                           capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     for label in bench.LABELS.values():
@@ -32,17 +34,29 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
     assert set(report["variants"]) == {"plain", "acceltrain", "hand"}
     for name, variant in report["variants"].items():
         assert set(variant) == VARIANT_FIELDS | ({"ledgers"} if name == "acceltrain" else set())
-        assert variant["steady_epoch_seconds"] > 0 and variant["seconds_to_first_epoch_end"] > 0
+        assert variant["median_epoch_seconds"] > 0 and variant["seconds_to_first_epoch_end"] > 0
         assert 0 < variant["fraction_of_ceiling"]
         assert variant["fraction_of_peak"] is None  # no published peak for a CPU
-        assert len(variant["runs"]) == 2 and all(len(run["epoch_seconds"]) == 2 for run in variant["runs"])
+        assert len(variant["runs"]) == 2 and all(len(run["epoch_seconds"]) == 3 for run in variant["runs"])
+        # the figure and its noise are one statistic: each run's median steady epoch (after the first)
+        medians = [statistics.median(run["epoch_seconds"][1:]) for run in variant["runs"]]
+        assert variant["run_medians"] == medians and variant["median_epoch_seconds"] == statistics.median(medians)
+        assert variant["spread"] == pytest.approx((max(medians) - min(medians)) / min(medians))
+        assert variant["precision"] == "float32"  # acceltrain's on a CPU: every variant runs in it
+    assert report["variants"]["plain"]["default_precision"] == "float32"  # Keras's own, labelled
+    assert report["variants"]["hand"]["default_precision"] is None and report["one_precision"]
     assert report["variants"]["hand"]["jit_compile"] is None  # not a Keras fit
     assert all(isinstance(report["variants"][name]["jit_compile"], bool) for name in ("plain", "acceltrain"))
-    assert report["samples_per_epoch"] == 2400
+    assert report["samples_per_epoch"] == 2400 and report["batch_size"] == 600
     assert report["flops_per_sample"] == 2 * (784 * 512 * 2 + 3 * (512 * 256 + 256 * 128 + 128 * 64 + 64 * 10))
     assert report["ceiling"]["flops_per_second"] > 0 and report["ceiling"]["dtype"] == "float32"
-    for ratios in (report["ratios"], report["median_ratios"]):
-        assert set(ratios) == {"plain_over_acceltrain", "acceltrain_over_hand", "plain_over_hand"}
+    assert set(report["ratios"]) == {"plain_over_acceltrain", "acceltrain_over_hand", "plain_over_hand"}
+    for (a, b), judged in zip(bench.PAIRS, report["ratios"].values()):
+        variants = report["variants"]
+        assert judged["ratio"] == variants[a]["median_epoch_seconds"] / variants[b]["median_epoch_seconds"]
+        assert judged["noise"] == max(variants[a]["spread"], variants[b]["spread"])
+    assert "| (a) plain Keras fit | tensorflow | float32 (float32) |" in done.stdout
+    assert "every variant in float32 (acceltrain's choice here" in done.stdout
     cache = report["compilation_cache"]
     assert {"cold_seconds_to_first_epoch_end", "warm_seconds_to_first_epoch_end", "cut"} <= set(cache)
     assert report["runtime"]["platform"] == "cpu" and report["precision"] == "float32"
@@ -53,7 +67,8 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
     assert "acceltrain's Runtime.fit, its last run: where the " in done.stdout
 
 
-@pytest.mark.parametrize("flag, value", [("--epochs", "0"), ("--repeats", "0"), ("--samples", "0")])
+@pytest.mark.parametrize("flag, value", [("--epochs", "0"), ("--repeats", "0"), ("--samples", "0"),
+                                         ("--batch-size", "0")])
 def test_bench_refuses_nonsense_before_running_anything(flag, value):
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     done = subprocess.run([sys.executable, "-m", "acceltrain", "bench", flag, value], capture_output=True,
@@ -96,3 +111,21 @@ def test_training_flops_is_none_for_layers_it_cannot_count():
 )
 def test_published_peaks(kind, device_kind, dtype, expected):
     assert kind.peak_flops_per_second(device_kind, dtype) == expected
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", None])
+def test_plain_keras_runs_in_the_precision_acceltrain_ran_and_labels_its_own_default(precision):
+    """bench passes acceltrain's dtype policy to the plain child (on a GPU, mixed_bfloat16): plain Keras computes in
+    it, and the child records Keras's own default beside it; without one, plain Keras keeps Keras's default."""
+    import time
+
+    payload = {"recipe": "mnist-mlp", "samples": 256, "seed": 0, "batch_size": 128, "epochs": 1,
+               "started": time.time(), "precision": precision}
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "KERAS_BACKEND": "jax"}
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run([sys.executable, "-m", "acceltrain.commands.bench", "plain", json.dumps(payload)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith(bench.RESULT_TAG))
+                        [len(bench.RESULT_TAG):])
+    assert result["precision"] == (precision or "float32") and result["default_precision"] == "float32"

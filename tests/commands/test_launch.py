@@ -398,6 +398,45 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+BARS = """import keras, numpy as np
+rng = np.random.default_rng(0)
+x, y = rng.random((1000, 8), dtype="float32"), rng.integers(0, 3, 1000)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)])
+model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+model.fit(x, y, batch_size=32, epochs=2, validation_data=(x[:200], y[:200]))
+model.evaluate(x, y, batch_size=64)
+model.predict(x[:300], batch_size=64)
+"""
+
+
+@pytest.mark.multi_device
+def test_a_launch_with_keras_s_default_progress_bar_prints_one_readable_bar_and_one_result_line_an_epoch(tmp_path):
+    """Item 5 of issue 45: with Keras's default verbose=1 (fit with validation data, evaluate, predict), the job's
+    stdout holds process 0's bar alone, redrawn on its own line, and one result line an epoch; Gloo's start-up lines
+    are gone. Before: both processes' bars shared one line, "[1] …loss: 0.1630[0]  1/32 ━━…"."""
+    from acceltrain.commands.launch import is_keras_progress
+
+    script = tmp_path / "bars.py"
+    script.write_text(BARS)
+    job = subprocess.run(support.command("launch", "--processes", "2", "--simulate-devices", "2", script),
+                         env=support.env(), capture_output=True, timeout=400)  # bytes: each '\r' kept
+    stdout, stderr = job.stdout.decode(), job.stderr.decode()
+    assert job.returncode == 0, stderr[-3000:]
+    lines = stdout.split("\n")
+    redraws = [part for line in lines for part in line.split("\r") if part]
+    progress = [part for part in redraws if is_keras_progress(part.split("] ", 1)[-1])]
+    assert progress and all(part.startswith("[0] ") for part in progress), [p for p in progress if p[:4] != "[0] "]
+    # Each line of the terminal is one process's: no redraw of another process's line inside it.
+    assert all(len({part.split("] ", 1)[0] for part in line.split("\r") if part}) <= 1 for line in lines), stdout
+    finished = [line.rsplit("\r", 1)[-1] for line in lines if "\r" in line or is_keras_progress(line[4:])]
+    fit_ends = [line for line in finished if "val_loss" in line]
+    assert [line.split("/", 1)[0][-2:] for line in fit_ends] == ["32", "32"], stdout  # 32 batches of 32 each epoch
+    assert len(finished) == 4, finished  # 2 epochs, 1 evaluate, 1 predict
+    assert [line for line in lines if "Epoch " in line] == ["[all] Epoch 1/2", "[all] Epoch 2/2"]
+    assert "Gloo" not in stdout + stderr
+    assert "Keras's progress shown from process 0 only (-v: every process's)" in stderr
+
+
 # --- The launcher's own plumbing, in-process ---------------------------------------------------------
 
 def test_a_progress_bar_is_forwarded_as_it_redraws_not_once_an_epoch():
@@ -409,20 +448,58 @@ def test_a_progress_bar_is_forwarded_as_it_redraws_not_once_an_epoch():
     read_end, write_end = os.pipe()
     target = io.StringIO()
     lines = SameLines(target, 2, threading.Lock())
-    pump = threading.Thread(target=_prefix_lines, args=(os.fdopen(read_end, "rb"), lines, 1))
+    pump = threading.Thread(target=_prefix_lines, args=(os.fdopen(read_end, "rb"), lines, 0))
     pump.start()
     os.write(write_end, b"\b\b\b\r 1/16 loss: 2.3\b\b\b\r 2/16 loss: 2.2\b\b\b\r 3/16 ")  # a bar mid-epoch, as Keras writes it
     deadline = time.monotonic() + 30
     while "2/16" not in target.getvalue() and time.monotonic() < deadline:
         time.sleep(0.05)
     mid_epoch = target.getvalue()
-    os.write(write_end, b"loss: 2.1\n[Gloo] Rank 1 is connected\n")
+    os.write(write_end, b"loss: 2.1\n[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer "
+                        b"ranks is : 1\nthe script's own line\n")
+    while "2.1\n" not in target.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    epoch_end = target.getvalue()
     os.close(write_end)
     pump.join(timeout=30)
     lines.flush()
 
-    assert mid_epoch == "[1]  1/16 loss: 2.3\r[1]  2/16 loss: 2.2\r"  # before the epoch's '\n'; no backspaces
-    assert target.getvalue() == mid_epoch + "[1]  3/16 loss: 2.1\n[1] [Gloo] Rank 1 is connected\n"
+    assert mid_epoch == "[0]  1/16 loss: 2.3\r[0]  2/16 loss: 2.2\r"  # before the epoch's '\n'; no backspaces
+    # The epoch's result line at once, not held for process 1 (which shows no bar): process 0's own line is held.
+    assert epoch_end == mid_epoch + "[0]  3/16 loss: 2.1\n"
+    assert target.getvalue() == epoch_end + "[0] the script's own line\n"  # Gloo's start-up line dropped
+
+
+def test_keras_s_progress_is_process_0_s_only_and_its_other_lines_are_still_said_once():
+    """Item 5 of issue 45: Keras's bar (verbose=1, colours and all) and its verbose=2 result line come from process
+    0 alone, at once; process 1's are dropped; "Epoch 1/2", which both say, is written once; a line only process 1
+    says (its own print) still comes, prefixed."""
+    import io
+
+    from acceltrain.commands.launch import SameLines
+
+    clock, target = _Clock(), io.StringIO()
+    lines = SameLines(target, 2, threading.Lock(), clock=clock)
+    bar = "\x1b[1m{}/32\x1b[0m \x1b[32m━━━━\x1b[0m \x1b[1m0s\x1b[0m 9ms/step - loss: 0.5{}"
+    for index in (0, 1):
+        lines.add(index, "Epoch 1/2\n")
+    for index in (1, 0):
+        lines.add(index, bar.format(" 1", "\r"))
+        lines.add(index, bar.format("32", "\n"))
+    lines.add(1, "    12/Unknown 3s 5ms/step - loss: 0.4\r")  # a bar of unknown length
+    lines.add(1, "32/32 - 1s - 20ms/step - loss: 0.5\n")  # verbose=2's line
+    lines.add(0, "32/32 - 1s - 21ms/step - loss: 0.5\n")
+    lines.add(1, "process 1's own line\n")
+    assert target.getvalue() == ("[all] Epoch 1/2\n" + "[0] " + bar.format(" 1", "\r") + "[0] " + bar.format("32", "\n")
+                                 + "[0] 32/32 - 1s - 21ms/step - loss: 0.5\n")  # nothing held for process 1
+    clock.now = SameLines.HOLD_SECONDS
+    lines.flush()
+    assert target.getvalue().endswith("[0] 32/32 - 1s - 21ms/step - loss: 0.5\n[1] process 1's own line\n")
+
+    every = io.StringIO()  # -v: every process's progress
+    lines = SameLines(every, 2, threading.Lock(), clock=clock, progress_of_all=True)
+    lines.add(1, bar.format(" 1", "\r"))
+    assert every.getvalue() == "[1] " + bar.format(" 1", "\r")
 
 
 class _Clock:
@@ -452,8 +529,8 @@ def test_a_line_every_process_says_alike_is_written_once_and_the_rest_per_proces
     lines.add(1, "epoch 1 done\n")
     assert target.getvalue().splitlines()[1:] == ["[0] only process 0 says this", "[1] process 1's own line",
                                                   "[all] epoch 1 done"]
-    lines.add(1, " 3/16 loss: 2.1\r")  # a bar redrawing itself waits for nobody
-    assert target.getvalue().endswith("[1]  3/16 loss: 2.1\r")
+    lines.add(1, "downloading: 3 %\r")  # a line redrawing itself waits for nobody
+    assert target.getvalue().endswith("[1] downloading: 3 %\r")
     lines.end(1)  # process 1 is done: process 0's lines cannot be said by all, and go at once
     lines.add(0, "acceltrain: outputs in runs/a\n")
     assert target.getvalue().endswith("[0] acceltrain: outputs in runs/a\n")
@@ -547,7 +624,7 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("verify, processes, message", [
-    (3, 2, r"Received --verify 3 with --processes 2: the one-device run .* `acceltrain run --verify N`"),
+    (3, 2, r"Received --verify 3 for a job of 2 processes: the one-device run .* `acceltrain run --verify N`"),
     (0, 1, r"Received --verify 0\. Expected a whole number of at least 1"),
 ])
 def test_launch_refuses_a_verify_it_cannot_do_before_starting_anything(monkeypatch, tmp_path, verify, processes,
@@ -636,9 +713,9 @@ def _seen(stdout: str, process: int, what: str = "seen") -> dict:
     return found
 
 
-def _reads(stdout: str, kind: str) -> list:
+def _reads(stdout: str, kind: str, what: str = "read") -> list:
     """Each sample's reads in the whole job: the processes' own counts added."""
-    return [a + b for a, b in zip(_seen(stdout, 0, "read")[kind], _seen(stdout, 1, "read")[kind])]
+    return [a + b for a, b in zip(_seen(stdout, 0, what)[kind], _seen(stdout, 1, what)[kind])]
 
 
 def _plain_reads(stdout: str) -> dict:
@@ -683,6 +760,27 @@ def test_in_two_processes_a_dataset_a_py_dataset_and_grain_loaders_feed_each_sam
     assert _reads(job.stdout, "tfdata") == plain_reads["tfdata"]
     assert sum(_seen(job.stdout, 0, "read")["tfdata"][1::2]) == 0  # process 0 read none of process 1's samples
     assert "x (a tf.data.Dataset): each process's pipeline reads every 2nd sample of its source" in job.stderr
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("kinds", ["tfdata,pydataset", pytest.param("grain,grain_by_process", marks=pytest.mark.slow)])
+def test_in_two_processes_evaluate_predict_and_validation_read_each_sample_once_with_plain_results(kinds):
+    """Item 1 of issue 45: 330 samples in batches of 32, unshuffled, passed to evaluate, predict and as fit's
+    validation_data in a 2-process job: each sample is read once in the whole job (each process reads its share, the
+    shares joined), where every process read the whole stream before; the metrics and the predictions (in the
+    input's order) are those of the same call on the arrays."""
+    job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
+                          support.SCRIPTS / "counts_samples.py", kinds, "1", "330", "0", "evaluate", timeout=500)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for kind in kinds.split(","):
+        for call in ("evaluate", "predict", "validation"):
+            assert _seen(job.stdout, 0, "same-" + call)[kind] is True, (kind, call)
+            assert _seen(job.stdout, 1, "same-" + call)[kind] is True, (kind, call)
+            reads = _reads(job.stdout, kind, "read-" + call)
+            assert reads == [1] * 330, (kind, call, reads)
+            assert 0 < sum(_seen(job.stdout, 0, "read-" + call)[kind]) < 330, (kind, call)  # a share, not the whole
+    assert "each process read its share (process p read samples p, p + 2, ... of its source), joined over the job" \
+        in job.stderr or "tfdata" not in kinds
 
 
 @pytest.mark.slow

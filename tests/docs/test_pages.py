@@ -206,6 +206,7 @@ NOT_MEASURED = {  # (page, the figure as written): what it is
     ("clusters.md", "130 s"): "setting: jax.distributed's heartbeat timeout as acceltrain sets it",
     ("clusters.md", "60 s"): "setting: the watchdog's floor (watchdog.py)",
     ("checkpoints.md", "30 s"): "setting: launch's grace after a notice (ACCELTRAIN_NOTICE_GRACE_SECONDS)",
+    ("clusters.md", "30 s"): "setting: launch's grace after a notice, and Kubernetes's default terminationGracePeriodSeconds",
     ("plan.md", "1 ms"): "setting: the shortest step at peak whose samples/s plan prints",
     ("speed.md", "1 %"): "a bound the benchmark is held to (the ledger's cost)",
     ("your-script.md", "2 minutes"): "setting: decisions.choose_plain_recheck's shortest plain rerun",

@@ -244,7 +244,7 @@ INTERFACE = (
     "make_distribution", "distribution_name", "num_replicas", "scope", "release", "follow_placement",
     "step_callbacks", "op_by_op_made_safe",
     # unmodified scripts
-    "devices_spanned", "gathering_predictions",
+    "devices_spanned", "gathering_predictions", "join_shares",
     # the time ledger (acceltrain/ledger.py): compile events, a step's FLOPs
     "watch_compiles", "step_flops", "shapes_of",
 )

@@ -344,6 +344,10 @@ def gathering_predictions(model):
     raise UsageError(_ONE_PROCESS)
 
 
+def join_shares(arrays, keys):
+    raise UsageError(_ONE_PROCESS)
+
+
 _ONE_PROCESS = ("A job of several processes on the TensorFlow backend: Keras 3's fit does not train under "
                 "TensorFlow's MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass backend='jax' "
                 "(--backend jax) to train with several processes.")

@@ -1,19 +1,26 @@
 """`acceltrain bench`: how fast a recipe trains here, beside plain Keras, a hand-written loop and the
-hardware's own limit, measured in one run on the same machine.
+hardware's own limit, measured in one run on the same machine, in one precision.
 
-    report = run(BenchConfig(recipe="mnist-mlp", epochs=4))
+    report = run(BenchConfig(recipe="mnist-mlp", epochs=4, batch_size=128))
     print(format_table(report))
 
 What runs, each in its own Python process (one Keras backend per process; each pays its own start-up,
 as a user's run does), interleaved so that a neighbour's load falls on all of them alike:
   (a) plain: the recipe's model as a plain Keras user trains it: `model.fit` with Keras's defaults on
-      the TensorFlow backend (JAX where TensorFlow is not installed);
-  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path (with `checkpoints`,
-      checkpoints as `acceltrain train` writes them, --checkpoint-every auto, timed in the epoch). Its first run starts
-      with an empty compilation cache and the later runs find it filled: cold and warm start-up;
+      the TensorFlow backend (JAX where TensorFlow is not installed), but in the dtype policy acceltrain
+      runs (its own default, float32, is shown beside it);
+  (b) acceltrain: connect() → scope() → Runtime.fit, the library's own path, whatever fit does (with
+      `checkpoints`, checkpoints as `acceltrain train` writes them, --checkpoint-every auto, timed in the
+      epoch). Its first run starts with an empty compilation cache and the later runs find it filled: cold
+      and warm start-up;
   (c) hand: a jitted JAX loop written by hand for the same model, weights and optimizer: one
-      `lax.scan` per epoch over data placed on the device once. The floor;
-  (d) ceiling: the device's matmul throughput in the model's compute dtype, the best of every round.
+      `lax.scan` per epoch over data placed on the device once, computing in acceltrain's compute dtype. The floor;
+  (d) ceiling: the device's matmul throughput in that compute dtype, the best of every round.
+
+Every figure compared is a median: a run's steady epochs (those after its first) give the run's median, a
+variant's figure is the median of its runs' medians, and its noise is the spread of those run medians,
+(max - min) / min. A ratio of two variants is judged against the larger of their two spreads: the verdict
+and its noise come from the same statistic.
 
 The parent process imports no framework. A child prints one line, RESULT_TAG + JSON, on stdout.
 """
@@ -46,7 +53,7 @@ class BenchConfig:
     backend: str | None = None  # acceltrain's backend; the hand loop and the ceiling are JAX
     simulate_devices: int | None = None
     epochs: int = 4  # the first includes compilation; the rest are steady
-    repeats: int = 2  # runs of each variant, interleaved; the fastest steady epoch of all counts
+    repeats: int = 2  # runs of each variant, interleaved; the median of their median steady epochs counts
     samples: int | None = None  # train on the first N samples only (quick checks)
     batch_size: int | None = None  # default: the recipe's
     seed: int = 0
@@ -60,8 +67,9 @@ def run(config: BenchConfig) -> dict:
     recipe = recipes.get(config.recipe)
     for name in ("epochs", "repeats"):
         positive_int(getattr(config, name), f"--{name}")
-    if config.samples is not None:
-        positive_int(config.samples, "--samples")
+    for name in ("samples", "batch_size"):
+        if getattr(config, name) is not None:
+            positive_int(getattr(config, name), f"--{name.replace('_', '-')}")
     batch_size = config.batch_size or recipe.BATCH_SIZE
 
     runs = {"plain": [], "acceltrain": [], "hand": [], "ceiling": []}
@@ -74,7 +82,9 @@ def run(config: BenchConfig) -> dict:
                 extra = {}
                 if variant != "acceltrain":
                     first = runs["acceltrain"][0]
-                    extra = {"compute_dtype": first["compute_dtype"], "platform": first["runtime"]["platform"]}
+                    # one precision for all: the one acceltrain ran in (plain Keras's own default is recorded beside)
+                    extra = {"compute_dtype": first["compute_dtype"], "platform": first["runtime"]["platform"],
+                             "precision": first["precision"]}
                 log.info(f"bench: {LABELS[variant]}, run {repeat + 1} of {config.repeats}")
                 runs[variant].append(_run_child(variant, config, batch_size, cache_dir, extra))
     ceiling = max(runs.pop("ceiling"), key=lambda result: result["flops_per_second"])
@@ -91,9 +101,25 @@ def _load_average() -> float | None:
 
 # --- The report -------------------------------------------------------------------------------
 
-def _steady(runs: list[dict]) -> list[float]:
-    """The steady epochs of all runs: each run's epochs after its first (which compiles)."""
-    return [seconds for run in runs for seconds in (run["epoch_seconds"][1:] or run["epoch_seconds"])]
+def run_medians(runs: list[dict]) -> list[float]:
+    """Each run's median steady epoch: its epochs after the first (which compiles); all of them if it had one."""
+    return [statistics.median(run["epoch_seconds"][1:] or run["epoch_seconds"]) for run in runs]
+
+
+def spread(values: list[float]) -> float | None:
+    """(max - min) / min of repeated measurements (benchmarks/_noise.py's rule); None for fewer than two."""
+    return (max(values) - min(values)) / min(values) if len(values) >= 2 else None
+
+
+def judged(ratio: float, noises) -> dict:
+    """A ratio of two variants' medians with the larger of their runs' spreads, and whether it lies beyond it."""
+    noises = list(noises)
+    noise = None if any(n is None for n in noises) else max(noises)
+    verdict = "noise unknown" if noise is None else ("within noise" if abs(ratio - 1) <= noise else "beyond noise")
+    return {"ratio": ratio, "noise": noise, "verdict": verdict}
+
+
+PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"))  # (numerator, denominator)
 
 
 def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
@@ -109,22 +135,29 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
 
     variants = {}
     for name, child_runs in runs.items():
-        # The fastest epoch: other work on the machine only ever adds time, so the fastest is the
-        # best estimate of the variant's own speed. The median shows how much the load added.
-        steady = min(_steady(child_runs))
-        train_flops = flops_per_sample * samples / steady if flops_per_sample else None
+        medians = run_medians(child_runs)
+        median = statistics.median(medians)
+        own_samples = child_runs[0].get("samples_per_epoch", samples)
+        train_flops = flops_per_sample * own_samples / median if flops_per_sample else None
         variants[name] = {
             "label": LABELS[name],
             "backend": child_runs[0]["backend"],
+            # The dtype policy it ran in (the same for all: acceltrain's), and its own default, labelled beside.
+            "precision": child_runs[0].get("precision"),
+            "default_precision": child_runs[0].get("default_precision"),
             # Whether Keras compiled the steps with XLA, as the model said after fit (None: not a Keras fit).
             "jit_compile": child_runs[0].get("jit_compile"),
-            "steady_epoch_seconds": steady,
-            "median_steady_epoch_seconds": statistics.median(_steady(child_runs)),
-            "samples_per_second": samples / steady,
-            # Start-up, data, build and compile, and the first epoch: the best run's (the hand loop
-            # and plain Keras use no persistent cache, so their runs are alike).
-            "seconds_to_first_epoch_end": min(r["seconds_to_first_epoch_end"] for r in child_runs),
+            "median_epoch_seconds": median,
+            "run_medians": medians,
+            "spread": spread(medians),
+            "samples_per_epoch": own_samples,
+            "samples_per_second": own_samples / median,
+            # Start-up, data, build and compile, and the first epoch: the median run's (acceltrain's warm runs: its
+            # cold one, the first, is reported with the compilation cache).
+            "seconds_to_first_epoch_end": statistics.median(
+                r["seconds_to_first_epoch_end"] for r in (child_runs[1:] if name == "acceltrain" else []) or child_runs),
             "train_flops_per_second": train_flops,
+            # of the ceiling in the compute dtype that ran (the same dtype for every variant)
             "fraction_of_ceiling": train_flops / ceiling_flops if train_flops else None,
             "fraction_of_peak": train_flops / peak if train_flops and peak else None,
             "runs": [{k: r[k] for k in ("epoch_seconds", "seconds_to_first_epoch_end", "fit_to_first_epoch_end")}
@@ -136,11 +169,10 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
     cache = {"cold_seconds_to_first_epoch_end": cold["seconds_to_first_epoch_end"],
              "cold_fit_to_first_epoch_end": cold["fit_to_first_epoch_end"]}
     if warm:
-        cache["warm_seconds_to_first_epoch_end"] = min(r["seconds_to_first_epoch_end"] for r in warm)
-        cache["warm_fit_to_first_epoch_end"] = min(r["fit_to_first_epoch_end"] for r in warm)
+        cache["warm_seconds_to_first_epoch_end"] = statistics.median(r["seconds_to_first_epoch_end"] for r in warm)
+        cache["warm_fit_to_first_epoch_end"] = statistics.median(r["fit_to_first_epoch_end"] for r in warm)
         cache["cut"] = 1 - cache["warm_seconds_to_first_epoch_end"] / cache["cold_seconds_to_first_epoch_end"]
-    steady = {name: v["steady_epoch_seconds"] for name, v in variants.items()}
-    median = {name: v["median_steady_epoch_seconds"] for name, v in variants.items()}
+    precisions = {v["precision"] for v in variants.values()}
     return {
         "recipe": config.recipe,
         "config": asdict(config),
@@ -150,6 +182,7 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
         "runtime": runtime,
         "precision": accel["precision"],
         "compute_dtype": accel["compute_dtype"],
+        "one_precision": len(precisions) == 1,
         "variants": variants,
         "ceiling": {
             "label": LABELS["ceiling"],
@@ -160,19 +193,21 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
             "published_peak_flops_per_second": peak,
             "fraction_of_peak": ceiling_flops / peak if peak else None,
         },
-        "ratios": {
-            "plain_over_acceltrain": steady["plain"] / steady["acceltrain"],
-            "acceltrain_over_hand": steady["acceltrain"] / steady["hand"],
-            "plain_over_hand": steady["plain"] / steady["hand"],
-        },
-        "median_ratios": {
-            "plain_over_acceltrain": median["plain"] / median["acceltrain"],
-            "acceltrain_over_hand": median["acceltrain"] / median["hand"],
-            "plain_over_hand": median["plain"] / median["hand"],
-        },
+        # each pair: the ratio of the two variants' medians, judged against the larger spread of their run medians
+        "ratios": {f"{a}_over_{b}": judged(variants[a]["median_epoch_seconds"] / variants[b]["median_epoch_seconds"],
+                                           (variants[a]["spread"], variants[b]["spread"])) for a, b in PAIRS},
         "load_average": {"before": load_before, "after": _load_average()},
         "compilation_cache": cache,
     }
+
+
+def says(judgement: dict, form: str = "{:.2f}×") -> str:
+    """'1.82× (beyond this run's noise, ±4%)', '1.03× (within this run's noise, ±13%)', '0.79× (noise unknown)'."""
+    ratio = form.format(judgement["ratio"])
+    if judgement["noise"] is None:
+        return f"{ratio} (noise unknown: one run)"
+    where = "beyond" if judgement["verdict"] == "beyond noise" else "within"
+    return f"{ratio} ({where} this run's noise, ±{100 * judgement['noise']:.0f}%)"
 
 
 def format_table(report: dict) -> str:
@@ -183,44 +218,50 @@ def format_table(report: dict) -> str:
         f"{report['recipe']}: acceltrain on {runtime['backend']}/{runtime['platform']}, "
         f"{runtime['num_devices']} × {runtime['device_kind']}{' (simulated)' if runtime['simulated_devices'] else ''}; "
         f"{report['samples_per_epoch']} samples an epoch at batch {report['batch_size']}; "
-        f"{report['config']['epochs']} epochs × {report['config']['repeats']} runs each; compute in "
-        f"{report['compute_dtype']}; " + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)"
-                                          if flops else "FLOP count unknown for this model")
+        f"{report['config']['epochs']} epochs × {report['config']['repeats']} runs each; "
+        + (f"every variant in {report['precision']} (acceltrain's choice here; compute in {report['compute_dtype']}); "
+           if report["one_precision"] else "UNLIKE PRECISIONS (see the column): the ratios compare unlike work; ")
+        + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)" if flops else "FLOP count unknown for this model")
         + ("; acceltrain checkpoints as `acceltrain train` does (auto)" if report["config"].get("checkpoints") else ""),
         "",
-        "| | backend | fastest epoch | median epoch | samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| | backend | precision (its own default) | median epoch | spread of runs | samples/s | to first epoch end "
+        "| train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"].values():
+        default = v["default_precision"] or "none: follows acceltrain's"
         lines.append(
-            f"| {v['label']} | {v['backend']} | {v['steady_epoch_seconds']:.3f} s | "
-            f"{v['median_steady_epoch_seconds']:.3f} s | {v['samples_per_second']:,.0f} | "
+            f"| {v['label']} | {v['backend']} | {v['precision']} ({default}) | {v['median_epoch_seconds']:.3f} s | "
+            f"{_percent(v['spread'])} | {v['samples_per_second']:,.0f} | "
             f"{v['seconds_to_first_epoch_end']:.1f} s | {_giga(v['train_flops_per_second'])} | "
             f"{_percent(v['fraction_of_ceiling'])} | {_percent(v['fraction_of_peak'])} |"
         )
     c = report["ceiling"]
-    lines.append(f"| {c['label']} ({c['dtype']}, {c['matmul_size']}³) | jax | | | | | {_giga(c['flops_per_second'])} | "
+    lines.append(f"| {c['label']} | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | {_giga(c['flops_per_second'])} | "
                  f"100% | {_percent(c['fraction_of_peak'])} |")
     r = report["ratios"]
-    m = report["median_ratios"]
-    lines += ["", f"Epoch ratios, fastest (median): plain / acceltrain {r['plain_over_acceltrain']:.2f}× "
-                  f"({m['plain_over_acceltrain']:.2f}×), acceltrain / hand {r['acceltrain_over_hand']:.3f}× "
-                  f"({m['acceltrain_over_hand']:.3f}×), plain / hand {r['plain_over_hand']:.2f}× ({m['plain_over_hand']:.2f}×)."]
+    lines += ["", "Median epoch ratios (each variant's median of its runs' median steady epochs; the noise is the "
+                  "larger spread of the two variants' run medians): "
+              + "; ".join(f"{a} / {b} {says(r[f'{a}_over_{b}'])}" for a, b in PAIRS) + "."]
     cache = report["compilation_cache"]
     if "warm_seconds_to_first_epoch_end" in cache:
         lines.append(
             f"Compilation cache, acceltrain's time from process start to the end of the first epoch: "
             f"{cache['cold_seconds_to_first_epoch_end']:.1f} s cold, {cache['warm_seconds_to_first_epoch_end']:.1f} s "
-            f"warm ({100 * cache['cut']:.0f}% less); from fit() start: {cache['cold_fit_to_first_epoch_end']:.2f} s "
-            f"cold, {cache['warm_fit_to_first_epoch_end']:.2f} s warm."
+            f"warm, the median of the warm runs ({100 * cache['cut']:.0f}% less; one cold run, so its noise is unknown); "
+            f"from fit() start: {cache['cold_fit_to_first_epoch_end']:.2f} s cold, "
+            f"{cache['warm_fit_to_first_epoch_end']:.2f} s warm."
         )
     ledgers = [run for run in report["variants"]["acceltrain"].get("ledgers") or [] if run]
     if ledgers:
         lines.append(f"acceltrain's Runtime.fit, its last run: {ledger.Ledger.from_json(ledgers[-1]).line()}.")
     load = report["load_average"]
     if load["before"] is not None:
+        cores = os.cpu_count() or 1
+        busy = load["before"] > cores / 2  # other work held over half the cores before the runs began
         lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
-                     f"{os.cpu_count()} cores.")
+                     f"{cores} cores" + (": other work held over half of them before the runs began, so these times "
+                                         "are indicative only; rerun on a quiet machine." if busy else "."))
     peak = c["published_peak_flops_per_second"]
     lines.append(f"Published peak of {runtime['device_kind']} in {c['dtype']}: "
                  + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."))
@@ -234,7 +275,9 @@ def _giga(value) -> str:
 
 
 def _percent(value) -> str:
-    return "n/a" if value is None else f"{100 * value:.0f}%"
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f}%" if 0 < value < 0.01 else f"{100 * value:.0f}%"
 
 
 # --- Children ---------------------------------------------------------------------------------
@@ -294,18 +337,22 @@ def _timing(timer, started: float, **extra) -> dict:
 
 
 def _plain(config) -> dict:
-    """(a) What a plain Keras user writes: build, compile, model.fit with the defaults."""
+    """(a) What a plain Keras user writes: build, compile, model.fit with the defaults; in acceltrain's precision
+    when the parent passes it (Keras's own default policy is recorded beside it)."""
     import keras
 
     from acceltrain.training.callbacks import EpochTimer
 
     recipe, x, y = _inputs(config)
     keras.utils.set_random_seed(config["seed"])
+    default = keras.config.dtype_policy().name
+    if config.get("precision"):
+        keras.config.set_dtype_policy(config["precision"])
     model = recipe.build_model()
     timer = EpochTimer()
     model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[timer])
     return _timing(timer, config["started"], backend=keras.backend.backend(), samples_per_epoch=len(x),
-                   jit_compile=bool(model.jit_compile))
+                   jit_compile=bool(model.jit_compile), precision=model.dtype_policy.name, default_precision=default)
 
 
 def _acceltrain(config) -> dict:
@@ -334,6 +381,7 @@ def _acceltrain(config) -> dict:
         jit_compile=bool(model.jit_compile),
         runtime=runtime.describe(),
         precision=model.dtype_policy.name,
+        default_precision=model.dtype_policy.name,  # bench runs acceltrain as it chooses by default
         compute_dtype=compute_dtype,
         flops_per_sample=training_flops_per_sample(model),
         peak_flops_per_second=hardware.kind(runtime.platform).peak_flops_per_second(runtime.device_kind, compute_dtype),
@@ -397,8 +445,9 @@ def _hand(config) -> dict:
         params, velocities, loss, accuracy = epoch(params, velocities, epoch_key)
         float(loss)  # wait for the epoch, as Keras does for its epoch-end logs
         timer.epoch_ends.append(time.time())
+    # weights in float32, computing in the compute dtype: acceltrain's policy, written out (no default of its own)
     return _timing(timer, config["started"], backend="jax", samples_per_epoch=steps * batch, final_loss=float(loss),
-                   final_accuracy=float(accuracy))
+                   final_accuracy=float(accuracy), precision=config.get("precision"), default_precision=None)
 
 
 def _dense_stack(model):

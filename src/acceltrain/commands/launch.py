@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceltrain import backends, cluster, decisions, ledger, log, preemption, sharding, watchdog
+from acceltrain import backends, cluster, decisions, ledger, log, preemption, watchdog
 from acceltrain.commands import run_checkpoints
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import Settings
@@ -57,17 +57,10 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
     backend_name = _backend_of_the_job(script, backend, processes)
-    stall_timeout = watchdog.check_timeout(settings.stall_timeout, "--stall-timeout")
-    decisions.check_distribution(distribution, backend_name)
-    if device_memory is not None:
-        sharding.parse_bytes(device_memory, "--device-memory")
+    stall_timeout = settings.check(backend_name, processes).stall_timeout  # as `launch --emit` checks them too
     checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
                                                                 checkpoints.every, checkpoints.keep)
-    verify = verification.check_steps(verify, "--verify")
-    if verify is not None and processes > 1:
-        raise UsageError(f"Received --verify {verify} with --processes {processes}: the one-device run of the "
-                         "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
-                         "one host first, then launch without it.")
+    verify = verification.check_steps(verify, "--verify", processes)
     outputs.check_file_folder(ledger_file, "--ledger")
 
     # 2. Start the processes: the same command, each told its index.
@@ -88,7 +81,9 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
     if ledger_file is not None:
         command += ["--ledger", str(Path(ledger_file).resolve())]
     command += [script, *argv]
-    log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}")
+    log.info(f"launching {processes} processes of {Path(script).name}, coordinator {coordinator}"
+             + (f"; Keras's progress shown from process 0 only (-v: every process's)"
+                if processes > 1 and not log.is_verbose() else ""))
     children = []
     grace = _notice_grace()
     with _forwarded_signals(children) as received, _stall_reports() as stalled:
@@ -97,7 +92,9 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
                 command, env=_child_env(coordinator, processes, index), stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, process_group=0, preexec_fn=_die_with_parent))
         writing = threading.Lock()  # one line at a time on the launcher's terminal, whichever process it is from
-        merged = {target: SameLines(target, processes, writing) for target in (sys.stdout, sys.stderr)}
+        every_process = log.is_verbose()  # -v: every process's Keras progress and start-up lines
+        merged = {target: SameLines(target, processes, writing, progress_of_all=every_process)
+                  for target in (sys.stdout, sys.stderr)}
         pumps = [threading.Thread(target=_prefix_lines, args=(stream, merged[target], index), daemon=True)
                  for index, child in enumerate(children)
                  for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
@@ -297,19 +294,38 @@ def _prefix_lines(stream, lines: "SameLines", index: int) -> None:
     A '\r' ends a line too: Keras's progress bar redraws one line with '\r' and ends it with '\n' only at
     the epoch's end, so waiting for '\n' would hold a whole epoch's bar back, and let another writer's line
     (Gloo's, on the same stream) land in its middle. The backspaces the bar sends before its '\r' are
-    dropped: the '\r' alone returns to the line's start, and the prefix must not be erased.
+    dropped: the '\r' alone returns to the line's start, and the prefix must not be erased. Foreign start-up
+    lines (log.START_UP_NOISE: Gloo's "Rank 1 is connected to 1 peer ranks", which it prints on stdout, where
+    each process's own noise filter does not look) are dropped as `run` drops them, unless -v.
     """
     pending = b""
     try:
         for chunk in iter(lambda: stream.read1(65536), b""):
             *ended, pending = _LINE_END.split(pending + chunk)
             for line in ended:
-                lines.add(index, line.replace(b"\b", b"").decode(errors="replace"))
+                _pass_on(lines, index, line)
         if pending:
-            lines.add(index, pending.replace(b"\b", b"").decode(errors="replace"))
+            _pass_on(lines, index, pending)
     finally:
         lines.end(index)
         stream.close()
+
+
+def _pass_on(lines: "SameLines", index: int, line: bytes) -> None:
+    text = line.replace(b"\b", b"").decode(errors="replace")
+    if log.is_verbose() or not log.is_start_up_noise(text):
+        lines.add(index, text)
+
+
+# A line of Keras's progress (keras/src/utils/progbar.py: "  3/200 ━━━…" or "    12/Unknown …" at verbose=1, redrawn
+# with '\r' and ended with '\n' at the epoch's end; "200/200 - 1s - 5ms/step - loss: …" at verbose=2), its ANSI
+# colours removed. ProgbarLogger's "Epoch 1/3" is not one: every process says it alike, and it is written once.
+_KERAS_PROGRESS = re.compile(r"^\s*\d+/(\d+|Unknown)( |$)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def is_keras_progress(line: str) -> bool:
+    return bool(_KERAS_PROGRESS.match(_ANSI.sub("", line).strip("\r\n")))
 
 
 _ERROR_LINE = re.compile(r"^(acceltrain: error: .*|F\d{4} .*|[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Diverged|"
@@ -322,13 +338,18 @@ class SameLines:
     goes out alone at once where every other process has said something since that is not it (their queues are not
     empty and do not hold it), else it waits for the silent ones up to HOLD_SECONDS (processes of one job say the
     same lines in step, but their start-up on a loaded machine can be seconds apart: 1 s was not enough here); a line
-    that redraws itself ('\r', Keras's bar) goes out at once. With one process, every line at once. `causes[i]`: the last error process i wrote (an exception's line, acceltrain's
-    error, XLA's fatal check), what the launcher names when i failed first."""
+    that redraws itself ('\r', Keras's bar) goes out at once. With one process, every line at once. Keras's progress
+    (its bar and each epoch's result line, is_keras_progress) is process 0's only, at once, as Lightning and
+    Accelerate show rank 0's: the processes' bars would share one terminal line, each redraw over the other's
+    (`progress_of_all`: every process's, -v). `causes[i]`: the last error process i wrote (an exception's line,
+    acceltrain's error, XLA's fatal check), what the launcher names when i failed first."""
 
     HOLD_SECONDS = 10.0
 
-    def __init__(self, target, processes: int, writing: threading.Lock, clock=time.monotonic):
+    def __init__(self, target, processes: int, writing: threading.Lock, clock=time.monotonic,
+                 progress_of_all: bool = False):
         self.target, self.writing, self.clock = target, writing, clock
+        self.progress_of_all = progress_of_all
         self.queues = [collections.deque() for _ in range(processes)]  # (line, when it came)
         self.ended = [False] * processes
         self.causes = [None] * processes
@@ -340,6 +361,8 @@ class SameLines:
     def add(self, index: int, line: str) -> None:
         if _ERROR_LINE.match(line.strip("\r\n")):
             self.causes[index] = line.strip("\r\n")
+        if index != 0 and not self.progress_of_all and is_keras_progress(line):
+            return
         with self._lock:
             self.queues[index].append((line, self.clock()))
             self._release()
@@ -365,7 +388,7 @@ class SameLines:
         while True:
             heads = [queue[0][0] if queue else None for queue in self.queues]
             if len(heads) > 1 and heads[0] is not None and heads.count(heads[0]) == len(heads) \
-                    and not heads[0].endswith("\r"):
+                    and not heads[0].endswith("\r") and not is_keras_progress(heads[0]):
                 self._write("all", heads[0])
                 for queue in self.queues:
                     queue.popleft()
@@ -381,7 +404,8 @@ class SameLines:
         peers = [peer for peer in range(len(self.queues)) if peer != index]
         some_peer_done = any(self.ended[peer] and not self.queues[peer] for peer in peers)
         said_otherwise = all(self.queues[peer] and all(said != line for said, _ in self.queues[peer]) for peer in peers)
-        return (not peers or line.endswith("\r") or self.ended[index] or some_peer_done or said_otherwise
+        return (not peers or line.endswith("\r") or is_keras_progress(line) or self.ended[index] or some_peer_done
+                or said_otherwise
                 or self.clock() - came >= self.HOLD_SECONDS)
 
     def _write(self, who, line: str) -> None:

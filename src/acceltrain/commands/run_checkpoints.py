@@ -57,11 +57,7 @@ def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | No
                 raise UsageError(f"Received {flag} without --checkpoint-dir. Pass --checkpoint-dir DIR too (the "
                                  f"folder the checkpoints go in), or leave out {flag}.")
         return None
-    from acceltrain.training.checkpoint import Every  # numpy only, though training/ is imported after connect()
-
-    every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every
-    Every.parse(every, "--checkpoint-every")
-    keep = positive_int(DEFAULT_KEEP if keep_checkpoints is None else keep_checkpoints, "--keep-checkpoints")
+    every, keep = check_cadence(checkpoint_every, keep_checkpoints)
     folder = Path(checkpoint_dir)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"Received --checkpoint-dir {checkpoint_dir!r}, which is a file. Pass a folder (new, "
@@ -72,6 +68,16 @@ def check_flags(checkpoint_dir, resume: bool = False, checkpoint_every: str | No
         raise UsageError(f"Received --checkpoint-dir {checkpoint_dir!r}, which already holds files ({shown}). "
                          "Pass --resume to continue from its checkpoints, or a new or empty folder to start over.")
     return CheckpointFlags(folder, bool(resume), every, keep)
+
+
+def check_cadence(checkpoint_every: str | None = None, keep_checkpoints: int | None = None) -> tuple[str, int]:
+    """--checkpoint-every and --keep-checkpoints checked (None: the default): what `run`, `launch` and `launch --emit`
+    check alike, the folder aside (an emitted job's is on the cluster)."""
+    from acceltrain.training.checkpoint import Every  # numpy only, though training/ is imported after connect()
+
+    every = DEFAULT_EVERY if checkpoint_every is None else checkpoint_every
+    Every.parse(every, "--checkpoint-every")
+    return every, positive_int(DEFAULT_KEEP if keep_checkpoints is None else keep_checkpoints, "--keep-checkpoints")
 
 
 def checkpointing(flags: CheckpointFlags, resume_command: str):

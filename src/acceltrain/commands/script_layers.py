@@ -200,7 +200,8 @@ class FitGuard:
             return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
         if call.name != "fit":
             notes = []
-            x, y, weights = streams.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes)
+            x, y, weights = streams.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes,
+                                                     runtime=runtime)
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)

@@ -179,9 +179,16 @@ def _dividing(batches, batch: int, replicas: int, shown: str):
     return [(data.take(x, rows), data.take(y, rows)) for (x, y), rows in zip(batches, cuts) if rows.stop], cut(batch)
 
 
-def check_steps(steps, name: str = "verify") -> int | None:
-    """`verify` as given: None (off) or a whole number of steps."""
-    return None if steps is None else positive_int(steps, name, " (the training steps compared, e.g. 3)")
+def check_steps(steps, name: str = "verify", processes: int = 1) -> int | None:
+    """`verify` as given: None (off) or a whole number of steps, in a job of one process (`processes`)."""
+    if steps is None:
+        return None
+    steps = positive_int(steps, name, " (the training steps compared, e.g. 3)")
+    if processes > 1:
+        raise UsageError(f"Received {name} {steps} for a job of {processes} processes: the one-device run of the "
+                         "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
+                         "one host first, then launch without it.")
+    return steps
 
 
 def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumulation: int = 1,

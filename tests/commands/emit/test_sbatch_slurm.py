@@ -153,6 +153,33 @@ def _submit(slurm: Slurm, folder: Path, name: str) -> str:
     return slurm.command("sbatch", "--parsable", "job.sh", cwd=folder).split(";")[0]
 
 
+# Every sbatch script --emit writes (test_combinations.py's list), and whether this single node of 2 CPUs can hold it.
+EMITTED = [("cpu", 1, 1, True), ("cpu", 2, 1, True), ("cpu", 1, 2, False), ("cpu", 2, 2, False),
+           ("h100-8", 1, 1, False), ("h100-8", 1, 2, False)]
+
+
+@pytest.mark.slow
+def test_slurm_itself_accepts_every_sbatch_script_acceltrain_emits(slurm, tmp_path):
+    """Slurm's own reading of each emitted script (`sbatch --test-only`: parsed and scheduled, not run): the ones this
+    node can hold would start; the others (2 nodes, GPUs) are refused for the resources they ask, not as a script."""
+    for target, processes, nodes, fits in EMITTED:
+        emitted = subprocess.run(
+            support.command("launch", "--emit", "sbatch", "--target", target, "--processes", str(processes),
+                            "--nodes", str(nodes), SCRIPT),
+            env=slurm.env(), capture_output=True, text=True, timeout=60)
+        assert emitted.returncode == 0, emitted.stderr
+        script = tmp_path / f"{target}-p{processes}-n{nodes}.sh"
+        script.write_text(emitted.stdout)
+        done = subprocess.run(["sbatch", "--test-only", str(script)], env=slurm.env(), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        said = done.stdout + done.stderr
+        if fits:
+            assert done.returncode == 0 and "to start at" in said, (script.name, said)
+        else:
+            assert done.returncode != 0 and ("Requested node configuration is not available" in said
+                                             or "Invalid generic resource" in said), (script.name, said)
+
+
 def _weights(folder: Path, rank: int) -> list:
     with np.load(folder / f"weights.{rank}.npz") as saved:
         return [saved[key] for key in sorted(saved.files, key=lambda k: int(k.split("_")[1]))]

@@ -23,7 +23,8 @@ from acceltrain.backends.jax.layouts import abstract_state, first_device_bytes, 
 from acceltrain.backends.jax.op_by_op import (follow_placement, on_one_device, op_by_op_in_processes,
                                               op_by_op_made_safe)
 from acceltrain.backends.jax.processes import (HEARTBEAT_TIMEOUT_SECONDS, devices_spanned, gathering_predictions,
-                                               shard_inputs_per_process, split_over_processes, start_processes)
+                                               join_shares, shard_inputs_per_process, split_over_processes,
+                                               start_processes)
 from acceltrain.backends.jax.steps import step_callbacks, steps_on_one_device, verify_steps
 
 NAME = "jax"

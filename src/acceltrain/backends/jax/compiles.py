@@ -55,19 +55,28 @@ def watch_compiles(timeline):
     """Book each compile of this thread (the one running the training loop) into `timeline` as compilation, from
     JAX's own monitoring events, and count the programs, the persistent cache's requests and hits, and the seconds
     of backend compiles whose program was not in the cache (`compile_seconds_missed`: what a second run saves).
-    Nested spans (a function traced inside another's trace) overlap, and the ledger books an instant once. Returns
-    the function that stops it. Compiles of other threads (a checkpoint writer's) overlap the steps: left out."""
+    Nested spans (a function traced inside another's trace) overlap, and the ledger books an instant once. Under
+    -v each program is listed as it compiles: its name, why (the acceltrain step and the Keras call that asked for
+    it, from the stack), its seconds, and whether the persistent cache held it. Returns the function that stops it.
+    Compiles of other threads (a checkpoint writer's) overlap the steps: left out."""
+    from acceltrain import log
+
     thread = threading.get_ident()
     program = {"requested": False, "hit": False}  # the backend compile in progress: JAX asks the cache, then ends it
 
-    def span(event, start, end, **_):
+    def span(event, start, end, fun_name=None, **_):
         if event not in COMPILE_SPANS or threading.get_ident() != thread:
             return
         timeline.add("compilation", start, end)
         if event == BACKEND_COMPILE:
             timeline.count("compiles")
-            if program["requested"] and not program["hit"]:
+            missed = program["requested"] and not program["hit"]
+            if missed:
                 timeline.count("compile_seconds_missed", end - start)
+            if log.is_verbose():
+                cache = "a persistent-cache hit" if program["hit"] else ("compiled, cached now" if missed else
+                                                                         "compiled, not cached")
+                log.debug(f"program {fun_name or '?'}: {end - start:.2f} s, {cache}; for {why_compiled()}")
             program.update(requested=False, hit=False)
 
     def counted(event, **_):
@@ -86,6 +95,24 @@ def watch_compiles(timeline):
         jax.monitoring.unregister_event_listener(counted)
 
     return stop
+
+
+def why_compiled(stack=None) -> str:
+    """Who asked for the program compiling now, from the stack: the innermost acceltrain function (its module and
+    line) and the innermost Keras one; 'a call outside acceltrain and Keras' where neither is on the stack."""
+    import traceback
+    from pathlib import Path
+
+    frames = traceback.extract_stack() if stack is None else stack
+    ours = keras = None
+    for frame in reversed(frames):
+        path = Path(frame.filename).as_posix()
+        if ours is None and "/acceltrain/" in path and not path.endswith("backends/jax/compiles.py"):
+            ours = f"acceltrain {path.rsplit('/acceltrain/', 1)[1]}:{frame.lineno} {frame.name}"
+        if keras is None and "/keras/" in path:
+            keras = f"Keras {path.rsplit('/keras/', 1)[1]} {frame.name}"
+    said = " ← ".join(part for part in (keras, ours) if part)
+    return said or "a call outside acceltrain and Keras"
 
 
 def _cache_off_by() -> str | None:

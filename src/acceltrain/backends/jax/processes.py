@@ -68,3 +68,26 @@ def gathering_predictions(model):
         return jax.tree.map(lambda array: multihost_utils.process_allgather(array, tiled=True), outputs)
 
     return keras_internals.gathering_predictions(model, gather)
+
+
+def join_shares(arrays, keys):
+    """(x, y, sample_weight), each a nest of this process's rows of a stream (None where absent), and `keys`, each row's
+    place in the whole stream: the whole set in every process, its rows in that order (streams.stream_to_arrays).
+    Gathered over the job's processes on the host (process_allgather), each share padded to the longest first (the
+    processes' shares differ by a row or a batch), as bytes: JAX without x64 would make int64 keys and float64 rows
+    32-bit (keys of 2**32 and over wrapped, rows changed)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    def gather(rows, counts):
+        rows = np.ascontiguousarray(rows)
+        as_bytes = rows.reshape(len(rows), -1).view(np.uint8)
+        padded = np.concatenate([as_bytes, np.zeros((max(counts) - len(rows), as_bytes.shape[1]), np.uint8)])
+        every = np.asarray(multihost_utils.process_allgather(padded, tiled=False))
+        joined = np.concatenate([every[p, :count] for p, count in enumerate(counts)])
+        return np.ascontiguousarray(joined).view(rows.dtype).reshape(-1, *rows.shape[1:])
+
+    counts = [int(c) for c in np.asarray(multihost_utils.process_allgather(np.array([len(keys)], np.int32),
+                                                                           tiled=False)).reshape(-1)]
+    order = np.argsort(gather(np.asarray(keys, np.int64), counts), kind="stable")
+    return jax.tree.map(lambda rows: gather(np.asarray(rows), counts)[order], arrays)

@@ -4,14 +4,18 @@ sbatch.py, skypilot.py) from one plain `Job`; `check_artifact` reads one back (`
 
 Every artifact runs `acceltrain run --checkpoint-dir SHARED --resume SCRIPT ARGS` with JAX's persistent
 compilation cache in a shared folder (JAX_COMPILATION_CACHE_DIR): a restarted or requeued job resumes from the
-newest checkpoint and finds its programs compiled. An engine restarts the job on exit code 42 (and 127-255,
-a process killed by a signal), xpk's convention; any other failure is final.
+newest checkpoint and finds its programs compiled. An engine restarts the job on exit code 42 (a checkpoint saved
+on a notice); the JobSet also on 128-255 (a process killed by a signal: a lost node), xpk's convention less 127,
+the shell's "command not found", which each artifact says in one line before it fails. Any other failure is
+final. The script is named as the engine's host finds it: relative to this folder, which SkyPilot syncs and a
+JobSet's image holds as its working folder.
 """
 
 from pathlib import Path
 
 from acceltrain.commands.emit import jobset, sbatch, skypilot
-from acceltrain.commands.emit.job import DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout
+from acceltrain.commands.emit.job import (DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout,
+                                          script_in_folder)
 from acceltrain.errors import UsageError
 
 ENGINES = ("jobset", "sbatch", "skypilot")
@@ -19,21 +23,42 @@ ENGINES = ("jobset", "sbatch", "skypilot")
 
 def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = None, nodes: int | None = None,
          processes: int | None = None, image: str | None = None, checkpoint_dir: str | None = None,
-         compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=()) -> str:
-    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...)."""
+         compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=(),
+         grace_period: int | str | None = None, queue: str | None = None, priority_class: str | None = None,
+         exclusive_topology: str | None = None, wheel: str | None = None) -> str:
+    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...), checked by
+    the caller as `launch` checks them. The JobSet's own settings (grace_period ... exclusive_topology) and
+    SkyPilot's wheel are refused with another engine."""
     if engine not in ENGINES:
         raise UsageError(f"Received --emit {engine!r}. Valid: {', '.join(ENGINES)}.")
     module = _module(engine)
+    own = {"jobset": {"--grace-period": grace_period, "--queue": queue, "--priority-class": priority_class,
+                      "--exclusive-topology": exclusive_topology, "--image": image, "--max-restarts": max_restarts},
+           "skypilot": {"--wheel": wheel}}
+    for owner, flags in own.items():
+        for flag, value in flags.items():
+            if value is not None and engine != owner:
+                raise UsageError(f"Received {flag} {value} with --emit {engine}: it is a setting of --emit {owner} "
+                                 f"only. Leave it out, or pass --emit {owner}.")
     where = layout(target, nodes, processes)
     module.check_layout(where)
     if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
                                      or max_restarts < 0):
         raise UsageError(f"Received --max-restarts {max_restarts!r}. Expected a whole number of at least 0.")
+    jobset.check_options(None, queue, priority_class, exclusive_topology)
+    grace_seconds, grace_reason = jobset.grace(grace_period)
+    if engine == "skypilot":
+        script = script_in_folder(script, engine, "which SkyPilot syncs to every host as the task's workdir")
+    elif engine == "jobset":
+        script = script_in_folder(script, engine, "which the image must hold as its working folder",
+                                  image_paths=True)
     checkpoints = checkpoint_dir or module.SHARED_DEFAULT + "/checkpoints"
     cache = compile_cache_dir or module.SHARED_DEFAULT + "/compile-cache"
     run = ("acceltrain", "run", *run_flags, "--checkpoint-dir", checkpoints, "--resume", script, *argv)
     job = Job(job_name(name, script), where, run, checkpoints, cache, image or IMAGE_PLACEHOLDER,
-              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts)
+              DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, grace_seconds=grace_seconds,
+              grace_reason=grace_reason,
+              queue=queue, priority_class=priority_class, exclusive_topology=exclusive_topology, wheel=wheel)
     return module.render(job)
 
 

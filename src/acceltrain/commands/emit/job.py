@@ -10,8 +10,11 @@ from acceltrain.errors import UsageError, positive_int
 from acceltrain.planning import targets
 
 # xpk's restart convention (AI-Hypercomputer/xpk src/xpk/commands/workload.py::get_restart_exit_codes, commit
-# 367c838): 42, the code of a process that checkpointed on a notice and wants to be restarted, and 127-255.
-RESTART_EXIT_CODES = (42, *range(127, 256))
+# 367c838) is 42, the code of a process that checkpointed on a notice and wants to be restarted, and 127-255.
+# 127 is left out here: it is the shell's "command not found" (an image or node without acceltrain), which no
+# restart mends; 128 + N, a process killed by signal N (a node lost, an OOM kill), is restarted.
+RESTART_EXIT_CODES = (42, *range(128, 256))
+EXIT_NOT_FOUND = 127
 IMAGE_PLACEHOLDER = "REPLACE-WITH-YOUR-IMAGE"  # an image with acceltrain and the script in its working folder
 DEFAULT_MAX_RESTARTS = 10
 
@@ -38,6 +41,11 @@ class Layout:
     topology: str = ""  # the TPU slice's topology as GKE names it (4x4, 2x2x2)
     slice_name: str = ""  # the Cloud TPU accelerator type (v5litepod-16)
 
+    @property
+    def processes(self) -> int:
+        """The job's processes: one a host, or --processes a CPU node."""
+        return self.hosts * self.processes_per_host
+
 
 @dataclass(frozen=True)
 class Job:
@@ -50,11 +58,38 @@ class Job:
     compile_cache_dir: str
     image: str
     max_restarts: int
+    grace_seconds: int | None = None  # the JobSet's terminationGracePeriodSeconds (None: Kubernetes's 30 s)
+    grace_reason: str = ""  # how it was set (jobset.grace)
+    queue: str | None = None  # Kueue's LocalQueue (kueue.x-k8s.io/queue-name)
+    priority_class: str | None = None  # a Kubernetes PriorityClass
+    exclusive_topology: str | None = None  # a node label: one replicated Job per domain of it
+    wheel: str | None = None  # SkyPilot: the acceltrain wheel to install on every node (None: the workdir's project)
 
     @property
     def command(self) -> str:
         # A part naming a variable (${SLURM_SUBMIT_DIR}/...) is quoted so that the shell expands it.
         return " ".join(f'"{part}"' if "$" in part else shlex.quote(part) for part in self.run)
+
+    @property
+    def script(self) -> str:
+        """The command, after a check that `acceltrain` is there: without it the job fails once, with a line that
+        says so (exit 127, which no engine restarts), instead of being restarted into the same failure."""
+        return f"{ACCELTRAIN_THERE}\n{self.command}"
+
+    @property
+    def devices_per_process(self) -> int:
+        """The accelerators one process drives: a host's chips or GPUs; on CPU, JAX's one CPU device a process, or
+        --simulate-devices N of them."""
+        if self.layout.kind != "cpu":
+            return self.layout.chips_per_host
+        flags = list(self.run)
+        return int(flags[flags.index("--simulate-devices") + 1]) if "--simulate-devices" in flags else 1
+
+
+# The first line of every artifact's command: bash's own "acceltrain: command not found" says neither where nor why.
+ACCELTRAIN_THERE = ('command -v acceltrain > /dev/null || { echo "acceltrain: error: no acceltrain command on $(hostname)'
+                    ': install acceltrain in the image or node (exit 127: the job fails, not restarted)" >&2; '
+                    f'exit {EXIT_NOT_FOUND}; }}')
 
 
 def layout(target: str, nodes: int | None = None, processes: int | None = None) -> Layout:
@@ -87,6 +122,23 @@ def layout(target: str, nodes: int | None = None, processes: int | None = None) 
     slice_name = f"{'v5litepod' if version == 'v5e' else version}-{size}"
     return Layout(found.name, "tpu", chips // per_host, per_host, version=version, topology=topology,
                   slice_name=slice_name)
+
+
+def script_in_folder(script: str, engine: str, where: str, image_paths: bool = False) -> str:
+    """SCRIPT as the engine's host finds it: relative to this folder, which the engine syncs (SkyPilot's workdir)
+    or the image holds as its working folder (`where` says which). One outside it is refused with the fix; with
+    `image_paths`, an absolute path that is not on this machine is taken as the image's own."""
+    here = Path.cwd().resolve()
+    path = Path(script)
+    if path.is_absolute() and image_paths and not path.exists():
+        return script
+    resolved = (here / path).resolve()
+    if not resolved.is_relative_to(here):
+        raise UsageError(f"Received SCRIPT {script}, outside this folder ({here}), {where}: the job would not find "
+                         f"it there. Run `acceltrain launch --emit {engine}` from a folder that holds the script (cd "
+                         f"{resolved.parent} && acceltrain launch --emit {engine} ... {resolved.name}), or copy it "
+                         "into this one.")
+    return resolved.relative_to(here).as_posix()
 
 
 def job_name(name: str | None, script: str) -> str:

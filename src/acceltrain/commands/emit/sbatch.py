@@ -2,10 +2,11 @@
 `srun`; connect() reads the job from SLURM_* (cluster.py), JAX its coordinator from the step's nodes.
 
 `--signal=TERM@120` has Slurm send SIGTERM to every task two minutes before the time limit, as a preemption or
-`scontrol requeue` does: each process checkpoints and exits. `--requeue` lets Slurm put a preempted job back in
-the queue; the script requeues itself when the step ends with 42 or 127-255 (xpk's restart codes), and the
-requeued job resumes from the newest checkpoint (`--resume`), with JAX's compiled programs from the shared
-cache. Any other failure ends the job.
+`scontrol requeue` does: each process checkpoints and exits 42. `--requeue` lets Slurm put a preempted job back in
+the queue; the script requeues itself when the step ends with 42 only (Slurm counts no restarts: a job requeued
+on every crash would crash for ever), and the requeued job resumes from the newest checkpoint (`--resume`), with
+JAX's compiled programs from the shared cache. Any other failure ends the job, 127 (no `acceltrain` on the node:
+said in one line before srun) included.
 """
 
 import re
@@ -15,6 +16,7 @@ from acceltrain.errors import UsageError
 
 SHARED_DEFAULT = "${SLURM_SUBMIT_DIR}/acceltrain"  # the folder sbatch ran in: shared by the nodes on most clusters
 NOTICE_SECONDS = 120
+RESTART_CODE = 42  # preemption.EXIT_RESTART: every process saved its checkpoint of one agreed step
 
 
 def check_layout(layout: emit.Layout) -> None:
@@ -25,14 +27,15 @@ def check_layout(layout: emit.Layout) -> None:
 
 def render(job: emit.Job) -> str:
     layout = job.layout
-    restart = " || ".join(['[ "$code" -eq 42 ]', '[ "$code" -ge 127 ]'])
     lines = [
         "#!/bin/bash",
         f"# acceltrain launch --emit sbatch --target {layout.target}: {layout.hosts} node(s) x "
         + (f"{layout.chips_per_host} GPUs, one process a node." if layout.kind == "gpu"
-           else f"{layout.processes_per_host} process(es) a node."),
+           else f"{layout.processes_per_host} process(es) a node: {layout.processes} process(es) x "
+                f"{job.devices_per_process} CPU device(s)."),
         "# SIGTERM (the time limit's notice, a preemption, scontrol requeue): each process checkpoints and stops;",
-        "# exit 42 or 127-255 requeues the job, which resumes from the newest checkpoint. Submit: sbatch THIS.sh",
+        "# exit 42 requeues the job, which resumes from the newest checkpoint; any other failure ends it.",
+        "# Submit: sbatch THIS.sh",
         f"#SBATCH --job-name={job.name}",
         f"#SBATCH --nodes={layout.hosts}",
         f"#SBATCH --ntasks-per-node={layout.processes_per_host}",
@@ -50,9 +53,10 @@ def render(job: emit.Job) -> str:
             f"export JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(layout.chips_per_host)))}  # drives all {layout.chips_per_host}"]
           if layout.kind == "gpu" else []),
         f'mkdir -p "{job.checkpoint_dir}" "$JAX_COMPILATION_CACHE_DIR"',
+        emit.ACCELTRAIN_THERE,
         f"srun --kill-on-bad-exit=1 {job.command}",
         "code=$?",
-        f"if {restart}; then",
+        f'if [ "$code" -eq {RESTART_CODE} ]; then',
         "    # Slurm ends this script as it requeues the job: one that exits first ends as failed, not requeued",
         '    scontrol requeue "$SLURM_JOB_ID" && sleep 300',
         "fi",

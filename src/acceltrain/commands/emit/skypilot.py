@@ -2,39 +2,94 @@
 host: on each of `num_nodes` GPU or CPU nodes (connect() reads SKYPILOT_* , environments.SkyPilot), or on every
 host of a TPU slice, which SkyPilot counts as one node (connect() reads the TPU VM's own variables).
 
-The checkpoint and compile-cache folders are on a bucket SkyPilot mounts at /shared on every host.
+The checkpoint and compile-cache folders are on a bucket SkyPilot mounts at /shared on every host. SkyPilot
+syncs this folder to every host (`workdir: .`) and runs `run` there: the script is named relative to it (one
+outside it is refused), and `setup` installs acceltrain from what the user has, never a name from a package
+registry: the wheel of --wheel (copied to each host by `file_mounts`), or the project in this folder
+(`pip install .`: acceltrain's own checkout, or the user's project that depends on it). A managed job
+(`sky jobs launch`) recovers preemptions by itself, and a `run` that exits 42 (checkpointed on a notice) through
+`job_recovery.recover_on_exit_codes`, which SkyPilot does not count against max_restarts_on_errors (0 by default:
+any other failure, 127 included, is final).
 """
 
+import shlex
+from pathlib import Path
+
 from acceltrain.commands.emit import job as emit
+from acceltrain.errors import UsageError
 
 SHARED_DEFAULT = "/shared"
+WHEELS = "/tmp/acceltrain-wheel"  # where file_mounts puts --wheel on each host
+RESTART_CODES = (42,)  # preemption.EXIT_RESTART
+EXTRAS = {"tpu": "tpu", "gpu": "gpu", "cpu": None}  # acceltrain's extras (pyproject.toml) by the layout's kind
 
 
 def check_layout(layout: emit.Layout) -> None:
-    return None  # SkyPilot runs every generation of the table (TPU VMs, GPU and CPU nodes)
+    # SkyPilot runs every generation of the table (TPU VMs, GPU and CPU nodes), `run` once a node (a host of a slice).
+    if layout.processes_per_host > 1:
+        raise UsageError(f"Received --processes {layout.processes_per_host} with --emit skypilot: SkyPilot runs `run` "
+                         "once a node, so a node holds one process. Pass --nodes "
+                         f"{layout.hosts * layout.processes_per_host} for that many processes, one a node, or --emit "
+                         "jobset or sbatch, which start several a node.")
 
 
-def document(job: emit.Job) -> dict:
+def installs(wheel: str | None, here: Path | None = None) -> tuple[str, dict]:
+    """(what `setup` installs, the file_mounts that bring it): the wheel of --wheel, else this folder's project."""
+    here = Path.cwd() if here is None else here
+    if wheel is not None:
+        path = Path(wheel).resolve()
+        if not (path.is_file() and path.name.endswith(".whl") and path.name.startswith("acceltrain-")):
+            raise UsageError(f"Received --wheel {wheel}, which is not an acceltrain wheel file. Pass the "
+                             "acceltrain-*.whl to install on each host (build one: python -m build --wheel in "
+                             "acceltrain's folder, or pip wheel --no-deps acceltrain's-folder -w dist).")
+        return f"{WHEELS}/{path.name}", {f"{WHEELS}/{path.name}": str(path)}
+    if not ((here / "pyproject.toml").is_file() or (here / "setup.py").is_file()):
+        raise UsageError(f"Received --emit skypilot in {here}, which holds no Python project (pyproject.toml or "
+                         "setup.py) for `setup` to install acceltrain from on each host, and no --wheel. Pass --wheel "
+                         "PATH/acceltrain-VERSION-py3-none-any.whl, or emit from your project's folder (its "
+                         "dependencies naming acceltrain).")
+    return ".", {}
+
+
+def document(job: emit.Job, here: Path | None = None) -> dict:
     layout = job.layout
     if layout.kind == "tpu":
         resources = {"accelerators": f"tpu-{layout.slice_name}"}
-        nodes, extra = 1, "'acceltrain[tpu]'"
+        nodes = 1
     elif layout.kind == "gpu":
         resources = {"accelerators": f"{emit.SKYPILOT_GPUS[layout.version]}:{layout.chips_per_host}"}
-        nodes, extra = layout.hosts, "'acceltrain[gpu]'"
+        nodes = layout.hosts
     else:
         resources = {"cpus": "4+"}
-        nodes, extra = layout.hosts, "acceltrain"
+        nodes = layout.hosts
+    resources["job_recovery"] = {"recover_on_exit_codes": emit.Flow(RESTART_CODES)}
+    source, mounts = installs(job.wheel, here)
+    extra = EXTRAS[layout.kind]
+    # The project's own extras only where it is acceltrain (a user's project brings acceltrain as it declares it).
+    if extra is not None and (source != "." or _project_name(here or Path.cwd()) == "acceltrain"):
+        source = f"{source}[{extra}]"
     return {
         "name": job.name,
         "resources": resources,
         "num_nodes": nodes,
         "workdir": ".",
-        "file_mounts": {SHARED_DEFAULT: {"name": f"{job.name}-acceltrain-shared", "mode": "MOUNT"}},
+        "file_mounts": {SHARED_DEFAULT: {"name": f"{job.name}-acceltrain-shared", "mode": "MOUNT"}, **mounts},
         "envs": {"JAX_COMPILATION_CACHE_DIR": job.compile_cache_dir},
-        "setup": f"pip install {extra}\n",
-        "run": job.command + "\n",
+        "setup": f"pip install {shlex.quote(source)}\n",
+        "run": job.script + "\n",
     }
+
+
+def _project_name(here: Path) -> str | None:
+    """The [project] name of this folder's pyproject.toml, where it has one."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads((here / "pyproject.toml").read_text()).get("project", {}).get("name")
+    except (OSError, ValueError):
+        return None
 
 
 def render(job: emit.Job) -> str:
@@ -42,9 +97,12 @@ def render(job: emit.Job) -> str:
     document_["setup"], document_["run"] = emit.Literal(document_["setup"]), emit.Literal(document_["run"])
     layout = job.layout
     head = (f"# acceltrain launch --emit skypilot --target {layout.target}: "
-            + (f"a {layout.slice_name} slice, `run` on each of its {layout.hosts} host(s)" if layout.kind == "tpu"
-               else f"{layout.hosts} node(s)")
-            + ".\n# Submit: sky jobs launch THIS.yaml (recovers preemptions; `run` resumes from the newest checkpoint).\n"
+            + (f"a {layout.slice_name} slice, `run` on each of its {layout.hosts} host(s) x {layout.chips_per_host} chips"
+               if layout.kind == "tpu" else f"{layout.hosts} node(s) x {job.devices_per_process} "
+               f"{'GPUs' if layout.kind == 'gpu' else 'CPU device(s)'}, one process a node")
+            + ".\n# Submit: sky jobs launch THIS.yaml (recovers preemptions, and exit 42: a checkpoint saved on a notice; "
+            "`run` resumes from the newest checkpoint; any other failure is final).\n"
+            f"# `setup` installs acceltrain from {'the wheel of --wheel' if job.wheel else 'this folder (workdir)'}.\n"
             f"# {SHARED_DEFAULT} is a bucket SkyPilot creates and mounts on every host; rename it to one of yours.\n")
     return head + emit.dump_yaml(document_)
 
@@ -70,6 +128,15 @@ def check(text: str) -> list[str]:
     if accelerators.startswith("tpu-") and nodes != 1:
         problems.append(f"num_nodes: {nodes} with a TPU ({accelerators}): SkyPilot counts a slice as one node; "
                         "pass a bigger slice instead")
+    recovery = (task.get("resources") or {}).get("job_recovery")
+    codes = recovery.get("recover_on_exit_codes") if isinstance(recovery, dict) else None
+    if 42 not in (codes if isinstance(codes, list) else [codes]):
+        problems.append("resources: no job_recovery.recover_on_exit_codes with 42: a managed job that checkpointed on "
+                        "a notice would end FAILED instead of restarting")
+    setup = str(task.get("setup") or "")
+    if "pip install acceltrain" in setup or "pip install 'acceltrain[" in setup:
+        problems.append("setup: installs acceltrain by name from a package registry, where no acceltrain of yours is "
+                        "published: install this folder (pip install .) or your wheel")
     return problems + _skypilot_says(text)
 
 
