@@ -343,9 +343,9 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
                        turned_off: bool, keras_scans: bool = False,
                        share: float = DEVICE_DATA_SHARE) -> tuple[bool, str]:
-    """Whether a fit's or an evaluate's in-memory arrays are placed on the devices once and each batch gathered there
-    (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch. `nbytes`: the
-    arrays' bytes times the copies one memory holds (CPU devices share the host's)."""
+    """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
+    gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
+    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's)."""
     if turned_off:
         return False, "turned off: ACCELTRAIN_DEVICE_DATA=0"
     if backend != "jax":

@@ -1,7 +1,8 @@
-"""In-memory arrays kept on the devices for a fit or an evaluate, and many training steps a dispatch (issue 43).
+"""In-memory arrays kept on the devices for a fit (its validation data too), and many training steps a dispatch
+(issue 43).
 
 `on_devices(call, distribution)` is the placement layer's part (op_by_op.follow_placement), for a script's fit and
-Runtime.fit's alike: where a call's inputs are in-memory arrays (NumPy or JAX) and fit a share of the devices' memory
+Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) and fit a share of the devices' memory
 (decisions.choose_device_data), they are placed on the devices once a call (replicated over the distribution's
 devices: each gathers its own rows of a batch), and Keras gets a data adapter that sends only each batch's indices and
 gathers the batch there, in Keras's own order (keras_internals.arrays_on_devices: the same host permutation, so an
@@ -36,10 +37,10 @@ def on_devices(call, distribution):
     from acceltrain import decisions
     from acceltrain.backends import keras_internals
 
-    if call.name not in ("fit", "evaluate"):
-        return contextlib.nullcontext(call)
+    if call.name != "fit":  # evaluate and predict read their data once: placing it first saves nothing, and
+        return contextlib.nullcontext(call)  # its gather would be one more program to compile per batch shape
     arguments = call.arguments()
-    validation = arguments.get("validation_data") if call.name == "fit" else None
+    validation = arguments.get("validation_data")
     parts = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
     split = bool(arguments.get("validation_split")) and validation is None
     arrays = _arrays(parts[:3]) and (validation is None or _arrays(tuple(validation))) and not split
@@ -74,12 +75,6 @@ def _placed(call, arguments, distribution):
     model = call.model
     kwargs = {name: value for name, value in arguments.items()
               if name not in ("x", "y", "sample_weight", "class_weight", "validation_split", "validation_data")}
-    if call.name == "evaluate":
-        kwargs["x"] = adapter(arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
-                              batch_size=arguments.get("batch_size"), steps=arguments.get("steps"), shuffle=False,
-                              class_weight=None)
-        yield call.replace(args=(), kwargs=kwargs)
-        return
     train = kwargs["x"] = adapter(arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
                                   batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
                                   shuffle=arguments.get("shuffle", True), class_weight=arguments.get("class_weight"))
@@ -220,7 +215,8 @@ def _many_steps_class():
             self.in_one_program = in_one_program
             # `trained`, never Callback.model inside a step: on JAX reading that syncs Keras's last state into the
             # variables, whose arrays the step is about to take (donated)
-            self.trained, self.adapter, self.distribution, self.listeners = model, adapter, distribution, list(listeners)
+            self.trained, self.adapter, self.distribution = model, adapter, distribution
+            self.listeners = list(listeners)
             self.per_step = None  # seconds a step, measured on the second probe
             self.probes = self.dispatches = 0
             self._loop = None
