@@ -22,7 +22,7 @@ import time
 import jax
 import numpy as np
 
-from acceltrain.backends.jax.steps import _tell_once
+from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
 
 ENV_OFF = "ACCELTRAIN_DEVICE_DATA"
 SECONDS_A_DISPATCH = 1.0  # the time cap of one dispatch: progress, the stall watch and stop_training stay live
@@ -272,9 +272,11 @@ def _many_steps_class():
                 self._loop = _compiled(self.trained, self.distribution, self.in_one_program, state)
             placed = self.adapter.placed
             if not self.in_one_program:  # one program a step, back to back: no Keras between them
-                logs = None
+                logs, wait = None, self.distribution is not None and _steps_must_not_overlap(self.distribution)
                 for row in indices:
                     logs, state = self._loop(state, placed, self._laid_out(row))
+                    if wait:  # several CPU devices: a step's collectives may deadlock with the next's (steps.py)
+                        jax.block_until_ready(logs)
                 return logs, state
             buffer = np.zeros((self.trained.steps_per_execution, self.adapter.batch_size), np.int32)
             buffer[:len(indices)] = indices
