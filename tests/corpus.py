@@ -158,6 +158,36 @@ SHAPES = [
     Shape("augment_attention_split.py", "a small ViT: Normalization adapted, random flip/rotation/zoom in the model, "
           "MultiHeadAttention, `validation_data` as a list of 167 images",
           notes_at={mode: ("validation_data: each sample counted",) for mode in MULTI_DEVICE}),
+    # Issue 45's public scripts. keras.io's EEG classifier: evaluate on a dataset whose last batch (74 rows) divides
+    # over no replica count above 2 (a raw IndivisibleError under run -4 before streams took the arrays' rules).
+    Shape("conv1d_eval_remainder.py", "Conv1D + BatchNormalization on tf.data, `class_weight`, TopK/AUC/Precision/"
+          "Recall, callbacks on a validation metric, evaluate on a dataset whose last batch is 74 rows",
+          notes_at={mode: ("x (a tf.data.Dataset): read into memory (586 samples)",
+                           "validation_data (a tf.data.Dataset): read into memory (586 samples)")
+                    for mode in ("run-4", "run-8")}),
+    # keras.io's FeatureSpace model on TensorFlow: predict on a dict of one-sample tensors, one of them tf.string,
+    # which acceltrain read into an array of objects ("Invalid dtype: object" at 1, 4 and 8 devices).
+    Shape("feature_space_raw_dict.py", "TensorFlow: `FeatureSpace` preprocessing in tf.data, then an inference model "
+          "called on a dict of raw values (a string among them)",
+          refused_at={"launch-2x2": "feature_space_raw_dict.py, whose line 8 sets its backend"}),
+    # keras.io's text classification from scratch on TensorFlow: an end-to-end model on raw strings, evaluated. Keras
+    # builds a model under a strategy from the first batch's mean over the replicas, which strings do not have (AddN
+    # refused tf.string at 4 devices): keras_internals.built_from_one_replica.
+    Shape("text_vectorization_strings.py", "TensorFlow: `TextVectorization` adapted on strings, an end-to-end model "
+          "on raw strings evaluated", refused_at={"launch-2x2": "text_vectorization_strings.py, whose line 7 sets its "
+                                                               "backend"}),
+    # keras.io's endpoint layer on TensorFlow: a loss added by a layer, computed by a keras.losses.Loss, which Keras
+    # divides by the replicas twice under a strategy (its loss 1/4 of plain's at 4 replicas, 1/8 at 8):
+    # keras_internals.added_losses_scaled_once.
+    Shape("add_loss_endpoint.py", "TensorFlow: a layer's own loss (`add_loss`), a model called on a dict with no "
+          "targets, compiled with no loss", refused_at={"launch-2x2": "add_loss_endpoint.py, whose line 7 sets its "
+                                                                      "backend"}),
+    # keras.io's TensorFlow NumPy models: keras.backend.clear_session() between its models reset the strategy's scope
+    # acceltrain entered around the script (the later models undistributed, then "IndexError: pop from empty list"
+    # at 4 and 8 devices): backends/tensorflow.py::scope leaves the scope for the reset.
+    Shape("tf_numpy_models.py", "TensorFlow: models and a loss written with `tf.experimental.numpy`, 8 fits, "
+          "`clear_session()`, the script's own strategy scope, TensorBoard", refused_at={
+              "launch-2x2": "tf_numpy_models.py, whose line 8 sets its backend"}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

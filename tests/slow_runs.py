@@ -1,5 +1,6 @@
 """When each slow test last ran. CI runs none of them (`-m 'not slow'`), so the validation page says, for each
-slow test it names, when `pytest -m slow` last ran it, on which commit, and how it ended.
+slow test it names, when `pytest -m slow` last ran it, on which commit, and how it ended; and beside each claim
+that rests on a slow test with no recorded pass, "not run yet".
 
 A run that selects slow tests records them in tests/slow-runs.json as it ends (this plugin, registered by
 tests/conftest.py; with xdist, only the controller writes). `python -m tests.slow_runs` rewrites the table
@@ -63,8 +64,28 @@ def table(page_text: str, record: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+# Beside each slow test the page names (outside the table) whose record has no pass: the claim rests on a run that
+# has not happened (issue 41).
+NOT_RUN = " — not run yet"
+_NAMED = re.compile(SLOW_REFERENCE.pattern + f"(?:{re.escape(NOT_RUN)})?")
+
+
+def annotated(text: str, record: dict) -> str:
+    """`text` with NOT_RUN after each slow test it names that has no recorded pass, and none after those that have."""
+    def mark(found):
+        passed = record.get(found[1], {}).get("outcome") == "passed"
+        return found[0].removesuffix(NOT_RUN) + ("" if passed else NOT_RUN)
+
+    return _NAMED.sub(mark, text)
+
+
 def rendered(page_text: str, record: dict) -> str:
-    return SECTION.sub(lambda m: m.group(1) + table(page_text, record) + m.group(3), page_text)
+    """The page with its table of slow runs, and each claim resting on a slow test with no recorded pass marked."""
+    parts = SECTION.split(page_text, maxsplit=1)  # before, the markers and the table (4 groups), after
+    if len(parts) == 1:
+        return annotated(page_text, record)
+    before, opening, _, closing, after = parts
+    return (annotated(before, record) + opening + table(page_text, record) + closing + annotated(after, record))
 
 
 if __name__ == "__main__":

@@ -104,3 +104,29 @@ def test_no_other_module_writes_kerass_default_batch():
                      for number, line in enumerate(path.read_text().splitlines(), 1)
                      if re.search(r"batch_size or (32\b|[\w.]*KERAS_DEFAULT_BATCH_SIZE)", line))
     assert not written, f"Keras's default batch resolved outside data.keras_batch: {written}"
+
+
+class _Tensor:
+    """A framework's tensor as data.py sees one: numpy reads it (`__array__`), it has a shape and a dtype named as
+    TensorFlow names its own (tf.string's name is "string"; tf.float32's "float32")."""
+
+    def __init__(self, values, dtype_name):
+        self.values, self.shape = np.asarray(values, dtype=object if dtype_name == "string" else None), (len(values),)
+        self.dtype = type("DType", (), {"name": dtype_name})()
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values
+
+
+def test_a_string_tensor_is_left_to_keras_and_a_numeric_one_read_as_numpy():
+    # Issue 45: a FeatureSpace model called on {name: tf.convert_to_tensor([value])} with one string feature. Read
+    # by numpy, the string tensor became an array of objects, which Keras refuses ("Invalid dtype: object") where it
+    # takes the tf.string tensor itself; so it stays a tensor, and the numbers beside it become arrays.
+    raw = {"age": _Tensor([60.0], "float32"), "thal": _Tensor([b"fixed"], "string")}
+
+    read = data.tensors_as_numpy(raw)
+
+    assert isinstance(read["age"], np.ndarray) and read["age"].tolist() == [60.0]
+    assert read["thal"] is raw["thal"]
+    assert data.has_tensors(raw) and not data.has_tensors({"thal": raw["thal"]})
+    assert not data.is_arrays(read)  # a nest with a tensor left in it is Keras's to read, not the arrays' rules

@@ -146,11 +146,13 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
     assert isinstance(fit.validation_data, tuple) and len(fit.validation_data[0]) == 4 * 167
 
 
-@pytest.mark.parametrize("batch_size, replicas, accumulation, said", [
-    (256, 8, 1, "global batch 256 = 32 × 8 replica(s)"),
-    (None, 4, 1, "global batch 32 = 8 × 4 replica(s)"),  # Keras's default batch
-    (32, 8, 2, "global batch 64 = 2 steps × 4 × 8 replica(s)"),  # the autopilot's accumulation: per step 32
+@pytest.mark.parametrize("batch_size, replicas, accumulation, own, said", [
+    (256, 8, 1, "", "global batch 256 = 32 × 8 replica(s)"),
+    (None, 4, 1, "", "global batch 32 = 8 × 4 replica(s)"),  # Keras's default batch
+    (32, 8, 2, "", "global batch 64 = 2 steps × 4 × 8 replica(s)"),  # the autopilot's accumulation: per step 32
+    (32, 1, 1, "the script's own ModelParallel (mesh batch 1 × model 4)",  # its mesh's batch axis: 1 replica
+     "global batch 32 = 32 × 1 replica(s) of the script's own ModelParallel (mesh batch 1 × model 4)"),
 ])
-def test_the_global_batch_is_said_one_way(batch_size, replicas, accumulation, said):
+def test_the_global_batch_is_said_one_way(batch_size, replicas, accumulation, own, said):
     """Runtime.fit and `run` both say it through inputs.global_batch (issue 36: it was written twice)."""
-    assert inputs.global_batch(batch_size, replicas, accumulation) == said
+    assert inputs.global_batch(batch_size, replicas, accumulation, own) == said

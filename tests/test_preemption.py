@@ -23,8 +23,9 @@ from tests import support
 NOW = 1000.0
 
 
-def _beat(steps, silent=0.0, idle=0.0, host="h"):
-    return Beat(steps=steps, last_step_at=NOW - idle, beat_at=NOW - silent, host=host, phase=f"fit, after step {steps}")
+def _beat(steps, silent=0.0, idle=0.0, host="h", in_step=None):
+    return Beat(steps=steps, last_step_at=NOW - idle, beat_at=NOW - silent, host=host, phase=f"fit, after step {steps}",
+                in_step=in_step)
 
 
 @pytest.mark.parametrize("beats, expected, said", [
@@ -33,6 +34,12 @@ def _beat(steps, silent=0.0, idle=0.0, host="h"):
     ({0: _beat(7, silent=30), 1: _beat(5, silent=40), 2: _beat(7)}, 1, "nothing from it for 40 s"),  # longest silent
     ({0: _beat(7, idle=60), 1: _beat(3, idle=61)}, 1, "while the others reached step 7"),  # alive, stuck in its code
     ({0: _beat(7, idle=60), 1: _beat(7, idle=60)}, None, "all wait in one collective"),
+    # at the same step, process 1 stuck in a callback after it while process 0 waits in the next step's collective
+    ({0: _beat(11, idle=60, in_step=True), 1: _beat(11, idle=61, in_step=False)}, 1,
+     "process 1 (host h) stopped making progress at step 11 (fit, after step 11), its last step 61 s ago, outside any "
+     "step while the others are in the next one"),
+    ({0: _beat(7, idle=60, in_step=True), 1: _beat(7, idle=60, in_step=True)}, None, "all wait in one collective"),
+    ({0: _beat(7, idle=60, in_step=False), 1: _beat(7, idle=60, in_step=False)}, None, "all wait in one collective"),
     ({0: None, 1: None}, 0, "process 0 never started"),
 ])
 def test_choose_stopped(beats, expected, said):

@@ -120,6 +120,33 @@ def test_scope_restores_the_global_distribution_also_on_error(runtime):
     assert keras.distribution.distribution() is None
 
 
+def test_a_distribution_the_caller_set_is_its_own_with_its_meshs_batch_split(runtime):
+    """Runtime.as_called: under acceltrain's distribution (or none) the runtime itself; under one the caller made (a
+    ModelParallel over batch 2 × model 4, a DataParallel of its own over the same devices as the runtime's), that one,
+    its replicas its mesh's batch axis (issue 41)."""
+    import keras
+
+    assert runtime.as_called() is runtime and runtime.own_distribution() is None
+    with runtime.scope():
+        assert runtime.as_called() is runtime
+    devices = keras.distribution.list_devices()
+    mesh = keras.distribution.DeviceMesh((2, 4), ["batch", "model"], devices)
+    for own, replicas, words in [
+        (keras.distribution.ModelParallel(layout_map=keras.distribution.LayoutMap(mesh), batch_dim_name="batch"), 2,
+         "the script's own ModelParallel (mesh batch 2 × model 4)"),
+        (keras.distribution.DataParallel(devices=devices), 8, "the script's own DataParallel (mesh batch 8)"),
+    ]:
+        with runtime.scope(), own.scope():  # set inside acceltrain's, as a script under `acceltrain run` sets it
+            called = runtime.as_called()
+            assert runtime.own_distribution() is own and called.distribution is own
+            assert (called.num_replicas, called.distribution_name) == (replicas, type(own).__name__)
+            assert called.words == words
+            assert called.num_processes == runtime.num_processes  # the rest is the runtime's
+            with called.scope():
+                assert keras.distribution.distribution() is own
+        assert runtime.own_distribution() is None
+
+
 class _RecordBatchSharding:
     """A layer that records how its input batch is laid out over devices when the step compiles."""
 

@@ -4,6 +4,7 @@ process (its jax.distributed start is recorded, not made); TensorFlow in one sub
 
 import importlib
 import json
+import sys
 
 import pytest
 
@@ -50,8 +51,13 @@ def test_connect_on_jax_runs_one_process_per_host(vm, on_tpu_vm, runtime):
 
 
 def test_device_files_without_libtpu_are_no_tpu_vm(tmp_path, monkeypatch):
-    patterns, _ = tpu_environments.fake_host(tpu_environments.CLOUD_V4_8, tmp_path)  # libtpu not put on the path
-    assert cluster.on_cloud_tpu_vm(patterns) is (importlib.util.find_spec("libtpu") is not None)
+    patterns, site = tpu_environments.fake_host(tpu_environments.CLOUD_V4_8, tmp_path)
+    monkeypatch.setitem(sys.modules, "libtpu", None)  # libtpu absent, whether or not this venv has the real one
+    assert importlib.util.find_spec("libtpu") is None
+    assert not cluster.on_cloud_tpu_vm(patterns)
+    monkeypatch.delitem(sys.modules, "libtpu")
+    monkeypatch.syspath_prepend(site)  # the same device files with a libtpu to drive them: a TPU VM
+    assert cluster.on_cloud_tpu_vm(patterns)
     assert not cluster.on_cloud_tpu_vm((str(tmp_path / "nothing*"),))
 
 

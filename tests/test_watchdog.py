@@ -214,6 +214,18 @@ def test_steps_are_published_once_a_poll_and_a_stall_names_the_process_whose_bea
            "it for 41 s (frozen, or its host is gone)." in stream.getvalue()
 
 
+def test_a_beat_says_whether_the_process_is_inside_a_step():
+    """A step begun and not yet finished is where a collective waits: a process outside any step while the others
+    are in one is the one they wait for (preemption.choose_stopped)."""
+    dog, _, _, _ = _job_watchdog(Heartbeats(), Clock())
+    dog.arm("fit")
+    assert dog.beat_now()["in_step"] is None  # no step begun: not said
+    dog.begin_step()
+    assert dog.beat_now()["in_step"] is True
+    dog.beat("fit, epoch 1, after step 1")
+    assert dog.beat_now()["in_step"] is False
+
+
 def test_a_process_outside_any_watched_call_and_an_unreachable_store_are_said():
     beats, wall = Heartbeats(), Clock()
     dog, clock, stream, _ = _job_watchdog(beats, wall)

@@ -33,7 +33,7 @@ EXAMPLES = {
     ),
     "report": (
         "examples:\n"
-        "  acceltrain report runs/seed1        # redraw report.png and report.md from runs/seed1/metrics.json"
+        "  acceltrain report runs/seed1        # redraw report.png, report.md and report.html from its metrics.json"
     ),
     "doctor": (
         "examples:\n"
@@ -219,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     train.set_defaults(run=_train, **{action.dest: None for action in train._actions
                                       if action.dest not in ("help", "quiet", "verbose", "config")})
 
-    report = _verb(verbs, "report", "redraw report.png and report.md of a finished run from its metrics.json")
+    report = _verb(verbs, "report", "redraw report.png, report.md and report.html of a finished run from its metrics.json")
     report.add_argument("dir", metavar="DIR", help="the --out folder of an `acceltrain train` run")
     report.set_defaults(run=_report)
 

@@ -290,9 +290,11 @@ def _join(batches):
 # and in a job of several processes each process's rows of it. Recognised by their classes' names, as Keras does.
 
 def is_tensor(x) -> bool:
-    """A framework's array (a tf.Tensor, a jax.Array) that numpy reads: not a numpy array, not a dataset."""
+    """A framework's array (a tf.Tensor, a jax.Array) that numpy reads into numbers: not a numpy array, not a dataset,
+    not a tensor of strings (tf.string: numpy reads it as an array of Python objects, which Keras refuses, "Invalid
+    dtype: object", where it takes the tensor itself; issue 45's FeatureSpace model called on a dict of raw values)."""
     return (not isinstance(x, np.ndarray) and hasattr(x, "__array__") and hasattr(x, "shape")
-            and hasattr(x, "dtype") and not is_dataset(x))
+            and hasattr(x, "dtype") and not is_dataset(x) and getattr(x.dtype, "name", None) != "string")
 
 
 def tensors_as_numpy(x):

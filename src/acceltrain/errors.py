@@ -8,6 +8,11 @@ class AcceltrainError(Exception):
 
     exit_code = 1
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython (a Jupyter or Colab cell) shows for it: the error and its message, as the CLI prints it,
+        not acceltrain's frames (the cell that raised it is the user's line; %tb still shows the whole)."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class UsageError(AcceltrainError, ValueError):
     """A value the user gave is wrong: the message names it, says what is valid and how to fix it."""

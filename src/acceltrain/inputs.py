@@ -244,12 +244,14 @@ def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
 
 # --- The steps ----------------------------------------------------------------------------------
 
-def global_batch(batch_size: int | None, num_replicas: int, accumulation: int = 1) -> str:
+def global_batch(batch_size: int | None, num_replicas: int, accumulation: int = 1, own: str = "") -> str:
     """How a fit's global batch is cut, said the same way by Runtime.fit and `run`: "global batch 512 = 2 steps × 32 ×
-    8 replica(s)". `batch_size`: one step's batch (None: Keras's default); `accumulation`: steps a weight update."""
+    8 replica(s)". `batch_size`: one step's batch (None: Keras's default); `accumulation`: steps a weight update;
+    `own`: the caller's own distribution the fit runs under, named after it (its replicas: its mesh's batch axis)."""
     batch = data.keras_batch(batch_size)
     steps = f"{accumulation} steps × " if accumulation > 1 else ""
-    return f"global batch {batch * accumulation} = {steps}{batch // num_replicas} × {num_replicas} replica(s)"
+    under = f" of {own}" if own else ""
+    return f"global batch {batch * accumulation} = {steps}{batch // num_replicas} × {num_replicas} replica(s){under}"
 
 
 def _processes(runtime) -> dict:

@@ -157,6 +157,7 @@ class Beat:
     beat_at: float
     host: str = ""
     phase: str = ""
+    in_step: bool | None = None  # inside a step (begun, not finished): where a collective waits; None: not said
 
 
 def silent_after(poll_seconds: float) -> float:
@@ -176,7 +177,10 @@ def choose_stopped(beats: dict[int, Beat | None], now: float, silent_seconds: fl
        longest silent first;
     3. every process still beats: the one with the fewest steps (stuck outside the collective the others wait
        in: its own code, a callback, its input), if it is behind the others;
-    4. none: every process beats at the same step (all wait in one collective; its stacks say which).
+    4. at the same step, a process outside a step while the others are inside the next one (stuck after its last
+       step, in a callback or its own code, while they wait for it in the next step's collective);
+    5. none: every process beats at the same step, all inside it or all outside (all wait in one collective; its
+       stacks say which).
     """
     name = lambda index: f"process {index}" + (f" (host {beats[index].host})" if beats.get(index) and beats[index].host else "")  # noqa: E731
     never = sorted(index for index, beat in beats.items() if beat is None)
@@ -196,6 +200,13 @@ def choose_stopped(beats: dict[int, Beat | None], now: float, silent_seconds: fl
         return index, (f"{name(index)} stopped making progress at step {beat.steps} ({beat.phase or 'no phase'}), "
                        f"its last step {now - beat.last_step_at:.0f} s ago, while the others reached step "
                        f"{max(b.steps for b in beats.values())} (alive, stuck outside the collective they wait in)")
+    outside = sorted(index for index, beat in beats.items() if beat.in_step is False)
+    if outside and any(beat.in_step for beat in beats.values()):
+        index = outside[0]
+        beat = beats[index]
+        return index, (f"{name(index)} stopped making progress at step {beat.steps} ({beat.phase or 'no phase'}), "
+                       f"its last step {now - beat.last_step_at:.0f} s ago, outside any step while the others are in "
+                       "the next one (alive, stuck outside the collective they wait in)")
     return None, f"every process is alive at step {fewest}: all wait in one collective"
 
 

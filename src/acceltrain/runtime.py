@@ -73,8 +73,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
 
     # 2. Choose the backend and start it.
     set_before_keras = backends.set_before_keras() is not None  # importing acceltrain set KERAS_BACKEND, not the user
+    users_env = None if set_before_keras or backends.set_by_load() else os.environ.get("KERAS_BACKEND")  # not ours
     backend_name, backend_reason = decisions.choose_backend(
-        backend, backends.loaded_keras_backend(), None if set_before_keras else os.environ.get("KERAS_BACKEND"),
+        backend, backends.loaded_keras_backend(), users_env,
         backends.jax_importable(), backends.keras_config_backend(), set_before_keras,
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
@@ -271,6 +272,18 @@ class Runtime:
     @property
     def distribution_name(self) -> str:
         return self._framework.distribution_name(self.distribution)
+
+    def own_distribution(self):
+        """The Keras distribution in force now that no open runtime made: the caller's own (a script's
+        keras.distribution.set_distribution, or its scope), which its calls keep, as they do plainly; None where
+        there is none, or on a backend that does not shard."""
+        return self._framework.own_distribution() if self._framework.SHARDS else None
+
+    def as_called(self):
+        """This runtime as a call made now sees it: under the caller's own distribution (own_distribution), that
+        distribution, its name and its replicas (its mesh's batch axis); otherwise the runtime itself."""
+        own = self.own_distribution()
+        return self if own is None else _UnderOwn(self, own)
 
     def describe(self) -> dict:
         """Everything about this runtime as JSON-able data (written into metrics.json)."""
@@ -601,3 +614,22 @@ def _check_compiled(model) -> None:
             f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
             "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
         )
+
+
+class _UnderOwn:
+    """A runtime as a call under the caller's own distribution sees it (Runtime.as_called): that distribution, its
+    name, its replicas (the size of its mesh's batch axis) and its scope; everything else the runtime's. `words`:
+    the distribution and its mesh, as the lines that report a call name it."""
+
+    def __init__(self, runtime, distribution):
+        framework = runtime.backend_module
+        self._runtime, self.distribution = runtime, distribution
+        self.distribution_name = framework.distribution_name(distribution)
+        self.num_replicas = framework.num_replicas(distribution)
+        self.words = f"the script's own {self.distribution_name} (mesh {framework.mesh_words(distribution)})"
+
+    def scope(self):
+        return self._runtime.backend_module.scope(self.distribution)
+
+    def __getattr__(self, name):
+        return getattr(self._runtime, name)

@@ -103,6 +103,7 @@ class Watchdog:
         # {index: dict | None} | None); None alone. wall_clock: the time a beat carries (hosts compare it).
         self.heartbeats, self._wall = heartbeats, wall_clock
         self._total_steps, self._last_step_at = 0, wall_clock()
+        self._begun = 0  # steps begun (begin_step), against _total_steps finished: whether it is inside one
         self._straggling_said = False
         # This process's own CPU seconds of each of its last measured steps (from one beat to the next, the stretch
         # after a compile or an epoch's end left out), whose median its beat carries for the straggler check.
@@ -187,6 +188,12 @@ class Watchdog:
         if publish:
             self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
 
+    def begin_step(self) -> None:
+        """A step begins (its beat() says it finished): between the two, a collective of the step may wait for
+        another process; a process stuck outside any step while the others are in one is the one they wait for."""
+        with self._lock:
+            self._begun += 1
+
     def disarm(self) -> None:
         with self._lock:
             self._phase = None
@@ -197,7 +204,8 @@ class Watchdog:
         with self._lock:
             return {"steps": self._total_steps, "last_step_at": self._last_step_at, "beat_at": self._wall(),
                     "host": _HOST, "phase": self._phase or "its own code, outside fit, evaluate and predict",
-                    "watching": watching and self._phase is not None, "cpu_per_step": self._cpu_per_step()}
+                    "watching": watching and self._phase is not None, "cpu_per_step": self._cpu_per_step(),
+                    "in_step": self._begun > self._total_steps if self._begun else None}
 
     def _cpu_per_step(self) -> float | None:
         """The median of this process's own CPU seconds a step over its last STRAGGLER_WINDOW_STEPS measured steps
@@ -318,7 +326,7 @@ class Watchdog:
         mine = self.beat_now()
         beats = {index: None if beat is None or not beat.get("watching") else
                  preemption.Beat(beat["steps"], beat["last_step_at"], beat["beat_at"], beat.get("host", ""),
-                                 beat.get("phase", ""))
+                                 beat.get("phase", ""), beat.get("in_step"))
                  for index, beat in {**read, self.process_index: mine}.items()}
         index, why = preemption.choose_stopped(beats, self._wall(), preemption.silent_after(self._poll))
         return why if index is not None else f"no single process to name: {why}"

@@ -528,3 +528,171 @@ def test_run_train_executions_make_train_function_and_train_function_calls():
     assert len(calls) == 6
     keras_internals.stop_running_train_executions(model)
     assert keras_internals.train_function_wrappers(model) == 0
+
+
+def _backend_compiles():
+    """A list that counts JAX's backend compiles from now on, and the function that stops counting."""
+    import jax
+
+    compiles = []
+
+    def span(event, *_, **__):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_time_span_listener(span)
+    return compiles, lambda: jax.monitoring.unregister_event_time_span_listener(span)
+
+
+def _seed(seed: int) -> None:
+    """Keras's seed, and Python's random that draws an unseeded initializer's seed."""
+    import random
+
+    keras_internals.set_keras_seed(seed)
+    random.seed(seed)
+
+
+def _seeded_build(build, at_once: bool):
+    _seed(3)
+    if not at_once:
+        return build()
+    with keras_internals.variables_initialized_at_once():
+        return build()
+
+
+def _models():
+    """Shapes to build both ways: the seed's MLP (Glorot, zeros, RMSprop), a normalization and a convolution with
+    Adam, and a layer whose initializer draws from a SeedGenerator (Keras's own path, op by op)."""
+    import keras
+
+    from acceltrain.recipes import mnist_mlp
+
+    def conv():
+        model = keras.Sequential([keras.Input((7, 5, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                                  keras.layers.Flatten(), keras.layers.Dense(3, kernel_initializer="he_normal")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    def drawing():
+        seeds = keras.random.SeedGenerator(5)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(
+            3, kernel_initializer=keras.initializers.RandomNormal(seed=seeds)), keras.layers.Dense(2)])
+        model.compile("sgd", "mse")
+        return model
+
+    return [mnist_mlp.build_model, conv, drawing]
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_variables_initialized_at_once_and_optimizer_built_at_once_give_keras_arrays(which):
+    """JaxVariable._initialize_with_initializer, _initialize and _deferred_initialize: the same arrays as Keras's
+    op-by-op initialization, the model's and its optimizer's (optimizer_built_at_once), the stateless ones from one
+    program each."""
+    import keras
+
+    build = _models()[which]
+    keras_way = _seeded_build(build, at_once=False)
+    keras_way.optimizer.build(keras_way.trainable_variables)
+    compiles, stop = _backend_compiles()
+    try:
+        ours = _seeded_build(build, at_once=True)
+        built = len(compiles)
+        keras_internals.optimizer_built_at_once(ours)
+        ours.optimizer.build(ours.trainable_variables)  # as fit's first call does
+    finally:
+        stop()
+    assert "build" in vars(ours.optimizer) and ours.optimizer.built
+    if which < 2:  # every initializer stateless: one program for the weights (the optimizer's counter converted too)
+        assert 1 <= built <= 2, compiles
+    expected = [*keras_way.weights, *keras_way.optimizer.variables]
+    got = [*ours.weights, *ours.optimizer.variables]
+    assert [v.shape for v in got] == [v.shape for v in expected]  # names count up with each build
+    for mine, keras_own in zip(got, expected):
+        assert mine.dtype == keras_own.dtype and np.array_equal(keras.ops.convert_to_numpy(mine),
+                                                                keras.ops.convert_to_numpy(keras_own)), mine.path
+
+
+def test_metrics_results_from_the_last_step_get_metrics_result_or_logs_gives_keras_values():
+    """Trainer._get_metrics_result_or_logs: fit's and evaluate's results the same with the last step's logs as with
+    Keras's eager recomputation, on Adam + accuracy with sample weights and an odd-sized last batch; a custom
+    train_step whose logs name other keys keeps Keras's own choice."""
+    import keras
+
+    rng = np.random.default_rng(0)
+    x, y, w = rng.normal(size=(37, 4)).astype("float32"), rng.integers(0, 3, 37), rng.uniform(size=37)
+    results = []
+    for ours in (False, True):
+        _seed(1)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+        if ours:
+            keras_internals.metrics_results_from_the_last_step(model)
+            installed, passed_on = vars(model)["_get_metrics_result_or_logs"], []
+
+            def spied(logs):
+                passed_on.append(installed(logs) is logs)
+                return logs if passed_on[-1] else installed(logs)
+
+            object.__setattr__(model, "_get_metrics_result_or_logs", spied)
+        history = model.fit(x, y, sample_weight=w, batch_size=8, epochs=2, validation_data=(x[:9], y[:9]), verbose=0,
+                            shuffle=False)  # the same batches both times
+        results.append((history.history, model.evaluate(x, y, batch_size=10, return_dict=True, verbose=0)))
+    assert results[0] == results[1]
+    assert len(passed_on) == 2 + 2 + 1 and all(passed_on)  # 2 epochs, 2 validations, 1 evaluate: the steps' logs
+
+    class Custom(keras.Model):
+        def train_step(self, *args, **kwargs):
+            return {"other": keras.ops.zeros(())}
+
+    inputs = keras.Input((4,))
+    model = Custom(inputs, keras.layers.Dense(3)(inputs))
+    model.compile("sgd", "mse")
+    keras_internals.metrics_results_from_the_last_step(model)
+    assert model._get_metrics_result_or_logs({"other": 1.0}) == {"other": 1.0}  # not Keras's metrics
+
+
+@pytest.mark.tensorflow
+def test_built_from_one_replica_builds_a_string_model_that_keras_reduces_to_a_sum_of_strings():
+    """Keras's own symbolic build under MirroredStrategy means the first batch over the replicas: with strings, AddN
+    refuses (a plain reproduction, no runtime); from the first replica's slice it builds, and the model's own method
+    is given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "strings_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("keras: InvalidArgumentError") and "of string is not in the list" in lines[0], done.stdout
+    assert lines[1:] == ["one replica: ok", "own method back: True"], done.stdout
+
+
+@pytest.mark.tensorflow
+def test_added_losses_scaled_once_reports_a_layers_own_loss_as_one_device_does():
+    """A layer's add_loss of a keras.losses.Loss's value: under MirroredStrategy over 2 replicas Keras divides it by
+    the replicas twice (half the one-device loss: a plain reproduction, no runtime); scaled once, it is the
+    one-device loss; the model's own method and Loss.__call__ are given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "added_loss_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    one_device, keras_own, once = (float(lines[name]) for name in ("one device", "keras", "scaled once"))
+    assert keras_own == pytest.approx(one_device / 2, rel=1e-5)
+    assert once == pytest.approx(one_device, rel=1e-5)
+    assert lines["given back"] == "True"
+
+
+def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
+    """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
+    both Keras's own again after."""
+    import keras
+
+    own = keras.backend.clear_session
+    assert keras.utils.clear_session is own
+    calls = []
+    with keras_internals.clear_session_replaced(lambda keras_own: lambda: calls.append(keras_own is own)):
+        keras.backend.clear_session()
+        keras.utils.clear_session()
+    assert calls == [True, True]
+    assert keras.backend.clear_session is own and keras.utils.clear_session is own

@@ -247,6 +247,9 @@ def test_a_job_with_a_stuck_process_ends_within_the_stall_timeout_showing_where_
     assert f"[0] acceltrain: error: stalled: nothing moved for {timeout} s in {call} (compiling and running the first " \
            f"step), before its first step; the bound is --stall-timeout {timeout} s" in support.per_process(job.stderr), support.per_process(job.stderr)[-3000:]
     assert "a process that never reached this collective" in support.per_process(job.stderr)
+    # The process that stopped is named, from the heartbeats: process 1, which never reached the call.
+    assert ("[0] acceltrain: error: process 1 never started a fit, evaluate or predict that the others are in."
+            in support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
     # Process 1's stack, asked for by the launcher before anything ended, shows the line it was stuck on;
     # process 0's shows the call it waited in.
     assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
@@ -271,6 +274,9 @@ def test_a_process_stuck_between_steps_at_0_cpu_is_named_within_a_minute_not_the
     assert re.search(r"\] acceltrain: error: stalled: nothing moved for 6\d s in fit, epoch 2, after step 3, after \d+ "
                      r"step\(s\); steps took at most [\d.e-]+ s so far: the bound is max\(60 s, 20 × [\d.e-]+ s\), and "
                      r"this process was idle \(under 10% of a core\) for the last 6\d s", support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
+    # The process that stopped is named, from the heartbeats: process 1, stuck in its callback after step 3.
+    assert re.search(r"\[0\] acceltrain: error: process 1 (\(host [^)]+\) )?stopped making progress at step \d+ "
+                     r"\(fit, epoch 2, after step 3\)", support.per_process(job.stderr)), support.per_process(job.stderr)[-3000:]
     assert re.search(rf'\[1\] .*one_process_stuck\.py", line {_lines_marked("# the stuck line")[-1]} in stuck_here',
                      support.per_process(job.stderr))
     # One epoch and 3 steps (about 2 s), 60 s, then the stacks and the stop: measured 70 s (load average 5.8).

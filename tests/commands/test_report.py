@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from tests.support import run_cli
@@ -138,5 +139,8 @@ def test_cli_report_redraws_and_exits_2_on_a_folder_without_a_run(tmp_path):
     done = run_cli("report", tmp_path / "run", timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(tmp_path / "run" / name) for name in ("report.png", "report.md", "report.html")]
+    helped = run_cli("report", "-h", timeout=120)  # the help names every file the verb writes
+    assert [name for name in ("report.png", "report.md", "report.html") if name in helped.stdout] == [
+        Path(path).name for path in done.stdout.split()]
     empty = run_cli("report", tmp_path, timeout=120)
     assert empty.returncode == 2 and "has no metrics.json" in empty.stderr

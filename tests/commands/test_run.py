@@ -52,6 +52,17 @@ def test_plain_script_runs_under_mirrored_strategy_on_tensorflow():
     assert abs(support.accuracy(run.stdout) - support.accuracy(plain.stdout)) < 0.02
 
 
+@pytest.mark.tensorflow
+def test_a_tensorflow_script_that_clears_its_session_keeps_the_strategy_for_the_models_after():
+    # Issue 45: clear_session() resets TensorFlow's default graph, and a strategy's scope entered around the script
+    # with it: the models after it were built undistributed, and leaving the scope raised "pop from empty list".
+    run = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "clears_session.py", timeout=300)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines() == ["before: MirroredStrategy 2", "after clear_session: MirroredStrategy 2",
+                                       "after utils.clear_session: MirroredStrategy 2"], run.stdout
+
+
 @pytest.mark.multi_device
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]
@@ -242,6 +253,34 @@ def test_a_plain_script_runs_with_its_weights_sharded():
     assert "→ FSDP over 8 replicas" in run.stderr
     assert "weights sharded: " in run.stderr and "the first device holds" in run.stderr
     assert "kernel: PartitionSpec(None, 'batch')" in run.stdout or "kernel: P(None, 'batch')" in run.stdout
+
+
+@pytest.mark.multi_device
+@pytest.mark.parametrize("args, name, mesh, replicas, spec", [
+    (("model", "1x4"), "ModelParallel", "batch 1 × model 4", 1, "(None, 'model')"),
+    (("model", "2x2"), "ModelParallel", "batch 2 × model 2", 2, "(None, 'model')"),
+    (("data",), "DataParallel", "batch 4", 4, "(None, None)"),
+    pytest.param(("gemma", "2x2"), "ModelParallel", "batch 2 × model 2", 2, "('model', 'batch')",
+                 marks=pytest.mark.slow),  # GemmaBackbone.get_layout_map: keras_hub's own; about 50 s here
+])
+def test_a_distribution_the_script_sets_is_kept_and_named_with_its_meshs_batch_split(args, name, mesh, replicas,
+                                                                                       spec):
+    """Issue 41: a script's own ModelParallel (a LayoutMap over batch 1 × model 4) kept its layout under run, but the
+    lines said "global batch 32 = 8 × 4 replica(s)" and "ran on DataParallel over 4 replica(s)". The layout is the one
+    the script's map gives (as plainly), and every line names the script's distribution with its mesh's split."""
+    run = support.run_cli("run", "--simulate-devices", "4", support.SCRIPTS / "own_distribution.py", *args, timeout=400)
+    assert run.returncode == 0, run.stderr
+    own = f"the script's own {name} (mesh {mesh})"
+    assert f"kernel spec: {spec}" in run.stdout
+    assert (f"acceltrain: distribution: {own} is kept: its calls run under it as they do plainly ({replicas} "
+            "replica(s): its mesh's batch axis), its layout as it set it; acceltrain's DataParallel over 4 replica(s) "
+            "is not applied to them") in run.stderr, run.stderr
+    if args[0] != "gemma":  # keras_hub feeds its task's fit a Grain dataset: the stream's rules, no batch line
+        assert f"acceltrain: fit: global batch 32 = {32 // replicas} × {replicas} replica(s) of {own}; " in run.stderr
+    said = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: run: ")]
+    assert said == [f"acceltrain: run: the script's Keras calls (1 fit, 1 evaluate) ran on {own}"], run.stderr
+    assert "ran on DataParallel" not in run.stderr and "replica(s)" not in run.stderr.replace(
+        "DataParallel over 4 replica(s) is not", "").replace(f"{replicas} replica(s)", "")
 
 
 from acceltrain.commands.plain_check import Verdict  # noqa: E402

@@ -16,8 +16,19 @@ import sys
 
 def load(name: str):
     """Import the backend module `name` after pointing Keras at it (KERAS_BACKEND is read on import)."""
+    if os.environ.get("KERAS_BACKEND") != name:
+        _loaded_set.append(name)  # acceltrain's own setting, not the user's: a later connect() says so
     os.environ["KERAS_BACKEND"] = name
     return importlib.import_module(f"acceltrain.backends.{name}")
+
+
+_loaded_set: list = []
+
+
+def set_by_load() -> bool:
+    """Whether KERAS_BACKEND holds what an earlier load() (an earlier connect() of this process) wrote there, not a
+    value the user set: a second connect() must not name it as the user's choice."""
+    return bool(_loaded_set) and os.environ.get("KERAS_BACKEND") == _loaded_set[-1]
 
 
 class _BeforeKeras(importlib.abc.MetaPathFinder):
@@ -256,5 +267,5 @@ INTERFACE = (
 SHARDING = (
     "make_sharded_distribution", "candidate_distribution", "distribution_of", "is_layout_map", "sharding_parts",
     "indivisible_weights", "variable_layouts", "first_device_bytes", "device_memory", "abstract_state",
-    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device",
+    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device", "own_distribution", "mesh_words",
 )

@@ -262,12 +262,34 @@ def num_replicas(distribution) -> int:
 
 @contextlib.contextmanager
 def scope(distribution):
-    """Models built inside have their variables placed by the strategy; the previous one is restored."""
+    """Models built inside have their variables placed by the strategy; the previous one is restored.
+
+    keras.backend.clear_session() called inside (keras.io's TensorFlow NumPy example calls it between its models)
+    resets TensorFlow's default graph, and the strategy's scope with it: the models built after it were no longer
+    the strategy's, and leaving the scope then popped an empty stack (IndexError: pop from empty list, issue 45). So
+    the scope is left for Keras's reset and entered again after it (keras_internals.clear_session_replaced)."""
     if distribution is None:
         yield
         return
-    with distribution.scope(), tf.variable_creator_scope(_plain_in_dataset_functions):
-        yield  # TensorFlow leaves both scopes in a finally
+    from acceltrain.backends import keras_internals
+
+    with contextlib.ExitStack() as inside:
+        def enter():
+            inside.enter_context(distribution.scope())
+            inside.enter_context(tf.variable_creator_scope(_plain_in_dataset_functions))
+
+        def outside_the_scope(keras_own):
+            def clear_session(*args, **kwargs):
+                inside.close()  # TensorFlow leaves both scopes in a finally
+                try:
+                    return keras_own(*args, **kwargs)
+                finally:
+                    enter()
+            return clear_session
+
+        enter()
+        with keras_internals.clear_session_replaced(outside_the_scope):
+            yield
 
 
 def _plain_in_dataset_functions(next_creator, **kwargs):
@@ -292,12 +314,18 @@ def follow_placement(call, proceed):
     Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a
     decoder, its own train_step) is marked built: Keras builds a model under a strategy by calling it on a symbolic
     batch (`_maybe_symbolic_build`), which such a model cannot answer, and a plain run never calls it. Keras still
-    builds its optimizer and metrics, in the strategy's scope."""
+    builds its optimizer and metrics, in the strategy's scope. And that symbolic batch is the first replica's slice
+    of the first batch, not its mean over the replicas, which a batch of strings does not have
+    (keras_internals.built_from_one_replica); and a loss a layer adds, computed by a keras.losses.Loss, is divided by
+    the replicas once, not twice (keras_internals.added_losses_scaled_once)."""
     from acceltrain.backends import keras_internals
 
-    if tf.distribute.has_strategy() and keras_internals.built_but_not_marked(call.model):
+    if not tf.distribute.has_strategy():
+        return proceed(call)
+    if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
-    return proceed(call)
+    with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model):
+        return proceed(call)
 
 
 def step_callbacks(distribution) -> list:

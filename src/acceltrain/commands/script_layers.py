@@ -29,6 +29,7 @@ class KerasCalls:
         self.judge = judge
         self.counts: Counter = Counter()
         self.undistributed: Counter = Counter()  # of those, the calls an inner layer ran on one device
+        self.under_own: dict[str, Counter] = {}  # of those, the calls under the script's own distribution, by its name
         self.why_undistributed: list = []
         self._runtimes = interception.runtimes_opened()  # more at the end: the script connected its own
         self.failed: tuple | None = None  # (name, error, which of the script's calls of that name it was)
@@ -38,6 +39,8 @@ class KerasCalls:
         from acceltrain.backends import keras_internals
 
         outermost = self._depth == 0
+        as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
+        own = getattr(as_called(), "words", "") if outermost and as_called is not None else ""
         self._depth += 1
         self.counts[call.name] += outermost
         before = keras_internals.variable_values(call.model) if outermost else []
@@ -57,6 +60,8 @@ class KerasCalls:
                 self.undistributed[call.name] += 1
                 self.why_undistributed += [why.split(". ")[0] for why in call.undistributed
                                            if why.split(". ")[0] not in self.why_undistributed]
+            elif own:
+                self.under_own.setdefault(own, Counter())[call.name] += 1
 
     def tell_whose(self, error: BaseException) -> None:
         """After the script's traceback: whether the failure is the script's or acceltrain's, as the same script run
@@ -100,15 +105,13 @@ class KerasCalls:
         own = ("; the calls of the runtime the script connected itself ran as its banner says"
                if interception.runtimes_opened() > self._runtimes else "")
         if self.counts:
-            made, alone = _listed(self.counts), _listed(self.undistributed)
-            why = "; ".join(self.why_undistributed)
-            if not alone:
-                log.info(f"run: the script's Keras calls ({made}) ran on {where}{own}")
-            elif self.undistributed == self.counts:
-                log.info(f"run: the script's Keras calls ({made}) ran on one device, undistributed ({why}){own}")
-            else:
-                log.info(f"run: the script's Keras calls ({made}) ran on {where}, but {alone} on one device, "
-                         f"undistributed ({why}){own}")
+            # Where the calls ran: the runtime's distribution, the script's own (each by its name and mesh), one device.
+            theirs = sum(self.under_own.values(), Counter())
+            places = [(where, self.counts - self.undistributed - theirs), *self.under_own.items(),
+                      (f"one device, undistributed ({'; '.join(self.why_undistributed)})", self.undistributed)]
+            (first, _), *rest = [(place, counts) for place, counts in places if +counts]
+            but = ", but " + "; ".join(f"{_listed(counts)} on {place}" for place, counts in rest) if rest else ""
+            log.info(f"run: the script's Keras calls ({_listed(self.counts)}) ran on {first}{but}{own}")
         elif own:
             log.info(f"run: the script called no Keras fit, evaluate or predict itself{own}")
         else:
@@ -135,15 +138,22 @@ class FitGuard:
 
     def __init__(self, runtime, fits: bool = True):
         """fits: False where the runtime's own loop prepares each fit (slot "trained": --checkpoint-dir)."""
-        self.runtime, self.fits = runtime, fits
+        self._runtime, self.fits = runtime, fits
         self.warned: set[str] = set()
         self.placement_told = False
+
+    @property
+    def runtime(self):
+        """The runtime as the call being made sees it: under the script's own distribution, that distribution's
+        replicas (Runtime.as_called), by which every batch is checked, cut and said."""
+        as_called = getattr(self._runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
+        return as_called() if as_called is not None else self._runtime
 
     def __call__(self, call, proceed):
         if call.name == "fit" and not self.fits:
             return proceed(call)
-        if call.name == "fit":
-            placement.report(self.runtime, call.model)  # what was sharded, once per model
+        if call.name == "fit" and self.runtime is self._runtime:
+            placement.report(self.runtime, call.model)  # what acceltrain sharded, once per model
         call = self._watched(call)
         call, arguments = self._tensors_as_arrays(call)
         if streams.is_stream(arguments.get("x")):
@@ -301,7 +311,9 @@ class FitGuard:
         if model.variables:
             spanned = self.runtime.backend_module.devices_spanned(model.variables[0])
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
-        log.info(f"fit: {inputs.global_batch(batch_size, self.runtime.num_replicas, assembly.accumulated(model))}{where}")
+        runtime = self.runtime
+        own = getattr(runtime, "words", "")  # under the script's own distribution (Runtime.as_called)
+        log.info(f"fit: {inputs.global_batch(batch_size, runtime.num_replicas, assembly.accumulated(model), own)}{where}")
 
     # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 

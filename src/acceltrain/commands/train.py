@@ -187,8 +187,18 @@ def _build(runtime, config: TrainConfig, job: _Job):
     test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
     trained_on = int(data.num_samples(train[0]) * (1 - config.validation_split))  # x may be a dict of arrays
     steps_per_epoch = math.ceil(trained_on / job.batch_size)
+
+    def build():  # initial values from one program each, not op by op; metrics' results as the last step's
+        from acceltrain.backends import keras_internals
+
+        with keras_internals.variables_initialized_at_once():
+            model = recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch)
+        keras_internals.optimizer_built_at_once(model)
+        keras_internals.metrics_results_from_the_last_step(model)
+        return model
+
     model = runtime.build(
-        lambda: recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch),
+        build,
         layout_map=getattr(recipe, "layout_map", None), job=plan_job, batch_size=job.batch_size,
         autopilot=config.autopilot)
     return model, train, test

@@ -75,9 +75,14 @@ class FirstFits:
     def __init__(self, runtime, *, autopilot: bool = True, verify: int | None = None, flags: bool = False):
         self.runtime, self.autopilot, self.verify, self.flags = runtime, autopilot, verify, flags
         self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
+        self.told_own: list = []  # the callers' own distributions said (_tell_own)
 
     def __call__(self, call, proceed):
         framework = self.runtime.backend_module
+        called = self.runtime.as_called()
+        if called is not self.runtime:  # the caller's own distribution: kept, as plainly; nothing laid out again
+            self._tell_own(called)
+            return proceed(call)
         if call.name == "fit" and call.model not in self.placed:
             self._first(call)
         accumulation = autopilots.accumulation_of(call.model) if call.name == "fit" else 1
@@ -85,6 +90,18 @@ class FirstFits:
             call = call.replace(args=(), kwargs=cut_for_accumulation(call.arguments(), accumulation))
         with framework.scope(self.placed.get(call.model)):
             return proceed(call)
+
+    def _tell_own(self, called) -> None:
+        """Once per distribution: the caller set its own, which its calls keep (acceltrain's is not applied)."""
+        if called.distribution in self.told_own:
+            return
+        self.told_own.append(called.distribution)
+        unverified = f"; {'--verify' if self.flags else 'verify'} compares acceltrain's layouts only: not run" \
+            if self.verify else ""
+        log.info(f"distribution: {called.words} is kept: its calls run under it as they do plainly "
+                 f"({called.num_replicas} replica(s): its mesh's batch axis), its layout as it set it; acceltrain's "
+                 f"{self.runtime.distribution_name} over {self.runtime.num_replicas} replica(s) is not applied to "
+                 f"them{unverified}")
 
     def _first(self, call) -> None:
         from acceltrain.layout import verify
@@ -131,7 +148,7 @@ class Trained:
         from acceltrain import placement
         from acceltrain.training.callbacks import DivergenceCheck
 
-        runtime, plan = self.runtime, self.plan
+        runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
         arguments = call.arguments()
         if plan.checkpoints is not None:
             arguments = checks.resumable_arguments(arguments, plan.flags)
@@ -201,7 +218,7 @@ class Trained:
         """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when it
         replaces the model's), or the model's own (a script's). XLA (jit_compile) stays as the model was compiled:
         Keras's own choice or yours."""
-        runtime = self.runtime
+        runtime = self.runtime.as_called()
         asked = model.steps_per_execution if self.plan.keep_steps_per_execution else self.plan.steps_per_execution
         steps, steps_reason = decisions.choose_steps_per_execution(
             runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, asked,
@@ -209,7 +226,8 @@ class Trained:
         if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, runtime.platform)):
             log.warn(overridden)
         set_steps_per_execution(model, steps)
-        log.info(f"{inputs.global_batch(prepared.batch_size, runtime.num_replicas, accumulated(model))}; steps_per_execution "
+        own = getattr(runtime, "words", "")  # under the caller's own distribution (Runtime.as_called)
+        log.info(f"{inputs.global_batch(prepared.batch_size, runtime.num_replicas, accumulated(model), own)}; steps_per_execution "
                  f"{steps} ({steps_reason})")
 
 

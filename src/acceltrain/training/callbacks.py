@@ -123,6 +123,9 @@ class StallWatch(keras.callbacks.Callback):
         self._epoch = epoch + 1
         self.watchdog.enter(f"fit, epoch {self._epoch}", unmeasured=not self._trained)
 
+    def on_train_batch_begin(self, batch, logs=None):
+        self.watchdog.begin_step()
+
     def on_train_batch_end(self, batch, logs=None):
         self._trained = True
         self.watchdog.beat(f"fit, epoch {self._epoch}, after step {batch + 1}")
@@ -145,6 +148,9 @@ class StallWatch(keras.callbacks.Callback):
         else:
             self.watchdog.enter("evaluate (compiling and running the first step)", unmeasured=True)
 
+    def on_test_batch_begin(self, batch, logs=None):
+        self.watchdog.begin_step()
+
     def on_test_batch_end(self, batch, logs=None):
         self.watchdog.beat(f"{'validation' if self._fitting else 'evaluate'}, after step {batch + 1}")
 
@@ -153,6 +159,9 @@ class StallWatch(keras.callbacks.Callback):
 
     def on_predict_begin(self, logs=None):
         self.watchdog.enter("predict (compiling and running the first step)", unmeasured=True)
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        self.watchdog.begin_step()
 
     def on_predict_batch_end(self, batch, logs=None):
         self.watchdog.beat(f"predict, after step {batch + 1}")

@@ -134,16 +134,17 @@ class _TimedIterator:
 
 
 def layer(timeline, framework, distribution, peak_flops=None):
-    """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution`: a
-    fit carries a LedgerWatch (told whether acceltrain makes it wait for each step) and notes the devices' published
-    peak for its model's compute dtype (`peak_flops(model)`: the MFU's denominator, Runtime.peak_flops); an evaluate
+    """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution` (or the
+    script's own, where it set one: Runtime.own_distribution): a fit carries a LedgerWatch (told whether acceltrain
+    makes it wait for each step) and notes the devices' published peak for its model's compute dtype (`peak_flops(model)`: the MFU's denominator, Runtime.peak_flops); an evaluate
     or predict is booked whole as evaluation."""
 
     def ledger(call, proceed):
         if call.name == "fit":
             if peak_flops is not None:
                 timeline.note("peak_flops_per_second", peak_flops(call.model))
-            syncs = bool(framework.step_callbacks(distribution))
+            own = framework.own_distribution() if framework.SHARDS else None  # the script's, which the call keeps
+            syncs = bool(framework.step_callbacks(own or distribution))
             return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
         with timeline.timed("evaluation"):
             return proceed(call)

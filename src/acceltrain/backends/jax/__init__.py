@@ -17,8 +17,8 @@ from acceltrain.backends.jax.devices import (compute_capability, device_counts, 
                                              prepare, process_count, process_index, set_seed, versions)
 from acceltrain.backends.jax.distribution import (candidate_distribution, distribution_name, distribution_of,
                                                   indivisible_weights, is_layout_map, make_distribution,
-                                                  make_sharded_distribution, num_replicas, release, scope,
-                                                  sharding_parts, weighed)
+                                                  make_sharded_distribution, mesh_words, num_replicas,
+                                                  own_distribution, release, scope, sharding_parts, weighed)
 from acceltrain.backends.jax.layouts import abstract_state, first_device_bytes, layouts_of, relayout, variable_layouts
 from acceltrain.backends.jax.op_by_op import (follow_placement, on_one_device, op_by_op_in_processes,
                                               op_by_op_made_safe)

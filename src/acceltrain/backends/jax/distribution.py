@@ -4,6 +4,7 @@ under scope() finds its distribution again at fit time, and the distribution's n
 
 import contextlib
 import functools
+import weakref
 
 # The mesh axes. fsdp has one, over which both the batch and the weights are cut; model has two.
 BATCH_AXIS, MODEL_AXIS = "batch", "model"
@@ -13,6 +14,9 @@ BATCH_AXIS, MODEL_AXIS = "batch", "model"
 # `model.fit` is called outside the scope. Meshes over the same devices are equal, so connect() again
 # over the same devices adds nothing; Runtime.close() (release) takes its count back.
 _distributions_by_mesh: dict = {}
+# Every distribution acceltrain made (a runtime's, a candidate the autopilot weighed): any other in force is the
+# caller's own (own_distribution).
+_made = weakref.WeakSet()
 
 
 def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: int | None = None, layout_map=None,
@@ -30,6 +34,7 @@ def make_distribution(kind: str, device_names: tuple[str, ...], *, model_axis: i
         distribution = _born_within_budget()(_one_axis_mesh(device_names), born_within)
     else:
         distribution = candidate_distribution(kind, device_names, model_axis=model_axis, layout_map=layout_map)
+    _made.add(distribution)
     mesh = distribution.device_mesh.backend_mesh
     _, opened = _distributions_by_mesh.get(mesh, (None, 0))
     _distributions_by_mesh[mesh] = (distribution, opened + 1)
@@ -43,7 +48,9 @@ def candidate_distribution(kind: str, device_names: tuple[str, ...], *, model_ax
     import keras
 
     if kind == "data":
-        return keras.distribution.DataParallel(devices=list(device_names))
+        distribution = keras.distribution.DataParallel(devices=list(device_names))
+        _made.add(distribution)
+        return distribution
     return make_sharded_distribution(kind, device_names, model_axis, layout_map)
 
 
@@ -132,6 +139,22 @@ def scope(distribution):
         yield
 
 
+def own_distribution():
+    """The Keras distribution in force that no open runtime made: a script's own (keras.distribution.set_distribution,
+    or its scope: a ModelParallel over a keras_hub layout map, a DataParallel of its own), or None. A call under it
+    runs under it, as it does plainly; what is said of the call names it, with its mesh's batch split."""
+    import keras
+
+    current = keras.distribution.distribution()
+    return None if current is None or current in _made else current
+
+
+def mesh_words(distribution) -> str:
+    """'batch 1 × model 4': the distribution's mesh, axis by axis."""
+    mesh = distribution.device_mesh
+    return " × ".join(f"{name} {size}" for name, size in zip(mesh.axis_names, mesh.shape))
+
+
 def distribution_of(model):
     """The distribution of an open runtime that `model`'s variables are placed by, if any."""
     for variable in model.variables:
@@ -173,6 +196,7 @@ def make_sharded_distribution(kind: str, device_names: tuple[str, ...], model_ax
     shard_over = MODEL_AXIS if MODEL_AXIS in mesh.axis_names else batch_axis
     distribution = _shape_rule_parallel()(layout_map=layout_map, batch_dim_name=batch_axis, shard_axis_name=shard_over)
     distribution.acceltrain_name = "FSDP" if kind == "fsdp" else f"ModelParallel {' × '.join(map(str, mesh.shape))}"
+    _made.add(distribution)
     return distribution
 
 
