@@ -513,7 +513,6 @@ def built_but_not_marked(model) -> bool:
     return not own_call and not model.built and all(layer.built for layer in model._flatten_layers(include_self=False))
 
 
-
 @contextlib.contextmanager
 def built_from_one_replica(model):
     """Within: Keras's symbolic build of `model` under a tf.distribute strategy reads the first replica's slice of the
@@ -713,7 +712,6 @@ def keep_last_batch(model) -> dict:
     return kept
 
 
-<<<<<<< HEAD
 # --- In-memory arrays kept on the devices (backends/jax/resident.py) -----------------------------------------------
 
 def arrays_on_devices(x, y, sample_weight, *, batch_size, steps, shuffle, class_weight, place, gather, token):
@@ -772,7 +770,8 @@ def keras_scans_steps() -> bool:
     from keras.src.trainers.data_adapters.data_adapter import DataAdapter
 
     return "super_batch" in inspect.signature(DataAdapter.get_jax_iterator).parameters
-=======
+
+
 # --- Initial values in one program, not one eager op per initializer and shape (issue 43, item 4) ---------------
 
 @contextlib.contextmanager
@@ -880,4 +879,3 @@ def metrics_results_from_the_last_step(model) -> None:
         return keras_own(logs)
 
     object.__setattr__(model, "_get_metrics_result_or_logs", results)
->>>>>>> main
