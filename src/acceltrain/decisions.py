@@ -176,7 +176,7 @@ def _capability(text: str) -> tuple[int, ...]:
 # Layers whose `supports_jit = False` makes Keras run the whole step op by op, but which JAX compiles with the same
 # results: their random transforms are jnp code (each one jitted on JAX gives its eager output:
 # tests/backends/jax/test_op_by_op.py), RandomCrop once its random offset is cut with a dynamic slice
-# (backends/keras_internals.py::jittable_random_crop). Lookups, Hashing and TextVectorization call TensorFlow (and
+# (backends/keras_internals/::jittable_random_crop). Lookups, Hashing and TextVectorization call TensorFlow (and
 # inside a model on JAX they fail plainly too: an IntegerLookup model's fit raised in Keras 3.15.1).
 COMPILABLE_ON_JAX = ("RandomCrop", "RandomZoom", "RandomTranslation", "RandomRotation", "RandomShear",
                      "RandomPerspective")

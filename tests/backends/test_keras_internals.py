@@ -1,4 +1,4 @@
-"""Each of Keras's private names acceltrain relies on (backends/keras_internals.py) still exists and still
+"""Each of Keras's private names acceltrain relies on (backends/keras_internals/) still exists and still
 behaves as assumed: a Keras upgrade that changes one fails the test named after it."""
 
 import numpy as np
