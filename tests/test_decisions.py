@@ -294,6 +294,57 @@ def test_slower_on_several_devices_names_the_processes_of_a_job():
     assert line.startswith("4 CPU devices over 2 processes: a training step takes 38 ms here, 38.0x the 1.0 ms ")
 
 
+@pytest.mark.parametrize(
+    "backend, arrays, nbytes, device, processes, off, keras_scans, expected, why",
+    [
+        ("jax", True, 2**20, 2**30, 1, False, False, True, "1.0 MiB of 1.0 GiB, at most 25%"),
+        ("jax", True, 2**29, 2**30, 1, False, False, False, "too large: 512.0 MiB of 1.0 GiB"),
+        ("jax", True, 2**20, 2**30, 1, True, False, False, "turned off: ACCELTRAIN_DEVICE_DATA=0"),
+        ("tensorflow", True, 2**20, 2**30, 1, False, False, False, "tensorflow: Keras's own input path"),
+        ("jax", True, 2**20, 2**30, 1, False, True, False, "scans steps_per_execution itself"),
+        ("jax", False, 0, 2**30, 1, False, False, False, "not in-memory arrays"),
+        ("jax", True, 2**20, 2**30, 2, False, False, False, "2 processes"),
+        ("jax", True, 2**20, None, 1, False, False, False, "memory is unknown"),
+    ],
+)
+def test_choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans, expected, why):
+    on, reason = decisions.choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans)
+    assert on is expected and why in reason
+
+
+@pytest.mark.parametrize(
+    "steps_per_epoch, spe, hooked, keras_step, compiled, expected, why",
+    [
+        (1875, 1, (), True, True, 1875, "to the epoch's end"),
+        (1875, 4, ("Counting",), True, True, 4, "Counting has a batch hook: steps_per_execution 4"),
+        (1875, 1, (), False, True, 1, "its own train_step"),
+        (1875, 2, (), True, False, 2, "uncompiled"),
+        (10**7, 1, (), True, True, 64 * 2**20 // 128, "capped by 64 MiB of indices"),
+    ],
+)
+def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, expected, why):
+    steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, 32 * 4,
+                                                        64 * 2**20)
+    assert steps == expected and why in reason
+
+
+@pytest.mark.parametrize("platform, one_program", [("cpu", False), ("gpu", True), ("tpu", True)])
+def test_choose_step_loop(platform, one_program):
+    assert decisions.choose_step_loop(platform)[0] is one_program
+
+
+def test_the_platforms_steps_per_execution_is_capped_by_the_bytes_of_the_batches_it_stacks():
+    """Keras 3.16 stacks steps_per_execution batches on the device: the platform's default (tpu: 32) keeps them
+    within decisions.STACKED_BATCHES_SHARE of a device's memory; the user's own setting is left as asked."""
+    gib = 2**30
+    steps, reason = decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=gib // 10,
+                                                         device_bytes=16 * gib)
+    assert steps == int(decisions.STACKED_BATCHES_SHARE * 16 * gib // (gib // 10)) == 8 and "capped at 8" in reason
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=2**20, device_bytes=16 * gib)[0] == 32
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, 64, batch_bytes=gib, device_bytes=16 * gib)[0] == 64
+    assert decisions.choose_steps_per_execution("tpu", 1000, 1, None, batch_bytes=None, device_bytes=16 * gib)[0] == 32
+
+
 @pytest.mark.parametrize("checkpoint_seconds, checkpoints, grace, reason", [
     (0.0, 0, 30, "no checkpoint measured → Kubernetes's default 30 s"),
     (1.5, 3, 30, "a checkpoint took 0.5 s (3 measured): 3 × it + 10 s = 12 s ≤ 30 s → Kubernetes's default"),

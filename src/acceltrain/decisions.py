@@ -85,11 +85,17 @@ def choose_distribution(requested: str, num_devices: int) -> tuple[str, str]:
     return "none", "one device"
 
 
+STACKED_BATCHES_SHARE = 0.05  # of a device's memory: the most the platform's steps_per_execution may stack
+
+
 def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1,
-                               requested: int | None = None) -> tuple[int, str]:
+                               requested: int | None = None, batch_bytes: int | None = None,
+                               device_bytes: int | None = None) -> tuple[int, str]:
     """Training steps per compiled call: fit's argument, else the model's own setting, else the platform's,
-    within an epoch. Keras's default of 1 cannot be told from a 1 set in compile(): see
-    steps_per_execution_override for the warning when the platform's replaces it."""
+    within an epoch, and, where a batch's and a device's bytes are known, within STACKED_BATCHES_SHARE of the
+    device's memory (Keras 3.16 stacks that many batches on the device at once, whatever the input). Keras's default
+    of 1 cannot be told from a 1 set in compile(): see steps_per_execution_override for the warning when the
+    platform's replaces it."""
     if requested is not None:
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise UsageError(f"Received steps_per_execution={requested!r}. Expected a whole number of at least 1.")
@@ -97,6 +103,12 @@ def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_wit
     if compiled_with != 1:
         return compiled_with, "set by the model's compile()"
     per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
+    if batch_bytes and device_bytes and per_platform * batch_bytes > STACKED_BATCHES_SHARE * device_bytes:
+        fits = max(1, int(STACKED_BATCHES_SHARE * device_bytes // batch_bytes))
+        if fits < min(per_platform, steps_per_epoch):
+            return fits, (f"{platform}: {per_platform}, capped at {fits}: {fits} batches of "
+                          f"{batch_bytes / 2**20:,.1f} MiB within {STACKED_BATCHES_SHARE:.0%} of a device's "
+                          f"{device_bytes / 2**30:,.1f} GiB")
     if steps_per_epoch < per_platform:
         return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
     return per_platform, f"{platform}'s setting"
@@ -164,7 +176,7 @@ def _capability(text: str) -> tuple[int, ...]:
 # Layers whose `supports_jit = False` makes Keras run the whole step op by op, but which JAX compiles with the same
 # results: their random transforms are jnp code (each one jitted on JAX gives its eager output:
 # tests/backends/jax/test_op_by_op.py), RandomCrop once its random offset is cut with a dynamic slice
-# (backends/keras_internals.py::jittable_random_crop). Lookups, Hashing and TextVectorization call TensorFlow (and
+# (backends/keras_internals/::jittable_random_crop). Lookups, Hashing and TextVectorization call TensorFlow (and
 # inside a model on JAX they fail plainly too: an IntegerLookup model's fit raised in Keras 3.15.1).
 COMPILABLE_ON_JAX = ("RandomCrop", "RandomZoom", "RandomTranslation", "RandomRotation", "RandomShear",
                      "RandomPerspective")
@@ -323,6 +335,61 @@ def choose_checkpoint_steps(step_seconds: float, steps_per_epoch: int,
     steps = max(1, math.floor(most_seconds / step_seconds))
     every = "every step" if steps == 1 else f"every {steps} steps"
     return steps, f"{measured} > {most_seconds:.0f} s → {every} ({steps * step_seconds:.0f} s) within each epoch, and at its end"
+
+
+DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may take there (their copies on CPU)
+
+
+def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
+                       turned_off: bool, keras_scans: bool = False,
+                       share: float = DEVICE_DATA_SHARE) -> tuple[bool, str]:
+    """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
+    gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
+    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's)."""
+    if turned_off:
+        return False, "turned off: ACCELTRAIN_DEVICE_DATA=0"
+    if backend != "jax":
+        return False, f"{backend}: Keras's own input path"
+    if keras_scans:
+        return False, "this Keras scans steps_per_execution itself (3.16+): Keras's own input path"
+    if not arrays:
+        return False, "the inputs are not in-memory arrays of numbers (or validation_split is left to Keras)"
+    if processes > 1:
+        return False, f"{processes} processes: each feeds its share through Keras's input path"
+    if device_bytes is None:
+        return False, "the devices' memory is unknown"
+    figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"
+    if nbytes > share * device_bytes:
+        return False, f"too large: {figures}"
+    return True, f"{figures}; each step sends only the batch's indices. ACCELTRAIN_DEVICE_DATA=0 turns it off"
+
+
+def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, batch_hooked: tuple[str, ...],
+                              keras_train_step: bool, compiled: bool, index_bytes_a_step: int,
+                              most_index_bytes: int) -> tuple[int, str]:
+    """Training steps one execution of a fit on device data runs (each execution a few dispatches of about a second,
+    timed on the fit's own steps): to the epoch's end when no callback needs each batch, capped by the index bytes one
+    dispatch sends; else the model's steps_per_execution, Keras's contract with a batch hook."""
+    if not compiled:
+        return steps_per_execution, "the step runs uncompiled (run_eagerly or jit_compile=False): Keras's own loop"
+    if not keras_train_step:
+        return steps_per_execution, "the model has its own train_step: Keras's own loop, steps_per_execution"
+    if batch_hooked:
+        return steps_per_execution, (f"{', '.join(batch_hooked)} has a batch hook: steps_per_execution "
+                                     f"{steps_per_execution}, as Keras calls it")
+    cap = max(1, most_index_bytes // max(index_bytes_a_step, 1))
+    if steps_per_epoch > cap:
+        return cap, f"no callback needs each batch; capped by {most_index_bytes // 2**20} MiB of indices"
+    return steps_per_epoch, "no callback needs each batch: to the epoch's end, about a second a dispatch"
+
+
+def choose_step_loop(platform: str) -> tuple[bool, str]:
+    """How a fit on device data runs the steps of one execution: in one compiled loop (one dispatch for many steps:
+    an accelerator waits on no host between them), or, on CPU, each step its own program dispatched back to back
+    with nothing of Keras's between them (XLA's CPU loop measured no faster than that on the 2-core CPU of issue 43)."""
+    if platform == "cpu":
+        return False, "cpu: each step its own program, dispatched back to back"
+    return True, f"{platform}: the steps in one compiled loop a dispatch"
 
 
 # launch --emit jobset --grace-period FILE.json: the pods' grace after SIGTERM (terminationGracePeriodSeconds) sized

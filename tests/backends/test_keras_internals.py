@@ -1,4 +1,4 @@
-"""Each of Keras's private names acceltrain relies on (backends/keras_internals.py) still exists and still
+"""Each of Keras's private names acceltrain relies on (backends/keras_internals/) still exists and still
 behaves as assumed: a Keras upgrade that changes one fails the test named after it."""
 
 import numpy as np
@@ -132,8 +132,9 @@ def test_watch_train_steps_sees_each_executions_next_and_unwatch_gives_the_funct
             assert keras_internals.watch_train_steps(self.model, lambda state, iterator: Pulling(iterator))
 
     model = _model()
-    model.fit(np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32"), batch_size=4, epochs=2, verbose=0,
-              callbacks=[Watch()])
+    keras_internals.keras_method(model, "fit")(  # Keras's own, whatever runtime is open (its layers keep data on device)
+        np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32"), batch_size=4, epochs=2, verbose=0,
+        callbacks=[Watch()])
     assert pulled == [(4, 3), (4, 3), (2, 3)] * 2  # one next() an execution, in the train function's call
     assert keras_internals.train_function_wrappers(model) == 1
     keras_internals.unwatch_train_steps(model)
@@ -471,6 +472,62 @@ def test_built_but_not_marked_is_what_keras_calls_the_model_to_build():
     model.built = True
     assert not keras_internals.built_but_not_marked(model)
     model._symbolic_build(data_batch=np.zeros((2, 4), "float32"))  # nothing left to call it for
+
+
+@pytest.mark.parametrize("shuffle", [True, "batch", False])
+def test_arrays_on_devices_array_data_adapter_order_class_weight_and_get_data_adapter(shuffle):
+    """ArrayDataAdapter's `_inputs`, `_get_iterator` and its np.random draws: the adapter's batches are Keras's own,
+    in order (the partial last batch too), class weights made sample weights; get_data_adapter returns it as is."""
+    import jax
+    from keras.src.trainers.data_adapters import get_data_adapter
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    x = np.arange(50, dtype=np.float32).reshape(25, 2)
+    y = np.arange(25) % 2
+    arguments = dict(batch_size=8, shuffle=shuffle, class_weight={0: 1.0, 1: 2.0})
+    np.random.seed(5)
+    keras_batches = [[np.asarray(part) for part in batch]
+                     for batch in ArrayDataAdapter(x, y, steps=None, **arguments).get_jax_iterator()]
+    adapter = keras_internals.arrays_on_devices(x, y, None, steps=None, place=jax.device_put,
+                                                gather=lambda placed, i: jax.tree.map(lambda a: a[i], placed),
+                                                token=lambda i: i, **arguments)
+    assert get_data_adapter(adapter) is adapter
+    np.random.seed(5)
+    batches = [[np.asarray(part) for part in batch] for batch in adapter.get_jax_iterator()]
+    assert [len(batch[0]) for batch in batches] == [8, 8, 8, 1]
+    for ours, keras_own in zip(batches, keras_batches, strict=True):
+        for a, b in zip(ours, keras_own, strict=True):
+            np.testing.assert_array_equal(a, b)
+    adapter.tokens = True
+    assert [len(indices) for indices in adapter.get_jax_iterator()] == [8, 8, 8, 1]
+
+
+def test_keras_scans_steps_data_adapter_get_jax_iterator_super_batch():
+    """Keras 3.15's DataAdapter.get_jax_iterator takes no super_batch; keras-nightly 3.16's does."""
+    import keras
+
+    assert keras_internals.keras_scans_steps() is (tuple(map(int, keras.__version__.split(".")[:2])) >= (3, 16))
+
+
+def test_run_train_executions_make_train_function_and_train_function_calls():
+    """JAXTrainer.fit calls train_function(state, iterator) once an execution, after make_train_function (which keeps
+    a set function); the runner then runs each, and the door is gone once stopped."""
+    model = _model()
+    calls = []
+
+    def run(state, iterator, keras_own):
+        calls.append(1)
+        return keras_own(state, iterator)
+
+    class Install(__import__("keras").callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            assert keras_internals.run_train_executions(model, run)
+
+    keras_internals.keras_method(model, "fit")(np.zeros((12, 3)), np.zeros((12, 2)), batch_size=4, epochs=2, verbose=0,
+                                               callbacks=[Install()])  # Keras's own, whatever runtime is open
+    assert len(calls) == 6
+    keras_internals.stop_running_train_executions(model)
+    assert keras_internals.train_function_wrappers(model) == 0
 
 
 def _backend_compiles():

@@ -17,6 +17,8 @@ import dataclasses
 import weakref
 from pathlib import Path
 
+import keras
+
 from acceltrain import checks, decisions, inputs, log
 from acceltrain.backends import keras_internals
 from acceltrain.layout import autopilot as autopilots
@@ -219,13 +221,26 @@ class Trained:
         runtime = self.runtime.as_called()
         asked = model.steps_per_execution if self.plan.keep_steps_per_execution else self.plan.steps_per_execution
         steps, steps_reason = decisions.choose_steps_per_execution(
-            runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, asked)
+            runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, asked,
+            (_batch_bytes(prepared) or 0) // runtime.num_replicas or None, runtime.sharding_request.device_memory)
         if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, runtime.platform)):
             log.warn(overridden)
         set_steps_per_execution(model, steps)
         own = getattr(runtime, "words", "")  # under the caller's own distribution (Runtime.as_called)
         log.info(f"{inputs.global_batch(prepared.batch_size, runtime.num_replicas, accumulated(model), own)}; steps_per_execution "
                  f"{steps} ({steps_reason})")
+
+
+def _batch_bytes(prepared) -> int | None:
+    """A global batch's bytes (x, y and sample weights), where the inputs are arrays; None for a stream (its batches'
+    bytes are not known before Keras reads them: the platform's steps_per_execution stays uncapped)."""
+    import numpy as np
+
+    arrays = [part for part in keras.tree.flatten((prepared.x, prepared.y, prepared.sample_weight))
+              if isinstance(part, np.ndarray)]
+    if not arrays or not prepared.batch_size or any(len(part) == 0 for part in arrays):
+        return None
+    return sum(part.nbytes // len(part) for part in arrays) * prepared.batch_size
 
 
 def _fit_once(keras_fit, prepared, epochs, callbacks, verbose, fit_kwargs):

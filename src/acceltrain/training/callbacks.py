@@ -106,6 +106,7 @@ class StallWatch(keras.callbacks.Callback):
     """
 
     async_safe = True
+    steps_aware = True  # beats each execution, and between the dispatches of one (backends/jax/resident.py)
 
     def __init__(self, watchdog):
         super().__init__()
@@ -128,6 +129,10 @@ class StallWatch(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self._trained = True
         self.watchdog.beat(f"fit, epoch {self._epoch}, after step {batch + 1}")
+
+    def between_dispatches(self, steps):
+        self._trained = True
+        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {steps}")
 
     def on_epoch_end(self, epoch, logs=None):
         self.watchdog.enter(f"fit, end of epoch {self._epoch} (callbacks, checkpoint)", unmeasured=True)

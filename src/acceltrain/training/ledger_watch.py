@@ -28,6 +28,7 @@ class LedgerWatch(keras.callbacks.Callback):
     """
 
     async_safe = True
+    steps_aware = True  # books each execution, however many steps (backends/jax/resident.py)
 
     def __init__(self, timeline, framework, *, syncs: bool = False):
         super().__init__()

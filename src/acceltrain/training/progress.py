@@ -15,6 +15,8 @@ class FirstStepStatus(keras.callbacks.Callback):
     Keras prints nothing until that step ends, so without this a first compile looks like a hang.
     """
 
+    steps_aware = True  # the first execution's end, however many steps it runs (backends/jax/resident.py)
+
     def __init__(self):
         super().__init__()
         self.phase = None

@@ -183,7 +183,10 @@ def _matmul_flops(eqn) -> int:
 
 def shapes_of(tree):
     """The jax.ShapeDtypeStruct of each array of a nest (shape, dtype, sharding): what `step_flops` lowers with,
-    kept before the step's arguments are donated."""
+    kept before the step's arguments are donated. A batch's indices standing for it (resident.py) give the batch's."""
+    if hasattr(tree, "gathered"):
+        tree = jax.eval_shape(tree.gathered)
+
     def shape(leaf):
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
             return leaf

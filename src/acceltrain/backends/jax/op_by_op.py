@@ -8,6 +8,7 @@ import jax
 
 from acceltrain.backends.jax.distribution import distribution_name, distribution_of, scope
 from acceltrain.backends.jax.processes import split_over_processes
+from acceltrain.backends.jax.resident import on_devices
 from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once, step_callbacks
 
 
@@ -25,7 +26,8 @@ def follow_placement(call, proceed):
             call.undistributed.append(undistributed)
         for callback in [] if undistributed else step_callbacks(in_force):
             call = call.with_callback(callback)
-        return proceed(call)
+        with on_devices(call, None if undistributed else in_force) as call:  # in-memory arrays kept there
+            return proceed(call)
 
 
 @contextlib.contextmanager

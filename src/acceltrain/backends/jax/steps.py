@@ -42,6 +42,8 @@ def _one_step_at_a_time():
         """Keras dispatches batch ends to a thread pool unless a callback overrides them without being
         `async_safe`: overriding them is the whole point."""
 
+        steps_aware = True  # a wait each execution, however many steps it runs (resident.batch_hooked)
+
         def on_train_batch_end(self, batch, logs=None):
             pass
 
@@ -92,22 +94,26 @@ def _timed_on_one_device():
     from acceltrain.backends import keras_internals
 
     class TimedOnOneDevice(keras.callbacks.Callback):
+        steps_aware = True  # times each execution, per step (resident.batch_hooked)
+
         def on_train_begin(self, logs=None):
-            self.seconds, self.kept = [], keras_internals.keep_last_batch(self.model)
+            self.seconds, self.steps, self.kept = [], 0, keras_internals.keep_last_batch(self.model)
 
         def on_train_batch_begin(self, batch, logs=None):
             self.started = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):  # not async_safe: on the main thread, each step finished
-            self.seconds.append(time.perf_counter() - self.started)
-            if len(self.seconds) < COMPARE_AFTER_STEPS or "timed on one device" in _told:
+            steps = self.model.steps_per_execution  # a batch end comes after as many steps (or the epoch's last)
+            self.seconds.append((time.perf_counter() - self.started) / steps)
+            self.steps += steps
+            if self.steps < COMPARE_AFTER_STEPS or len(self.seconds) < 2 or "timed on one device" in _told:
                 return
             _told.add("timed on one device")
             self.kept["stop"]()
-            # The first ones compiled; a batch end comes after steps_per_execution steps.
-            several = statistics.median(self.seconds[COMPARE_AFTER_STEPS // 5:]) / self.model.steps_per_execution
+            several = statistics.median(self.seconds[max(1, len(self.seconds) // 5):])  # the first ones compiled
             if several >= COMPARE_FROM_STEP_SECONDS and "batch" in self.kept:
-                _compare(self.model, self.kept.pop("batch"), several)
+                batch = self.kept.pop("batch")  # a batch's indices where its steps ran many a dispatch: gathered
+                _compare(self.model, batch.gathered() if hasattr(batch, "gathered") else batch, several)
 
         def on_train_end(self, logs=None):
             self.kept["stop"]()

@@ -144,16 +144,20 @@ TRAIN_FUNCTION_HOOKS = (
 
 class _TrainFunctionDoor:
     """A model's train function with acceltrain's hooks: each execution's iterator passes the filled hooks in
-    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it."""
+    TRAIN_FUNCTION_HOOKS's order, then Keras's own train function (`__wrapped__`) takes it, or, while a fit runs
+    many steps a dispatch (`runs`: backends/jax/resident.py), the runner does, Keras's own function in hand."""
 
     def __init__(self, own):
         self.__wrapped__ = own
         self.hooks = {}  # slot -> wrap_iterator(state, iterator)
+        self.runs = None  # run(state, iterator, keras_own) -> (logs, state), or None: Keras's own function
 
     def __call__(self, state, iterator):
         for slot in TRAIN_FUNCTION_HOOKS:
             if slot in self.hooks:
                 iterator = self.hooks[slot](state, iterator)
+        if self.runs is not None:
+            return self.runs(state, iterator, self.__wrapped__)
         return self.__wrapped__(state, iterator)
 
 
@@ -173,8 +177,35 @@ def _unhook_train_function(model, slot: str, wrap_iterator=None) -> None:
         return
     if wrap_iterator is None or door.hooks[slot] is wrap_iterator:
         del door.hooks[slot]
-    if not door.hooks:
+    if not door.hooks and door.runs is None:
         model.train_function = door.__wrapped__
+
+
+def run_train_executions(model, run) -> bool:
+    """From now on each execution of the model's train function is `run(state, iterator, keras_own)` (after the
+    hooks of TRAIN_FUNCTION_HOOKS have wrapped the iterator), until `stop_running_train_executions`. False where it
+    cannot: TensorFlow, or no train function made yet.
+
+    Relies on: JAXTrainer.fit calls make_train_function() (public, kept while `train_function` is set) and then, for
+    each execution of `steps_per_execution` steps, `logs, state = self.train_function(state, iterator)`; the
+    EpochIterator steps by `steps_per_execution` whatever the function pulls from the iterator.
+    """
+    if keras.backend.backend() != "jax":
+        return False
+    model.make_train_function()
+    door = model.train_function
+    if not isinstance(door, _TrainFunctionDoor):
+        door = model.train_function = _TrainFunctionDoor(door)
+    door.runs = run
+    return True
+
+
+def stop_running_train_executions(model) -> None:
+    door = getattr(model, "train_function", None)
+    if isinstance(door, _TrainFunctionDoor):
+        door.runs = None
+        if not door.hooks:
+            model.train_function = door.__wrapped__
 
 
 def train_function_wrappers(model) -> int:
@@ -464,105 +495,6 @@ def put_back_values(values) -> bool:
     return True
 
 
-# --- A model with no call() under a tf.distribute strategy (backends/tensorflow.py) --------------------------
-
-def built_but_not_marked(model) -> bool:
-    """Whether `model` has no call() of its own (a VAE of an encoder and a decoder, its own train_step), is not marked
-    built, and every layer inside it is built: nothing is left to build in it, but Keras, under a tf.distribute
-    strategy, would build it by calling it on a symbolic batch, which it cannot answer.
-
-    Relies on: trainers/trainer.py::_symbolic_build, which calls the model when `not all(layer.built for layer in
-    self._flatten_layers())` (the model itself among them); keras.Model's own call() raises for a subclass that
-    defines none.
-    """
-    import keras
-
-    own_call = any("call" in vars(cls) for cls in type(model).__mro__
-                   if issubclass(cls, keras.Model) and cls is not keras.Model)
-    return not own_call and not model.built and all(layer.built for layer in model._flatten_layers(include_self=False))
-
-
-
-@contextlib.contextmanager
-def built_from_one_replica(model):
-    """Within: Keras's symbolic build of `model` under a tf.distribute strategy reads the first replica's slice of the
-    first batch, not its mean over the replicas. The build reads only the batch's shapes and dtypes, which every
-    slice shares with the mean; but a batch of strings has no mean: TensorFlow's AddN refuses tf.string, so a model
-    called on strings (TextVectorization inside it) fails its first evaluate or fit under MirroredStrategy, before any
-    step, whether acceltrain runs it or not (issue 45; tests/backends/test_keras_internals.py reproduces it plainly).
-
-    Relies on: backend/tensorflow/trainer.py::TensorFlowTrainer._maybe_symbolic_build(iterator=None, data_batch=None),
-    called as a method at the start of fit and evaluate: under a strategy it takes next() of the epoch iterator's
-    first (_, _, iterator), reduces it with strategy.reduce("MEAN", ..., axis=None) where every leaf is
-    DistributedValues, and builds from the batch it is given as `data_batch` otherwise.
-    """
-    import tensorflow as tf
-
-    keras_build = model._maybe_symbolic_build
-    strategy = model.distribute_strategy
-
-    def one_replica(value):
-        return strategy.experimental_local_results(value)[0] \
-            if isinstance(value, tf.distribute.DistributedValues) else value
-
-    def from_one_replica(iterator=None, data_batch=None):
-        if iterator is not None and data_batch is None:
-            for _, _, batches in iterator:
-                data_batch = keras.tree.map_structure(one_replica, next(batches))
-                break
-        return keras_build(data_batch=data_batch)
-
-    object.__setattr__(model, "_maybe_symbolic_build", from_one_replica)  # the model's own, not its class's
-    try:
-        yield
-    finally:
-        object.__delattr__(model, "_maybe_symbolic_build")
-
-
-SCALED_REDUCTIONS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")  # reduce_values scales these
-
-
-@contextlib.contextmanager
-def added_losses_scaled_once(model):
-    """Within: a loss a layer adds (`add_loss`) that a keras.losses.Loss object computed is divided by the replicas
-    of a tf.distribute strategy once, as a compiled loss is, not twice. Keras divides such a value once in the Loss
-    (so that the replicas' gradients sum to the global batch's) and again as an added loss, so its reported loss and
-    its gradients were 1/replicas of a plain run's (issue 45: keras.io's endpoint layer, 0.344 plainly, 0.086 at 4
-    replicas, 0.043 at 8; under MirroredStrategy without acceltrain too: tests/scripts/added_loss_under_mirrored.py).
-    A value the layer computes itself (ops.mean(...)) is divided once, by Keras's own aggregate, as before.
-
-    Relies on: losses/loss.py::Loss.__call__, which returns reduce_weighted_values(...), scaled by
-    scale_loss_for_distribution for the reductions in SCALED_REDUCTIONS; backend/tensorflow/trainer.py::
-    TensorFlowTrainer._aggregate_additional_loss(loss), called as a method on each of `model.losses` (the Loss's
-    result itself, as add_loss keeps it), which scales again after trainers/trainer.py::Trainer's sum and cast.
-    """
-    from keras.src.losses.loss import Loss
-    from keras.src.trainers.trainer import Trainer
-
-    scaled = []  # the Loss objects' results, kept alive for the call: compared by identity
-
-    def recording(name, keras_call):
-        def call(self, *args, **kwargs):
-            value = keras_call(self, *args, **kwargs)
-            if self.reduction in SCALED_REDUCTIONS:
-                scaled.append(value)
-            return value
-        return call
-
-    keras_aggregate = model._aggregate_additional_loss
-
-    def once(loss):
-        if any(loss is value for value in scaled):
-            return Trainer._aggregate_additional_loss(model, loss)  # summed and cast, not scaled again
-        return keras_aggregate(loss)
-
-    object.__setattr__(model, "_aggregate_additional_loss", once)  # the model's own, not its class's
-    with patched(Loss, ["__call__"], recording):
-        try:
-            yield
-        finally:
-            object.__delattr__(model, "_aggregate_additional_loss")
-
 # --- A call that cannot be distributed: compiled where JAX can, else undistributed (backends/jax/op_by_op.py) -
 
 def layers_not_jitted(model) -> list:
@@ -682,110 +614,9 @@ def keep_last_batch(model) -> dict:
     return kept
 
 
-# --- Initial values in one program, not one eager op per initializer and shape (issue 43, item 4) ---------------
-
-@contextlib.contextmanager
-def variables_initialized_at_once():
-    """Keras variables created inside from an initializer get their initial values at the block's end from one
-    compiled program, not one eager op (on JAX one compile) per initializer and shape (the seed's MLP: 13): the
-    same arrays, from the same seeds. One read before the end computes its value as Keras would. JAX only, not NNX.
-    One whose initializer draws from a SeedGenerator (a draw advances its state) is initialized as Keras would, op
-    by op, and so are all if the program cannot be traced.
-
-    Relies on: a JAX Variable made from a callable initializer sets `_shape`, then calls
-    `_initialize_with_initializer(initializer)`; one whose `_value` is None and `_initializer` set computes its
-    value from the initializer when read (as a variable created in a StatelessScope does);
-    `_initialize(value)` lays the value out and sets it; `_deferred_initialize()` is Keras's own initialization.
-    """
-    if keras.backend.backend() != "jax" or keras.config.is_nnx_enabled():
-        yield
-        return
-    from keras.src.backend.jax.core import JaxVariable
-
-    pending = []
-
-    def later(variable, initializer):
-        variable._initializer, variable._value = initializer, None
-        pending.append(variable)
-
-    with patched(JaxVariable, ["_initialize_with_initializer"], lambda name, keras_own: later):
-        yield
-    _initialize_at_once(pending)
-
-
-def _initialize_at_once(variables) -> None:
-    """Each variable's initial value, those from stateless initializers computed in one jitted program."""
-    import jax
-
-    def draws_state(variable):
-        return isinstance(getattr(variable._initializer, "seed", None), keras.random.SeedGenerator)
-
-    together = [v for v in variables if v._value is None and not draws_state(v)]
-    values = None
-    if together:
-        def initial_values():
-            with keras.StatelessScope(initialize_variables=False) as scope:
-                values = [v._convert_to_tensor(v._initializer(v._shape, dtype=v._dtype)) for v in together]
-            if scope.state_mapping:  # an initializer assigned some state: not one to replay in a program
-                raise ValueError("an initializer changed a variable")
-            return values
-
-        try:
-            values = jax.jit(initial_values)()
-        except Exception:  # noqa: BLE001  (Keras's own op-by-op path below gives each its value, or its error)
-            values = None
-    if values is not None:
-        for variable, value in zip(together, values):
-            variable._initialize(value)
-            variable._initializer = None
-    for variable in variables:
-        if variable._value is None:
-            variable._deferred_initialize()
-
-
-def optimizer_built_at_once(model) -> None:
-    """From now on, `model`'s optimizer's build (at fit's first call, its gradient accumulation settled) makes its
-    slots in one program (variables_initialized_at_once), not one op per shape (5 for the seed's MLP's RMSprop).
-
-    Relies on: fit builds an unbuilt optimizer by calling `model.optimizer.build(trainable_variables)` (an
-    instance attribute shadows the class's method; object.__setattr__ passes Keras's attribute tracking by).
-    """
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or optimizer.built or "build" in vars(optimizer):
-        return
-    keras_own = optimizer.build
-
-    @functools.wraps(keras_own)
-    def build(*args, **kwargs):
-        with variables_initialized_at_once():
-            return keras_own(*args, **kwargs)
-
-    object.__setattr__(optimizer, "build", build)
-
-
-def metrics_results_from_the_last_step(model) -> None:
-    """From now on, `model`'s fit and evaluate on JAX end with the metrics' results its last step returned where
-    they name the same metrics, not each result computed again eagerly (3 compiles: divide_no_nan's equal, where,
-    divide): the same values, the step's same functions of the state it leaves. Other names: Keras's own choice.
-
-    Relies on: JAXTrainer.fit and evaluate, the steps done and their state synced, return
-    `self._get_metrics_result_or_logs(logs)` with `logs` the last step's; it returns `get_metrics_result()` where
-    its keys are the logs' (an instance attribute shadows the method; object.__setattr__ passes Keras's tracking).
-    """
-    import weakref
-
-    if keras.backend.backend() != "jax" or "_get_metrics_result_or_logs" in vars(model):
-        return
-    import jax
-
-    keras_own, this = model._get_metrics_result_or_logs, weakref.ref(model)
-
-    @functools.wraps(keras_own)
-    def results(logs):
-        model = this()
-        if model is not None and isinstance(logs, dict) and logs and \
-                set(logs) == set(jax.eval_shape(model.get_metrics_result)):  # traced, not compiled
-            return logs
-        return keras_own(logs)
-
-    object.__setattr__(model, "_get_metrics_result_or_logs", results)
+# --- The rest, one module a concern (each is Keras's private code too) -----------------------------------------
+from acceltrain.backends.keras_internals.builds import (  # noqa: E402
+    metrics_results_from_the_last_step, optimizer_built_at_once, variables_initialized_at_once)
+from acceltrain.backends.keras_internals.device_data import arrays_on_devices, keras_scans_steps  # noqa: E402
+from acceltrain.backends.keras_internals.strategies import (  # noqa: E402
+    SCALED_REDUCTIONS, added_losses_scaled_once, built_but_not_marked, built_from_one_replica)

@@ -1,0 +1,312 @@
+"""In-memory arrays kept on the devices for a fit (its validation data too), and many training steps a dispatch
+(issue 43).
+
+`on_devices(call, distribution)` is the placement layer's part (op_by_op.follow_placement), for a script's fit and
+Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) and fit a share of the devices' memory
+(decisions.choose_device_data), they are placed on the devices once a call (replicated over the distribution's
+devices: each gathers its own rows of a batch), and Keras gets a data adapter that sends only each batch's indices and
+gathers the batch there, in Keras's own order (keras_internals.arrays_on_devices: the same host permutation, so an
+exact resume and --verify see the same batches). Validation data passes the same way.
+
+A fit whose callbacks need no batch hook (decisions.choose_steps_per_dispatch) then runs its epoch in a few
+dispatches (`many_steps`): each one compiled loop of Keras's own train step over batches gathered on the device from a
+buffer of indices, as many steps as about a second holds (measured on the fit's own steps); one program for every
+count. ACCELTRAIN_DEVICE_DATA=0 turns both off.
+"""
+
+import contextlib
+import functools
+import os
+import time
+
+import jax
+import numpy as np
+
+from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
+
+ENV_OFF = "ACCELTRAIN_DEVICE_DATA"
+SECONDS_A_DISPATCH = 1.0  # the time cap of one dispatch: progress, the stall watch and stop_training stay live
+PROBE_STEPS = 8  # the steps of the dispatch that measures a step (after the one that compiles)
+INDEX_BYTES = 64 * 2**20  # the most index bytes one dispatch sends
+
+
+def on_devices(call, distribution):
+    """A context giving the call to run: `call` itself, or one whose inputs are adapters over arrays kept on the
+    devices (and, for a fit with no batch hook, model.steps_per_execution set to its epoch for the call: its steps
+    run by ManySteps). Said once a process in one line with its numbers."""
+    from acceltrain import decisions
+    from acceltrain.backends import keras_internals
+
+    if call.name != "fit":  # evaluate and predict read their data once: placing it first saves nothing, and
+        return contextlib.nullcontext(call)  # its gather would be one more program to compile per batch shape
+    arguments = call.arguments()
+    validation = arguments.get("validation_data")
+    parts = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
+    split = bool(arguments.get("validation_split")) and validation is None
+    arrays = _arrays(parts[:3]) and (validation is None or _arrays(tuple(validation))) and not split
+    device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
+    on, reason = decisions.choose_device_data(
+        keras_internals_backend(), arrays, _nbytes(parts) * copies if arrays else 0, device_memory,
+        jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps())
+    _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
+    if not on:
+        return contextlib.nullcontext(call)
+    return _placed(call, arguments, distribution)
+
+
+def keras_internals_backend() -> str:
+    import keras
+
+    return keras.backend.backend()
+
+
+@contextlib.contextmanager
+def _placed(call, arguments, distribution):
+    from acceltrain import decisions
+    from acceltrain.backends import keras_internals
+
+    place, gather = _placer(distribution), jax.jit(functools.partial(_batch_of, distribution))
+    placed = {}  # the training adapter, once made: its tokens gather their batch when asked (the step timer)
+
+    def token(indices):
+        return _Indices(indices, lambda: placed["train"]._gather(placed["train"].placed, indices))
+
+    adapter = functools.partial(keras_internals.arrays_on_devices, place=place, gather=gather, token=token)
+    model = call.model
+    kwargs = {name: value for name, value in arguments.items()
+              if name not in ("x", "y", "sample_weight", "class_weight", "validation_split", "validation_data")}
+    train = kwargs["x"] = adapter(arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
+                                  batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
+                                  shuffle=arguments.get("shuffle", True), class_weight=arguments.get("class_weight"))
+    placed["train"] = train
+    kwargs["shuffle"] = False  # the adapter shuffles as Keras would
+    if (validation := arguments.get("validation_data")) is not None:
+        val_x, val_y, val_weight = (*validation, None, None)[:3]
+        kwargs["validation_data"] = adapter(val_x, val_y, val_weight,
+                                            batch_size=arguments.get("validation_batch_size") or train.batch_size,
+                                            steps=arguments.get("validation_steps"), shuffle=False, class_weight=None)
+    callbacks = kwargs.get("callbacks") or []
+    steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
+    steps, reason = decisions.choose_steps_per_dispatch(
+        steps_per_epoch, model.steps_per_execution, tuple(type(c).__name__ for c in batch_hooked(callbacks)),
+        keras_internals.uses_keras_train_step(model), bool(model.jit_compile) and not model.run_eagerly,
+        train.batch_size * 4, INDEX_BYTES)
+    platform = _devices(distribution)[0].platform
+    in_one_program, how = decisions.choose_step_loop(platform)
+    _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
+    runner = many_steps(model, train, distribution, [c for c in callbacks if hasattr(c, "between_dispatches")],
+                        in_one_program)
+    ran = call.replace(args=(), kwargs=kwargs)
+    if steps <= 1 or runner not in ((ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
+        yield call.replace(args=(), kwargs=kwargs)  # one step a dispatch, or callbacks the caller configured
+        return
+    own = model.steps_per_execution
+    model.steps_per_execution = steps  # Keras's epoch iterator steps by it; the functions made again for it
+    keras_internals.forget_compiled_functions(model)
+    try:
+        yield ran
+    finally:
+        model.steps_per_execution = own
+        keras_internals.forget_compiled_functions(model)
+
+
+def batch_hooked(callbacks) -> list:
+    """The callbacks Keras must call at each batch of a fit: those that override a batch method of
+    keras.callbacks.Callback (on_batch_begin/end, on_train_batch_begin/end), less Keras's ProgbarLogger and History,
+    and callbacks marked `steps_aware = True` (acceltrain's own: the ledger, the stall watch, the first-step status,
+    one step at a time, the step timer), whose batch methods work as well every K steps. With none, a fit may run to
+    its epoch's end in a few dispatches; with some, every `steps_per_execution` steps, as Keras documents."""
+    import keras
+
+    base = keras.callbacks.Callback
+    names = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
+    coarse = (keras.callbacks.ProgbarLogger, keras.callbacks.History)
+    return [callback for callback in callbacks
+            if not isinstance(callback, coarse) and not getattr(callback, "steps_aware", False)
+            and any(getattr(type(callback), name) is not getattr(base, name) for name in names)]
+
+
+# --- Placing and gathering -----------------------------------------------------------------------------------------
+
+def _arrays(structure) -> bool:
+    """Every leaf a NumPy or JAX array of numbers (or None), and at least one."""
+    leaves = [leaf for leaf in jax.tree.leaves(structure) if leaf is not None]
+    return bool(leaves) and all(isinstance(leaf, (np.ndarray, jax.Array)) and leaf.dtype.kind in "biuf"
+                                for leaf in leaves)
+
+
+def _nbytes(structure) -> int:
+    return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(structure) if hasattr(leaf, "nbytes"))
+
+
+def _device_memory(distribution) -> tuple[int | None, int]:
+    """(bytes one device may hold, copies of the data that memory holds): an accelerator's own limit, one copy; CPU
+    devices share the host's memory, each holding a copy."""
+    devices = _devices(distribution)
+    here = [device for device in devices if device.process_index == jax.process_index()]
+    stats = here[0].memory_stats() if here else None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]), 1
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), len(devices)
+    except (ValueError, OSError):
+        return None, len(devices)
+
+
+def _devices(distribution) -> list:
+    """The JAX devices a call runs on: the distribution's mesh's, else this process's first."""
+    if distribution is None:
+        return jax.local_devices()[:1]
+    return list(distribution.device_mesh.backend_mesh.devices.flat)
+
+
+def _placer(distribution):
+    """The inputs on the devices once: on the first local device, or replicated over the distribution's mesh."""
+    if distribution is None:
+        return functools.partial(jax.device_put, device=jax.local_devices()[0])
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return functools.partial(jax.device_put, device=NamedSharding(distribution.device_mesh.backend_mesh,
+                                                                  PartitionSpec()))
+
+
+def _batch_of(distribution, placed, indices):
+    """A batch gathered on the devices (traced): its rows by `indices`, laid out as the distribution lays a batch."""
+    batch = jax.tree.map(lambda array: array[indices], placed)
+    if distribution is None:
+        return batch
+    return jax.tree.map(lambda part: jax.lax.with_sharding_constraint(
+        part, distribution.get_data_layout(part.shape).backend_layout), batch)
+
+
+class _Indices:
+    """A batch's indices standing for the batch in Keras's iterator while ManySteps pulls: a JAX pytree with no
+    leaves, so Keras's data distribution (device_put by its layout) passes it as it is."""
+
+    def __init__(self, indices, gathered):
+        self.indices, self.shape, self.gathered = indices, indices.shape, gathered  # gathered(): the batch
+
+
+jax.tree_util.register_pytree_node(_Indices, lambda token: ((), token), lambda token, _: token)
+
+
+# --- Many steps a dispatch --------------------------------------------------------------------------------------------
+
+def many_steps(model, adapter, distribution, listeners=(), in_one_program=True):
+    """The fit's callback that runs its executions as a few dispatches (ManySteps, made on first use: keras is
+    imported after connect()); `in_one_program` False: each step its own program, dispatched back to back."""
+    return _many_steps_class()(model, adapter, distribution, listeners, in_one_program)
+
+
+@functools.cache
+def _many_steps_class():
+    import keras
+
+    class ManySteps(keras.callbacks.Callback):
+        """A fit's executions run as a few dispatches, each one compiled loop of Keras's own train step over batches
+        gathered on the device (`_program`): installed on the model's train function at the fit's start (Keras has
+        built the model and its optimizer by then), taken off at its end. The partial last batch runs Keras's own
+        step. After each dispatch the `listeners` hear `between_dispatches(steps)` (the stall watch beats)."""
+
+        steps_aware = True
+
+        def __init__(self, model, adapter, distribution, listeners, in_one_program):
+            super().__init__()
+            self.in_one_program = in_one_program
+            # `trained`, never Callback.model inside a step: on JAX reading that syncs Keras's last state into the
+            # variables, whose arrays the step is about to take (donated)
+            self.trained, self.adapter, self.distribution = model, adapter, distribution
+            self.listeners = list(listeners)
+            self.per_step = None  # seconds a step, measured on the second probe
+            self.probes = self.dispatches = 0
+            self._loop = None
+
+        def on_train_begin(self, logs=None):
+            from acceltrain.backends import keras_internals
+
+            keras_internals.run_train_executions(self.trained, self._execute)
+
+        def on_train_end(self, logs=None):
+            from acceltrain.backends import keras_internals
+
+            keras_internals.stop_running_train_executions(self.trained)
+
+        def _execute(self, state, iterator, keras_own):
+            adapter, tokens = self.adapter, []
+            adapter.tokens = True
+            try:
+                for _ in range(self.trained.steps_per_execution):
+                    tokens.append(next(iterator))
+            except StopIteration:
+                pass
+            finally:
+                adapter.tokens = False
+            if not tokens:
+                raise StopIteration
+            full = [token.indices for token in tokens if len(token.indices) == adapter.batch_size]
+            logs, done = None, 0
+            while done < len(full):
+                count = self._next_count(len(full) - done)
+                started = time.perf_counter()
+                logs, state = self._run(state, full[done:done + count])
+                if self.probes < 2 or self.listeners:
+                    jax.block_until_ready(logs)
+                if self.probes < 2:
+                    self.probes += 1
+                    self.per_step = (time.perf_counter() - started) / count if self.probes == 2 else None
+                done += count
+                self.dispatches += 1
+                for listener in self.listeners:
+                    listener.between_dispatches(done)
+            for token in tokens[len(full):]:  # the partial last batch: Keras's own step
+                logs, state = keras_own(state, iter([adapter._gather(adapter.placed, token.indices)]))
+            return logs, state
+
+        def _next_count(self, left: int) -> int:
+            if self.per_step is None:
+                return min(left, PROBE_STEPS)
+            return min(left, max(1, int(SECONDS_A_DISPATCH / max(self.per_step, 1e-9))))
+
+        def _run(self, state, indices):
+            if self._loop is None:
+                self._loop = _compiled(self.trained, self.distribution, self.in_one_program, state)
+            placed = self.adapter.placed
+            if not self.in_one_program:  # one program a step, back to back: no Keras between them
+                logs, wait = None, self.distribution is not None and _steps_must_not_overlap(self.distribution)
+                for row in indices:
+                    logs, state = self._loop(state, placed, self._laid_out(row))
+                    if wait:  # several CPU devices: a step's collectives may deadlock with the next's (steps.py)
+                        jax.block_until_ready(logs)
+                return logs, state
+            buffer = np.zeros((self.trained.steps_per_execution, self.adapter.batch_size), np.int32)
+            buffer[:len(indices)] = indices
+            return self._loop(state, placed, self._laid_out(buffer), np.int32(len(indices)))
+
+        def _laid_out(self, indices):
+            """Indices split over the devices as the batch they index is (the last axis: the batch's)."""
+            if self.distribution is None:
+                return indices
+            from jax.sharding import NamedSharding, PartitionSpec
+
+            spec = PartitionSpec(*([None] * (indices.ndim - 1)), self.distribution.batch_dim_name)
+            return jax.device_put(indices, NamedSharding(self.distribution.device_mesh.backend_mesh, spec))
+
+    return ManySteps
+
+
+def _compiled(model, distribution, in_one_program: bool, state):
+    """Keras's own train step on batches gathered on the devices, the state donated and put out as Keras's jitted
+    train step puts it out: `count` steps in one jitted loop over the batches a buffer's rows index (one program for
+    every count), or one step on the batch of one row of indices. `state`: the fit's, as Keras laid it out."""
+    step = model.train_step
+
+    def one(state, placed, indices):
+        return step(state, _batch_of(distribution, placed, indices))
+
+    def loop(state, placed, buffer, count):
+        shapes = jax.eval_shape(lambda s: one(s, placed, buffer[0])[0], state)
+        logs = jax.tree.map(lambda shape: jax.numpy.zeros(shape.shape, shape.dtype), shapes)
+        return jax.lax.fori_loop(0, count, lambda i, carried: one(carried[1], placed, buffer[i]), (logs, state))
+
+    out = (None, jax.tree.map(lambda value: value.sharding, state)) if distribution is not None else None
+    return jax.jit(loop if in_one_program else one, donate_argnums=0, out_shardings=out)

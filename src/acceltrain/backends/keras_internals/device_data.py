@@ -1,0 +1,67 @@
+"""In-memory arrays kept on the devices: Keras's own array adapter, its batches gathered there (backends/jax/resident.py).
+
+Part of backends/keras_internals/: every use of Keras's private code, each with the behaviour it relies on and a test
+by name in tests/backends/test_keras_internals.py.
+"""
+
+import functools
+
+
+# --- In-memory arrays kept on the devices (backends/jax/resident.py) -----------------------------------------------
+
+def arrays_on_devices(x, y, sample_weight, *, batch_size, steps, shuffle, class_weight, place, gather, token):
+    """A Keras data adapter over in-memory arrays that keeps them on the devices: `place(inputs)` once, on the packed
+    (x, y, sample_weight) with class weights already turned into sample weights, then each batch `gather(placed,
+    indices)` there, in Keras's own order and sizes (the same host permutation, the partial last batch). While its
+    `tokens` is True it yields `token(indices)` instead of a batch: what a runner of many steps a dispatch pulls.
+    `batch_indices()`: an epoch's index arrays in order, drawn as Keras draws them.
+
+    Relies on: data_adapters.get_data_adapter returns a DataAdapter instance as it is; ArrayDataAdapter.__init__
+    turns class_weight into sample weights (one output), resolves the batch size (steps: ceil(n / steps), else 32),
+    and keeps the packed inputs in `_inputs`; its `_get_iterator(fn, inputs)` draws the epoch's permutation with
+    np.random.permutation at the first batch (shuffle=True; "batch": one per batch) and yields
+    `tree.map_structure(partial(fn, indices=...), inputs)` per batch (a slice when not shuffled); JAXTrainer reads
+    batches through get_jax_iterator.
+    """
+    return _on_devices_class()(x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token)
+
+
+@functools.cache
+def _on_devices_class():
+    import numpy as np
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    whole = object()  # one leaf: the index function is called once a batch
+
+    def indices_of(_, indices=None):
+        if isinstance(indices, slice):
+            return np.arange(indices.start, indices.stop, dtype=np.int32)
+        return np.asarray(indices, dtype=np.int32)
+
+    class ArraysOnDevices(ArrayDataAdapter):
+        def __init__(self, x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token):
+            super().__init__(x, y=y, sample_weight=sample_weight, batch_size=batch_size, steps=steps,
+                             shuffle=shuffle, class_weight=class_weight)
+            self.placed, self._gather, self._token, self.tokens = place(self._inputs), gather, token, False
+
+        def batch_indices(self):
+            return self._get_iterator(indices_of, whole)
+
+        def get_jax_iterator(self):
+            for indices in self.batch_indices():
+                yield self._token(indices) if self.tokens else self._gather(self.placed, indices)
+
+    return ArraysOnDevices
+
+
+def keras_scans_steps() -> bool:
+    """Whether this Keras runs steps_per_execution on JAX as its own scan over stacked batches (keras-nightly 3.16:
+    keras-team/keras#23527): acceltrain's own device data and steps a dispatch then step aside.
+
+    Relies on: that Keras's DataAdapter.get_jax_iterator takes `super_batch`; 3.15's takes nothing.
+    """
+    import inspect
+
+    from keras.src.trainers.data_adapters.data_adapter import DataAdapter
+
+    return "super_batch" in inspect.signature(DataAdapter.get_jax_iterator).parameters

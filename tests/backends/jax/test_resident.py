@@ -1,0 +1,184 @@
+"""backends/jax/resident.py: in-memory arrays kept on the devices, each batch gathered there in Keras's own order,
+and many steps an execution where no callback needs each batch. Every fit here runs twice, with the device data
+(ACCELTRAIN_DEVICE_DATA unset) and without (=0, Keras's own path), and must train the same: same losses, metrics and
+weights, on the 8 simulated devices of the test process."""
+
+import numpy as np
+import pytest
+
+from acceltrain.backends.jax import resident
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(200, 6)).astype("float32")  # 200 = 6 batches of 32 and a partial one of 8
+Y = (X[:, 0] + X[:, 1] > 0).astype("int32")
+WEIGHTS = rng.uniform(0.5, 2.0, size=200).astype("float32")
+
+
+def _model(keras, optimizer="adam"):
+    keras.utils.set_random_seed(4)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer, "sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def _both(runtime, monkeypatch, train, build=None):
+    """train(model) with the device data and without: (weights, what train returned) each."""
+    import keras
+
+    from acceltrain.backends.jax import steps
+
+    out = []
+    for off in (False, True):
+        monkeypatch.setattr(steps, "_told", set())
+        if off:
+            monkeypatch.setenv(resident.ENV_OFF, "0")
+        else:
+            monkeypatch.delenv(resident.ENV_OFF, raising=False)
+        with runtime.scope():
+            model = (build or _model)(keras)
+        np.random.seed(11)  # Keras draws its shuffle from NumPy's global generator
+        result = train(model)
+        out.append((model.get_weights(), result))
+    monkeypatch.delenv(resident.ENV_OFF, raising=False)
+    return out
+
+
+def _same(on, off):
+    (weights_on, result_on), (weights_off, result_off) = on, off
+    for a, b in zip(weights_on, weights_off):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    if isinstance(result_on, dict):
+        assert result_on.keys() == result_off.keys()
+        for name in result_on:
+            np.testing.assert_allclose(result_on[name], result_off[name], rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("shuffle", [True, "batch", False])
+def test_a_fit_on_device_data_trains_as_keras_own_path_in_keras_order(runtime, monkeypatch, capsys, shuffle):
+    """Adam + accuracy, the partial last batch, validation data, each shuffle mode: the same weights and history."""
+    def train(model):
+        return model.fit(X, Y, batch_size=32, epochs=3, shuffle=shuffle, validation_data=(X[:64], Y[:64]),
+                         verbose=0).history
+
+    on, off = _both(runtime, monkeypatch, train)
+    err = capsys.readouterr().err
+    assert "in-memory data on the devices: yes" in err and "in-memory data on the devices: no (turned off" in err
+    assert "steps an execution: 7 (no callback needs each batch" in err  # 6 full batches and the partial one
+    _same(on, off)
+
+
+def test_sample_and_class_weights_and_runtime_fit_train_as_keras_does(runtime, monkeypatch):
+    on, off = _both(runtime, monkeypatch, lambda model: model.fit(
+        X, Y, sample_weight=WEIGHTS, batch_size=32, epochs=2, verbose=0).history)
+    _same(on, off)
+    on, off = _both(runtime, monkeypatch, lambda model: model.fit(
+        X, Y, class_weight={0: 1.0, 1: 3.0}, batch_size=40, epochs=2, verbose=0).history)
+    _same(on, off)
+    on, off = _both(runtime, monkeypatch, lambda model: runtime.fit(
+        model, X, Y, batch_size=32, epochs=2, validation_data=(X[:64], Y[:64]), verbose=0).history)
+    _same(on, off)
+
+
+def test_evaluate_predict_and_save_after_a_fit_on_device_data(runtime, monkeypatch, tmp_path):
+    def train(model):
+        model.fit(X, Y, batch_size=32, epochs=2, verbose=0)
+        evaluated = model.evaluate(X, Y, batch_size=16, verbose=0, return_dict=True)
+        predicted = model.predict(X[:24], batch_size=8, verbose=0)
+        model.save(tmp_path / "model.keras")
+        return {**evaluated, "predicted": predicted}
+
+    on, off = _both(runtime, monkeypatch, train)
+    _same(on, off)
+    assert (tmp_path / "model.keras").exists()
+
+
+def test_a_callback_with_a_batch_hook_is_called_every_steps_per_execution_and_can_stop(runtime, monkeypatch,
+                                                                                       capsys):
+    import keras
+
+    class Counting(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches.append(batch)
+            if len(self.batches) == 9:
+                self.model.stop_training = True
+
+    def train(model):
+        counting = Counting()
+        history = model.fit(X, Y, batch_size=32, epochs=3, verbose=0, callbacks=[counting]).history
+        return {"batches": np.array(counting.batches), "loss": np.array(history["loss"])}
+
+    on, off = _both(runtime, monkeypatch, train)
+    assert "steps an execution: 1 (Counting has a batch hook" in capsys.readouterr().err
+    assert list(on[1]["batches"]) == [0, 1, 2, 3, 4, 5, 6, 0, 1]  # each batch, and it stopped the fit in epoch 2
+    _same(on, off)
+
+
+def test_epoch_hooks_and_early_stopping_see_the_epochs_of_one_execution_each(runtime, monkeypatch):
+    import keras
+
+    def train(model):
+        stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)  # stops after epoch 2
+        history = model.fit(X, Y, batch_size=32, epochs=5, verbose=0, callbacks=[stop]).history
+        return {"loss": np.array(history["loss"]), "accuracy": np.array(history["accuracy"])}
+
+    on, off = _both(runtime, monkeypatch, train)
+    assert len(on[1]["loss"]) == 2
+    _same(on, off)
+
+
+def test_a_model_with_its_own_train_step_keeps_keras_loop_on_device_data(runtime, monkeypatch, capsys):
+    import keras
+
+    class Own(keras.Sequential):
+        def train_step(self, state, data):
+            return super().train_step(state, data)
+
+    def train(model):
+        return model.fit(X, Y, batch_size=32, epochs=2, verbose=0).history
+
+    def own_model(keras):
+        keras.utils.set_random_seed(4)
+        model = Own([keras.Input((6,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+        return model
+
+    on, off = _both(runtime, monkeypatch, train, own_model)
+    assert "steps an execution: 1 (the model has its own train_step" in capsys.readouterr().err
+    _same(on, off)
+
+
+def test_inputs_that_are_not_arrays_of_numbers_keep_keras_path(runtime, monkeypatch, capsys):
+    import keras
+
+    from acceltrain.backends.jax import steps
+
+    monkeypatch.setattr(steps, "_told", set())
+    with runtime.scope():
+        model = _model(keras)
+    model.fit(X, Y, batch_size=32, epochs=1, validation_split=0.2, verbose=0)
+    assert "in-memory data on the devices: no (the inputs are not in-memory arrays" in capsys.readouterr().err
+
+
+def test_batch_hooked_names_callbacks_with_batch_methods_but_not_keras_progress_or_steps_aware_ones():
+    import keras
+
+    class Batch(keras.callbacks.Callback):
+        def on_batch_end(self, batch, logs=None):
+            pass
+
+    class Epoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            pass
+
+    class Aware(Batch):
+        steps_aware = True
+
+    batch = Batch()
+    assert resident.batch_hooked([batch, Epoch(), Aware(), keras.callbacks.ProgbarLogger(),
+                                  keras.callbacks.History()]) == [batch]
+    assert resident.batch_hooked([keras.callbacks.TensorBoard()])  # Keras's own with batch methods count
