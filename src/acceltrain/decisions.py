@@ -342,10 +342,12 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
                        turned_off: bool, keras_scans: bool = False,
-                       share: float = DEVICE_DATA_SHARE) -> tuple[bool, str]:
+                       share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "") -> tuple[bool, str]:
     """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
     gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
-    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's)."""
+    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's).
+    `weights_elsewhere`: where the model's weights lie when not on the devices the data would go to (a model laid
+    out on several devices with no distribution in force: a restored sharded checkpoint), else empty."""
     if turned_off:
         return False, "turned off: ACCELTRAIN_DEVICE_DATA=0"
     if backend != "jax":
@@ -356,6 +358,8 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
         return False, "the inputs are not in-memory arrays of numbers (or validation_split is left to Keras)"
     if processes > 1:
         return False, f"{processes} processes: each feeds its share through Keras's input path"
+    if weights_elsewhere:
+        return False, f"the model's weights lie on {weights_elsewhere}, with no distribution to place the data by"
     if device_bytes is None:
         return False, "the devices' memory is unknown"
     figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"

@@ -47,7 +47,8 @@ def on_devices(call, distribution):
     device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
         keras_internals_backend(), arrays, _nbytes(parts) * copies if arrays else 0, device_memory,
-        jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps())
+        jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps(),
+        weights_elsewhere=_weights_elsewhere(call.model, distribution))
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
@@ -123,7 +124,8 @@ def batch_hooked(callbacks) -> list:
     coarse = (keras.callbacks.ProgbarLogger, keras.callbacks.History)
     return [callback for callback in callbacks
             if not isinstance(callback, coarse) and not getattr(callback, "steps_aware", False)
-            and any(getattr(type(callback), name) is not getattr(base, name) for name in names)]
+            and any(name in vars(callback) or getattr(type(callback), name) is not getattr(base, name)
+                    for name in names)]  # vars: a hook set on the instance (keras.callbacks.LambdaCallback's)
 
 
 # --- Placing and gathering -----------------------------------------------------------------------------------------
@@ -158,6 +160,17 @@ def _devices(distribution) -> list:
     if distribution is None:
         return jax.local_devices()[:1]
     return list(distribution.device_mesh.backend_mesh.devices.flat)
+
+
+def _weights_elsewhere(model, distribution) -> str:
+    """Where the model's built weights lie when some are not on the devices the data would be placed on (a model
+    laid out on several devices with no distribution in force), in words; else empty: a step could not take both."""
+    data_devices = set(_devices(distribution))
+    devices = set()
+    for variable in getattr(model, "variables", ()):
+        sharding = getattr(getattr(variable, "value", None), "sharding", None)
+        devices |= set(getattr(sharding, "device_set", ()))
+    return f"{len(devices)} device(s)" if devices - data_devices else ""
 
 
 def _placer(distribution):
