@@ -132,6 +132,7 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
     the checkpoint, then a third time; what the user sees in each cell: connect's decision line, the fit's, Keras's
     progress, the stop in one line with no traceback, nothing of the stopped fit left behind. About a minute here."""
     import asyncio
+    import signal
 
     book = _Notebook(tmp_path, EPOCHS=6, TRAIN_SAMPLES=4000, BATCH_SIZE=200)
     handlers = "import signal\nprint(signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))"
@@ -152,7 +153,12 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
                 seen[name] = await book.run(cell)
             return seen
 
-    seen = {name: re.sub(r"\x1b\[[0-9;]*m", "", shown) for name, shown in asyncio.run(session()).items()}  # no colour
+    handler = signal.getsignal(signal.SIGINT)  # asyncio's runner and the kernel client may leave theirs: put back
+    try:
+        ran = asyncio.run(session())
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    seen = {name: re.sub(r"\x1b\[[0-9;]*m", "", shown) for name, shown in ran.items()}  # no colour
     everything = json.dumps(seen, indent=1)
     assert seen["keras first"].splitlines()[-1] == "tensorflow"  # Keras's own default, before acceltrain's import
     banner = [line for line in seen["connect"].splitlines() if line.startswith("acceltrain: tensorflow on cpu")]

@@ -86,7 +86,8 @@ def test_a_checkpoint_every_step_is_checkpoint_time_and_the_line_says_checkpoint
     with one_device.scope():
         model = _mlp()
     x, y = _toy_data(256)
-    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0)  # compiled here
+    # Compiled here, on the path a fit with checkpoints takes (its inputs fed as Keras's own: no device data).
+    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "warm")
     run = one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "ckpt",
                          checkpoint_every="1 steps").ledger
     _parts_sum_to_the_wall(run)
@@ -109,7 +110,10 @@ def test_a_cold_compilation_cache_is_said_and_a_warm_one_is_not(one_device):
     (cold_part, cold, cold_line), (_, warm, warm_line) = lines
     assert cold_part == "compilation" and "the compilation cache was cold" in cold_line, cold_line
     assert cold["cache_requests"] > cold.get("cache_hits", 0) and cold["compile_seconds_missed"] > 0
-    assert warm.get("cache_hits", 0) > cold.get("cache_hits", 0) and "cold" not in warm_line, warm_line
+    # Every program the warm run asked the cache for was there (a count of hits against the cold run's would depend
+    # on which shape-free programs earlier tests left in the cache: the cold run can hit those too).
+    assert warm["cache_requests"] and warm.get("cache_hits", 0) == warm["cache_requests"], warm
+    assert "cold" not in warm_line, warm_line
 
 
 def test_steps_run_again_after_a_resume_are_preemption(one_device, tmp_path):

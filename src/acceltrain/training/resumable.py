@@ -175,12 +175,6 @@ def _handled(received) -> None:
     preemption.LOOP.handled = preemption.LOOP.handled or preemption.is_notice(received[0])
 
 
-def _held(value):
-    """A variable's value as it is now: JAX's arrays are never changed in place (a reset makes new ones); a
-    TensorFlow variable's is, so its value is copied to the host."""
-    return value if keras.backend.backend() == "jax" else np.array(value)
-
-
 class ValidationSkipped(Exception):
     """Raised by _StepSaver at a validation pass after a notice, out of Keras's fit (whose `finally` puts the model's
     state back): the pass is skipped, not run inside the grace period. `logs`: the epoch's training metrics."""
@@ -358,7 +352,7 @@ class _StepSaver(keras.callbacks.Callback):
         self.last_saved = None
         self.stopped_mid_epoch = False
         self.stopped_after = None  # a notice stopped the epoch: the batches of this epoch's fit done by then
-        self._train_metrics = []
+        self._train_metrics, self._kept_logs = [], {}
         self._epoch = self._first_step = 0
         self._last_global_step = None
         self._step_count = every.count if every.unit == "steps" else None  # checkpoint every this many steps
@@ -398,7 +392,10 @@ class _StepSaver(keras.callbacks.Callback):
         # Fit's validation (the only evaluate this callback sees). Keras's metrics still hold the epoch's training
         # values here (evaluate resets them after this hook): their state kept, for a pass a notice skips. Kept, not
         # computed: the results each pass would cost a host sync and, on JAX, three programs of their own.
-        self._train_metrics = [(variable, _held(variable.value)) for variable in self.model.metrics_variables]
+        if keras.backend.backend() == "jax":  # JAX's arrays are never changed in place: a reset makes new ones
+            self._train_metrics, self._kept_logs = [(v, v.value) for v in self.model.metrics_variables], None
+        else:  # a TensorFlow variable changes in place (and a mirrored one has no value of its own): results now
+            self._kept_logs = self._metric_logs()
         if self.received:  # a notice stopped the epoch: no validation inside the grace period
             raise ValidationSkipped(self._training_logs())
 
@@ -411,8 +408,13 @@ class _StepSaver(keras.callbacks.Callback):
 
     def _training_logs(self) -> dict:
         """The epoch's training metrics, from their state as the pass began (put back: the fit ends here)."""
+        if self._kept_logs is not None:
+            return self._kept_logs
         for variable, value in self._train_metrics:
             variable.assign(value)
+        return self._metric_logs()
+
+    def _metric_logs(self) -> dict:
         return {name: float(np.asarray(value)) for name, value in self.model.get_metrics_result().items()
                 if np.ndim(value) == 0}
 
