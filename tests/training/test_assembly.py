@@ -38,13 +38,14 @@ def _without_the_scripts_own(walk) -> list:
 
 
 FIRST_FITS, TRAINED = "acceltrain.training.assembly.FirstFits", "acceltrain.training.assembly.Trained"
+INPUTS = "acceltrain.training.assembly.Inputs"
 LEDGER, PLACEMENT = "acceltrain.training.ledger_watch.layer.<locals>.ledger", "acceltrain.backends.jax.op_by_op.follow_placement"
 
 
 def test_runtime_fit_walks_the_assembly_in_the_order_of_layers(runtime, tmp_path):
     """Runtime.fit passes the same ordered layers as a script's calls (it passed none before: it assembled its fit by
     itself); with checkpoints, each epoch's Keras fit passes the placement layer (one an epoch)."""
-    expected = [["ledger", LEDGER], ["autopilot", FIRST_FITS], ["trained", TRAINED]]
+    expected = [["ledger", LEDGER], ["autopilot", FIRST_FITS], ["inputs", INPUTS], ["trained", TRAINED]]
     assert _runtime_fit_walk(runtime) == [*expected, ["placement", PLACEMENT]]
     assert _runtime_fit_walk(runtime, checkpoint_dir=tmp_path / "c") == [*expected, *[["placement", PLACEMENT]] * 2]
     assert [slot for slot, _ in expected] == [s for s in interception.LAYERS if s in dict(expected)]
@@ -62,10 +63,10 @@ def test_a_librarys_plain_fit_walks_the_runtimes_first_fits_then_placement(runti
 
 
 @pytest.mark.multi_device
-def test_a_scripts_fit_under_run_checkpoint_dir_walks_as_runtime_fit_with_checkpoint_dir(runtime, tmp_path):
+def test_a_scripts_calls_under_run_checkpoint_dir_walk_as_runtimes_calls(runtime, tmp_path):
     """Issue 36: a walk of Runtime.fit(checkpoint_dir=...) and of a script's fit under `run --checkpoint-dir` pass the
-    same functions in the same order, less the two layers only a script's calls have (its calls counted; its inputs,
-    which pass a fit the runtime's loop trains). Each of the script's fits keeps its checkpoints in DIR/fit-N, and its
+    same functions in the same order, less the two layers only a script's calls have (its calls counted; its door,
+    which passes a fit the runtime's loop trains); so do Runtime.evaluate/predict and the script's evaluate/predict. Each of the script's fits keeps its checkpoints in DIR/fit-N, and its
     callback sees each epoch."""
     run = support.run_cli("run", "--simulate-devices", "8", "--checkpoint-dir", tmp_path / "c", "--checkpoint-every",
                           "1 epochs", WALKER, timeout=300)
@@ -75,9 +76,24 @@ def test_a_scripts_fit_under_run_checkpoint_dir_walks_as_runtime_fit_with_checkp
                                                                                            "epochs seen: 1"]
     assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["fit-1", "fit-2"]
 
-    assert [slot for slot, _ in walks[0]] == ["ledger", "script_calls", "autopilot", "script_inputs", "trained",
-                                              "placement", "placement"]
+    assert [slot for slot, _ in walks[0]] == ["ledger", "script_calls", "autopilot", "script_inputs", "inputs",
+                                              "trained", "placement", "placement"]
     assert _without_the_scripts_own(walks[0]) == _runtime_fit_walk(runtime, checkpoint_dir=tmp_path / "r")
+
+    # Issue 42: Runtime.evaluate and predict meet a script's evaluate and predict at the same layers, in the same
+    # order (they passed the placement layer alone before, their inputs prepared beside the assembly).
+    called = {name: json.loads(line.removeprefix(f"{name} walk: ")) for line in run.stdout.splitlines()
+              for name in ("evaluate", "predict") if line.startswith(f"{name} walk: ")}
+    with runtime.scope():
+        model = _model()
+    x, y = _data()
+    for name, call in [("evaluate", lambda: runtime.evaluate(model, x, y, batch_size=16, verbose=0)),
+                       ("predict", lambda: runtime.predict(model, x, batch_size=16, verbose=0))]:
+        with interception.walking() as walk:
+            call()
+        assert [slot for slot, _ in called[name]] == ["ledger", "script_calls", "autopilot", "script_inputs",
+                                                      "inputs", "trained", "placement"], name
+        assert _without_the_scripts_own(called[name]) == [list(step) for step in walk], name
 
 
 @pytest.mark.parametrize("arguments, accumulation, expected", [

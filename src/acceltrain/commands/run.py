@@ -60,7 +60,7 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         # script that seeds itself overrides this.
         runtime.seed(0)
     from acceltrain.backends import interception
-    from acceltrain.training import assembly, ledger_watch
+    from acceltrain.training import assembly
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))
@@ -73,15 +73,15 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
-        watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution, runtime.peak_flops) \
-            if runtime.timeline.enabled else None
-        trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
-            checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),
-            keep_steps_per_execution=True, flags=True))  # the script's own steps_per_execution, as a plain fit keeps it
+        plan = assembly.FitPlan(  # the script's own steps_per_execution, as a plain fit keeps it
+            checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv))
+            if checkpointing else None,
+            keep_steps_per_execution=True, flags=True, script=True)
         stack.enter_context(interception.layers(
-            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify,
-                                                                           flags=True),
-            script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
+            ledger=runtime.ledger_layer, script_calls=calls,
+            autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify, flags=True),
+            script_inputs=FitGuard(runtime, plan), inputs=assembly.Inputs(runtime, plan),
+            trained=assembly.Trained(runtime, plan) if checkpointing else None))
         stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
