@@ -453,7 +453,7 @@ class Runtime:
         verify = verification.check_steps(verify)
         checkpoints = None if checkpoint_dir is None else assembly.Checkpointing(
             Path(checkpoint_dir), resume=resume, every=checkpoint_every, keep=keep_checkpoints)
-        plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
+        plan = assembly.FitPlan(checkpoints=checkpoints, watchdog=self.watchdog_for(stall_timeout),
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
@@ -476,18 +476,6 @@ class Runtime:
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
                                              return_dict=True, **evaluate_kwargs))
 
-    def watched_callbacks(self, dog, callbacks=()) -> list:
-        """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
-        caller around the whole call), the time ledger's watch (unless `callbacks` hold one: a fit's, which the
-        ledger layer put there), and one step at a time where steps must not overlap."""
-        from acceltrain.training.callbacks import StallWatch
-        from acceltrain.training.ledger_watch import LedgerWatch
-
-        syncs = self._framework.step_callbacks(self.distribution)
-        watch = [] if not self.timeline.enabled or any(isinstance(c, LedgerWatch) for c in callbacks) else \
-            [LedgerWatch(self.timeline, self._framework, syncs=bool(syncs))]
-        return [StallWatch(dog), *watch, *syncs]
-
     def peak_flops(self, model) -> float | None:
         """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);
         None where none is published (CPUs) or the devices are slices of one CPU."""
@@ -497,13 +485,12 @@ class Runtime:
         return peak * self.num_devices if peak else None
 
     def _call(self, name: str, model, args: tuple, **kwargs):
-        """Runtime's evaluate or predict as a Call of the assembly, the callbacks each of its calls puts first among
-        the caller's (watched_callbacks)."""
+        """Runtime's evaluate or predict as a Call of the assembly, its callbacks a list (acceltrain's are put first
+        by the layers that make them)."""
         from acceltrain.backends import interception, keras_internals
 
-        callbacks = kwargs.pop("callbacks", None) or ()
-        callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
-        return interception.Call(name, model, args, {**kwargs, "callbacks": callbacks}, keras_internals.keras_own(name))
+        kwargs["callbacks"] = list(kwargs.get("callbacks") or ())
+        return interception.Call(name, model, args, kwargs, keras_internals.keras_own(name))
 
     def _assemble(self, call, plan=None, *, autopilot: bool = True, verify: int | None = None):
         """`call` through the one assembly (interception.LAYERS) with this runtime's layers in its slots, as a

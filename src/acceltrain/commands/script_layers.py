@@ -152,7 +152,6 @@ class FitGuard:
     def __call__(self, call, proceed):
         if self.plan is not None and self.plan.checks_inputs(call.name):
             return proceed(call)
-        call = self._watched(call)
         call, arguments = self._tensors_as_arrays(call)
         if streams.is_stream(arguments.get("x")):
             return self._stream(call, arguments, proceed)
@@ -229,14 +228,6 @@ class FitGuard:
     def _training_samples(arguments) -> int:
         split = arguments.get("validation_split") or 0.0
         return int(data.num_samples(arguments.get("x")) * (1 - split))
-
-    def _watched(self, call):
-        """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
-        if not self.runtime.watchdog.enabled:
-            return call
-        from acceltrain.training.callbacks import StallWatch
-
-        return call.with_callback(StallWatch(self.runtime.watchdog))
 
     # --- Checks ---------------------------------------------------------------------------------
 

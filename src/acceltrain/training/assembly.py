@@ -1,16 +1,19 @@
-"""The layers acceltrain itself puts in the one assembly of a fit (interception.LAYERS), for every fit alike.
+"""The layers acceltrain itself puts in the one assembly of a call (interception.LAYERS), for every call alike.
 
-    Runtime.fit                 ledger → autopilot → trained → placement (each epoch's Keras fit)
-    a script's fit under run    ledger → script_calls → autopilot → script_inputs → [trained →] placement
+    Runtime.fit                 ledger → autopilot → inputs → trained → placement (each epoch's Keras fit)
+    Runtime.evaluate/predict    ledger → autopilot → inputs → trained (passes them on) → placement
+    a script's call under run   ledger → script_calls → autopilot → script_inputs → inputs → [trained →] placement
     a library's plain fit       autopilot → placement
 
 `FirstFits` (slot "autopilot") is the layout, the one accumulation cut of the batch and --verify: before a model's
 first fit it is weighed and laid out (Runtime.first_fit), each fit's batch is cut for the steps it accumulates,
-and each call runs under the distribution the model was laid out for. `Trained` (slot "trained") is the runtime's
-own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs.py), the
-checkpoints, steps per call, the callbacks, the divergence check; each Keras fit it makes (one, or one an epoch
-with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`; the checkpoints' part,
-`Checkpointing`. Imports keras through training/: only after connect().
+and each call runs under the distribution the model was laid out for. `Inputs` (slot "inputs") prepares what Keras
+is called with (inputs.py), fit, evaluate and predict alike, whoever calls: a script's call reaches it through run's
+door (commands/script_layers.py::FitGuard), translated once. `Trained` (slot "trained") is the runtime's own loop:
+Runtime.fit's, and a script's fit under `run --checkpoint-dir`: over the prepared inputs, the checkpoints, steps
+per call, the divergence check; each Keras fit it makes (one, or one an epoch with checkpoints) passes the layers
+below it. What a call is asked to be is its `FitPlan`; the checkpoints' part, `Checkpointing`. Imports keras
+through training/: only after connect().
 """
 
 import contextlib
@@ -40,10 +43,10 @@ class Checkpointing:
 
 @dataclasses.dataclass(frozen=True)
 class FitPlan:
-    """What a fit is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags."""
+    """What a call is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags."""
 
     checkpoints: Checkpointing | None = None
-    stall_timeout: float | None = None  # None: connect()'s watchdog
+    watchdog: object = None  # the stall watchdog its calls beat (Runtime.fit's stall_timeout=); None: the runtime's
     steps_per_execution: int | None = None  # the user's; None: the platform's (decisions.choose_steps_per_execution)
     keep_steps_per_execution: bool = False  # the model's own, as a plain fit keeps it (a script's)
     flags: bool = False  # messages name the CLI's flags, not Python arguments
@@ -129,8 +132,8 @@ class FirstFits:
 
 class Trained:
     """Layer "trained": the fit trained by the runtime's own loop (Runtime.fit's; a script's fit under `run
-    --checkpoint-dir`): the inputs checked and prepared (inputs.py), the checkpoints opened, steps per call chosen,
-    the callbacks put first, then one Keras fit (or, with checkpoints, one an epoch: training/resumable.py), each
+    --checkpoint-dir`) over the inputs the layer above prepared (`call.prepared`): the checkpoints opened, steps per
+    call chosen, then one Keras fit (or, with checkpoints, one an epoch: training/resumable.py), each
     passing the layers below this one. Raises TrainingDiverged when the loss is NaN or stuck at chance.
     Evaluate and predict pass on."""
 
@@ -158,7 +161,7 @@ class Trained:
         runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
         prepared = call.prepared  # the inputs, prepared by the layer above (Inputs)
         arguments = call.arguments()
-        dog = runtime.watchdog_for(plan.stall_timeout)
+        dog = plan.watchdog or runtime.watchdog  # the one the stall watch of the call beats (Inputs)
         model = call.model
         for name in _PREPARED:  # what the prepared inputs give Keras (prepared.local(), prepared.epoch())
             arguments.pop(name, None)
@@ -172,7 +175,7 @@ class Trained:
         self._tune(model, prepared)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(inputs.classes_of(model).num_classes)
-        watched = [*runtime.watched_callbacks(dog, callbacks), *callbacks, divergence]  # the stall watch first
+        watched = [*callbacks, divergence]  # acceltrain's own first: the stall watch (Inputs), the ledger's watch
 
         def keras_fit(**kwargs):  # each Keras fit of the loop, through the layers below this one
             return proceed(call.replace(args=(), kwargs=kwargs))
@@ -241,6 +244,7 @@ class Inputs:
         self.told: set[str] = set()  # the notes said, by key (a script's: once a run)
 
     def __call__(self, call, proceed):
+        call = self._watched(call)
         if call.undistributed:
             return proceed(call)
         from acceltrain import placement, streams
@@ -305,6 +309,17 @@ class Inputs:
             if fit.validation_batch_size is not None:
                 arguments["validation_batch_size"] = fit.validation_batch_size
         return proceed(call.replace(args=(), kwargs=arguments, prepared=fit))
+
+    def _watched(self, call):
+        """The call with the stall watch first among its callbacks (training/callbacks.py::StallWatch), beating the
+        plan's watchdog, where it is on: the one place it is made. (The ledger's watch is the ledger layer's, the
+        steps one at a time the placement layer's: each of acceltrain's callbacks is made in one place.)"""
+        dog = self.plan.watchdog or self.runtime.watchdog
+        if not dog.enabled:
+            return call
+        from acceltrain.training.callbacks import StallWatch
+
+        return call.with_callback(StallWatch(dog))
 
     def _tell(self, notes, every: bool) -> None:
         """Each note said: every one (Runtime's calls), or once a key (a script's: each call would repeat it)."""

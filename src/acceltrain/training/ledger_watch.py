@@ -1,6 +1,6 @@
 """The time ledger's eyes inside Keras (acceltrain/ledger.py says what each part is and how instants are booked):
-LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime.watched_callbacks), and `layer`,
-its slot "ledger" of the interception, one a runtime (Runtime.ledger_layer). Imports keras: import only after
+LedgerWatch, the callback every fit of a runtime carries, and `layer`, its slot "ledger" of the interception, one a
+runtime (Runtime.ledger_layer): the one place a LedgerWatch is made. Imports keras: import only after
 connect().
 
 What the callback records into the runtime's timeline:
