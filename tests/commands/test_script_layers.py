@@ -1,5 +1,5 @@
 """commands/script_layers.py: `acceltrain run`'s layers over the script's calls, each on its own with stand-ins for
-Keras's method and the layers below: FitGuard, the door, with the inputs layer below it (training/assembly.Inputs:
+Keras's method and the layers below: FitGuard, the door, with the inputs layer below it (assembly.Inputs:
 what each process hands Keras, plain numpy) and KerasCalls (whose error a failed call's is, and the closing line)."""
 
 import pytest
@@ -39,7 +39,7 @@ class _Guard:
         framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas,
                                     op_by_op_in_processes=lambda model: op_by_op,
                                     on_one_device=lambda model: contextlib.nullcontext())
-        from acceltrain.training.assembly import FitPlan, Inputs
+        from acceltrain.assembly import FitPlan, Inputs
 
         runtime = SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
                                   process_index=process_index, platform="cpu", backend_module=framework)

@@ -1,7 +1,7 @@
 """Prints, for each of its two fits, the walk of the fit through acceltrain's layers (interception.walking), as
 one JSON line "walk: [[slot, layer], ...]", and what its callback saw; under `acceltrain run --checkpoint-dir` each
 fit keeps its checkpoints in DIR/fit-N. Then the walks of an evaluate and a predict ("evaluate walk: ...").
-Mirrors tests/training/test_assembly.py's Runtime.fit, evaluate and predict of the same job."""
+Mirrors tests/test_assembly.py's Runtime.fit, evaluate and predict of the same job."""
 
 import json
 

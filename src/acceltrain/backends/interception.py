@@ -31,14 +31,14 @@ def patched(owner, names, wrap):
 
 
 # The layers a call passes, outermost first: the order is this list's. Every call passes them, a script's through the
-# interception, Runtime's through assemble() (training/assembly.py's docstring draws each kind's walk).
+# interception, Runtime's through assemble() (assembly.py's docstring draws each kind's walk).
 LAYERS = (
     "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
     "script_calls",   # acceltrain run: the script's calls counted; one that fails judged (commands/script_layers.py)
-    "autopilot",      # the first fit weighed, laid out, verified; each fit's batch cut (training/assembly.FirstFits)
+    "autopilot",      # the first fit weighed, laid out, verified; each fit's batch cut (assembly.FirstFits)
     "script_inputs",  # acceltrain run's door: tensors read, fit-time checks warned once, one device or not (commands/)
-    "inputs",         # the inputs prepared, fit, evaluate and predict alike, whoever calls (training/assembly.Inputs)
-    "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (training/assembly.Trained)
+    "inputs",         # the inputs prepared, fit, evaluate and predict alike, whoever calls (assembly.Inputs)
+    "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
 SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)

@@ -2,7 +2,7 @@
 over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
 FitGuard ("script_inputs": the door, where a script's call is translated once into the library's: tensors read,
 checks warned once, one device or not). run.py puts them in place around the script, beside the layers every call
-of a runtime has (training/assembly.py: FirstFits in "autopilot", Inputs in "inputs", Trained in "trained")."""
+of a runtime has (assembly.py: FirstFits in "autopilot", Inputs in "inputs", Trained in "trained")."""
 
 from collections import Counter
 
@@ -197,7 +197,7 @@ class FitGuard:
         """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs.py's streams): evaluate and
         predict read it into arrays; a fit runs on one device where its batch does not divide, else goes on to have
         every batch made to divide over the replicas and this process's rows of it (slot "inputs")."""
-        from acceltrain.training import assembly
+        from acceltrain import assembly
 
         runtime = self.runtime
         if not assembly.splits(runtime):
@@ -272,7 +272,7 @@ class FitGuard:
         if self.placement_told:
             return
         self.placement_told = True
-        from acceltrain.training import assembly
+        from acceltrain import assembly
 
         where = ""
         if model.variables:

@@ -12,16 +12,14 @@ is called with (inputs.py), fit, evaluate and predict alike, whoever calls: a sc
 door (commands/script_layers.py::FitGuard), translated once. `Trained` (slot "trained") is the runtime's own loop:
 Runtime.fit's, and a script's fit under `run --checkpoint-dir`: over the prepared inputs, the checkpoints, steps
 per call, the divergence check; each Keras fit it makes (one, or one an epoch with checkpoints) passes the layers
-below it. What a call is asked to be is its `FitPlan`; the checkpoints' part, `Checkpointing`. Imports keras
-through training/: only after connect().
+below it. What a call is asked to be is its `FitPlan`; the checkpoints' part, `Checkpointing`. Beside runtime.py,
+over training/ and layout/: imported by Runtime and `run` after connect().
 """
 
 import contextlib
 import dataclasses
 import weakref
 from pathlib import Path
-
-import keras
 
 from acceltrain import checks, decisions, inputs, log
 from acceltrain.backends import keras_internals
@@ -247,7 +245,8 @@ class Inputs:
         call = self._watched(call)
         if call.undistributed:
             return proceed(call)
-        from acceltrain import placement, streams
+        from acceltrain import streams
+        from acceltrain.layout import placement
 
         as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
         runtime = as_called() if as_called is not None else self.runtime
@@ -339,6 +338,7 @@ def splits(runtime) -> bool:
 def _batch_bytes(prepared) -> int | None:
     """A global batch's bytes (x, y and sample weights), where the inputs are arrays; None for a stream (its batches'
     bytes are not known before Keras reads them: the platform's steps_per_execution stays uncapped)."""
+    import keras
     import numpy as np
 
     arrays = [part for part in keras.tree.flatten((prepared.x, prepared.y, prepared.sample_weight))
