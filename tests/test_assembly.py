@@ -116,3 +116,46 @@ def test_a_checkpointed_runtime_fit_refuses_what_exact_resume_cannot_honour_nami
     assert str(refused.value).startswith("Received Runtime.fit(steps_per_epoch=2) with checkpoint_dir, which cannot "
                                          "resume it exactly")
     assert "Leave out checkpoint_dir" in str(refused.value) and not any(tmp_path.iterdir())
+
+
+def test_each_of_acceltrains_callbacks_is_made_in_one_place_and_each_call_carries_one(runtime, monkeypatch):
+    """Issue 42: each callback acceltrain puts in a call is made by one layer (it was made by two and deduplicated by
+    class): in the source, one construction each; in the callbacks Keras's own fit and evaluate receive from Runtime's
+    calls on 8 CPU devices, one each (the steps one at a time: the placement layer's)."""
+    import ast
+    import functools
+    from collections import Counter
+    from pathlib import Path
+
+    import acceltrain
+    from acceltrain.backends import keras_internals
+
+    made = Counter()
+    for path in Path(acceltrain.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("StallWatch", "LedgerWatch",
+                                                                                   "DivergenceCheck"):
+                made[node.func.id] += 1
+    assert made == {"StallWatch": 1, "LedgerWatch": 1, "DivergenceCheck": 1}
+
+    carried, keras_own = [], keras_internals.keras_own
+
+    def recording(name):
+        method = keras_own(name)
+
+        @functools.wraps(method)
+        def keras(model, *args, **kwargs):
+            counts = Counter(type(c).__name__ for c in kwargs.get("callbacks") or ())
+            carried.append((name, {kind: counts[kind] for kind in ("StallWatch", "LedgerWatch", "OneStepAtATime")}))
+            return method(model, *args, **kwargs)
+
+        return keras
+
+    monkeypatch.setattr(keras_internals, "keras_own", recording)
+    with runtime.scope():
+        model = _model()
+    runtime.fit(model, *_data(), batch_size=16, epochs=1, verbose=0)
+    runtime.evaluate(model, *_data(), batch_size=16, verbose=0)
+    ledger = int(runtime.ledger_layer is not None)  # evaluate's time is booked by the ledger layer itself
+    assert carried == [("fit", {"StallWatch": 1, "LedgerWatch": ledger, "OneStepAtATime": 1}),
+                       ("evaluate", {"StallWatch": 1, "LedgerWatch": 0, "OneStepAtATime": 1})]
