@@ -145,7 +145,7 @@ def layer(runtime):
         if call.name == "fit":
             timeline.note("peak_flops_per_second", runtime.peak_flops(call.model))
             framework = runtime.backend_module
-            syncs = bool(framework.step_callbacks(runtime.as_called().distribution))
+            syncs = framework.steps_one_at_a_time(runtime.as_called().distribution)
             return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
         with timeline.timed("evaluation"):
             return proceed(call)

@@ -55,6 +55,12 @@ def _one_step_at_a_time():
 _told = set()  # what this process has said once
 
 
+def steps_one_at_a_time(distribution) -> bool:
+    """Whether Keras is made to wait for each step under `distribution` (step_callbacks' one step at a time): what the
+    ledger's watch books as host syncs, asked without making the callbacks."""
+    return distribution is not None and _steps_must_not_overlap(distribution)
+
+
 def step_callbacks(distribution) -> list:
     """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
     CPU devices (_steps_must_not_overlap), said once; and, once a process, the step timed again on one device
