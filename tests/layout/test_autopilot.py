@@ -115,13 +115,15 @@ def test_the_plan_line_of_a_stop_keeps_the_precision_asked_for():
 
 
 def test_a_run_users_stop_names_flags_and_the_plan_command_not_python_calls():
-    """Runtime.first_fit(flags=True), as `acceltrain run` calls it: the stop names --precision and the
-    `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
+    """Runtime.first_fit under the CLI (errors.cli_names, as `acceltrain run` calls it): the stop names --precision
+    and the `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
+    from acceltrain.errors import cli_names
+
     runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
     with runtime.scope():
         model = _wide_mlp()
-    with pytest.raises(UsageError) as stopped:
-        runtime.first_fit(model, *_wide_data(64), batch_size=64, flags=True)
+    with pytest.raises(UsageError) as stopped, cli_names():
+        runtime.first_fit(model, *_wide_data(64), batch_size=64)
     message = str(stopped.value)
     assert "does not fit 2.0 MiB a device (--device-memory): " in message
     assert "bfloat16 compute (--precision mixed_bfloat16: models built in it)" in message
