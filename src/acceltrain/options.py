@@ -66,7 +66,7 @@ class Checkpoints:
     Raises UsageError naming the argument (the flag under the CLI) when a value is wrong.
     """
 
-    dir: str | os.PathLike
+    dir: str | os.PathLike  # kept as a str
     every: str = DEFAULT_EVERY
     keep: int = DEFAULT_KEEP
     resume: bool = False
@@ -80,6 +80,7 @@ class Checkpoints:
             raise UsageError(f"Received {shown(_named('resume'), self.resume)}. Expected True (continue from the "
                              "newest checkpoint) or False (start over in a new or empty folder).")
         every = str(self.every).strip()
+        object.__setattr__(self, "dir", os.fspath(self.dir))  # a str as given: a bucket's URL stays whole
         object.__setattr__(self, "cadence", Every.parse(every, _named("every")))
         object.__setattr__(self, "every", every)
         object.__setattr__(self, "keep", positive_int(self.keep, _named("keep")))
@@ -101,7 +102,7 @@ class Checkpoints:
 
     @property
     def folder(self) -> Path:
-        """`dir` as a local path (`dir` itself is kept as given: an emitted job's may be a bucket's URL)."""
+        """`dir` as a local path (`dir` itself is kept as a str, as given: an emitted job's may be a bucket's URL)."""
         return Path(self.dir)
 
     def check_folder(self) -> "Checkpoints":
