@@ -3,7 +3,7 @@
     checkpoints = acceltrain.Checkpoints("ckpt", every="200 steps")   # the flags, as the CLI reads them
 
 Each `model.fit` the script makes is trained by the runtime's own loop (slot "trained" of the one assembly,
-training/assembly.py::Trained, as Runtime.fit(checkpoint_dir=...) is; training/resumable.py) with the script's own
+assembly.py::Trained, as Runtime.fit(checkpoint_dir=...) is; training/resumable.py) with the script's own
 arguments: SIGTERM or SIGINT finishes the step, writes a checkpoint and stops the
 script with the resume hint; the same command plus --resume continues exactly where it stopped.
 
