@@ -149,19 +149,22 @@ def test_the_users_own_gradient_accumulation_is_kept_not_replaced_by_the_lever()
 
 @pytest.fixture
 def run_here(monkeypatch):
-    """`acceltrain run` in this process: its launcher watch (faulthandler on SIGUSR1) left out. The script's
-    keras.utils.set_random_seed imports TensorFlow, which sets environment variables as it starts: put back after
-    the test, so the check for leaked variables looks at acceltrain's."""
+    """`acceltrain run` in this process, at the CLI's face (errors.cli_names: messages name its flags): its launcher
+    watch (faulthandler on SIGUSR1) left out. The script's keras.utils.set_random_seed imports TensorFlow, which sets
+    environment variables as it starts: put back after the test, so the check for leaked variables looks at
+    acceltrain's."""
     import dataclasses
     import os
 
     from acceltrain.commands import run
+    from acceltrain.errors import cli_names
     from acceltrain.runtime import Settings
 
     def run_script(path, **options):  # connect()'s keywords go into the run's Settings
         connecting = {field.name for field in dataclasses.fields(Settings)} & set(options)
         settings = Settings(**{name: options.pop(name) for name in connecting})
-        return run.run_script(path, settings=settings, **options)
+        with cli_names():
+            return run.run_script(path, settings=settings, **options)
 
     monkeypatch.setattr(run, "_never_outlive_the_job", lambda: None)
     before = dict(os.environ)
