@@ -21,8 +21,9 @@ REFUSED = [
     (lambda: Checkpoints("ckpt", keep=True), "Received keep=True", "Received --keep-checkpoints True"),
     (lambda: Checkpoints(None), "Received dir=None. Expected the path of a folder", "Received --checkpoint-dir None"),
     (lambda: Checkpoints("ckpt", resume="yes"), "Received resume='yes'. Expected True", "Received --resume 'yes'"),
-    (lambda: Checkpoints.of(None, every="5 steps"), "Received every without dir. Pass dir too",
-     "Received --checkpoint-every without --checkpoint-dir. Pass --checkpoint-dir DIR too"),
+    (lambda: Checkpoints.of(None, every="5 steps"), "Received checkpoint_every without checkpoint_dir. Pass "
+     "checkpoint_dir too", "Received --checkpoint-every without --checkpoint-dir. Pass --checkpoint-dir DIR too"),
+    (lambda: Checkpoints.of("ckpt", keep=0), "Received keep_checkpoints=0", "Received --keep-checkpoints 0"),
     (lambda: Settings(simulate_devices=0).check(), "Received simulate_devices=0", "Received --simulate-devices 0"),
     (lambda: Settings(backend="pytorch").check(), "Received backend='pytorch'. Valid: jax, tensorflow",
      "Received --backend 'pytorch'. Valid: jax, tensorflow"),
@@ -98,5 +99,7 @@ def test_runtime_fit_takes_one_checkpoints_value_or_its_keywords_not_both():
         _checkpoints_of(asked, "other", True, "auto", 2)
     with pytest.raises(UsageError, match=r"Received checkpoints='ckpt'\. Expected an acceltrain.Checkpoints"):
         _checkpoints_of("ckpt", None, False, "auto", 2)
-    with pytest.raises(UsageError, match=r"Received every='often'"):  # the keywords are checked as the value is
+    with pytest.raises(UsageError, match=r"Received checkpoint_every='often'"):  # the keywords, named as given
         _checkpoints_of(None, "ckpt", False, "often", 2)
+    with pytest.raises(UsageError, match=r"Received every='often'"):  # the value, named as its own arguments
+        Checkpoints("ckpt", every="often")

@@ -9,6 +9,7 @@ value (as Orbax's CheckpointManagerOptions is one value): a wrong one is refused
 argument, or the flag while a CLI verb runs (errors.cli_names). Numpy-free: the neutral core.
 """
 
+import contextvars
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,13 +20,16 @@ from acceltrain.errors import UsageError, positive_int, shown, under_cli
 DEFAULT_EVERY = "auto"
 DEFAULT_KEEP = 2
 
-# The Python argument of each field, and the flag it is under the CLI.
+# Each field as the user set it: the flag under the CLI; else Checkpoints's argument, or, made by `of`, the keyword
+# of Runtime.fit (checkpoint_every=...).
 _FLAGS = {"dir": "--checkpoint-dir", "every": "--checkpoint-every", "keep": "--keep-checkpoints", "resume": "--resume"}
+_KEYWORDS = {"dir": "checkpoint_dir", "every": "checkpoint_every", "keep": "keep_checkpoints", "resume": "resume"}
+_BY_KEYWORDS = contextvars.ContextVar("acceltrain_checkpoints_by_keywords", default=False)
 
 
 def _named(name: str) -> str:
-    """A field as the user set it: its flag under the CLI, else the argument of Checkpoints."""
-    return _FLAGS[name] if under_cli() else name
+    """A field as the user set it: its flag under the CLI, else its argument (of Checkpoints, or Runtime.fit's)."""
+    return _FLAGS[name] if under_cli() else _KEYWORDS[name] if _BY_KEYWORDS.get() else name
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,17 @@ class Checkpoints:
 
     @classmethod
     def of(cls, dir, every: str | None = None, keep: int | None = None, resume: bool = False) -> "Checkpoints | None":
-        """The options as a command reads them (None: not given, the default); None without `dir`, where none of the
-        others may be given."""
+        """The options given one by one, as a command reads its flags and Runtime.fit its keywords (None: not given,
+        the default); None without `dir`, where none of the others may be given. Errors name the flags under the
+        CLI, else Runtime.fit's keywords (checkpoint_every=...)."""
+        token = _BY_KEYWORDS.set(True)
+        try:
+            return cls._of(dir, every, keep, resume)
+        finally:
+            _BY_KEYWORDS.reset(token)
+
+    @classmethod
+    def _of(cls, dir, every, keep, resume) -> "Checkpoints | None":
         if dir is None:
             given = {"resume": resume, "every": every, "keep": keep}
             for name, value in given.items():

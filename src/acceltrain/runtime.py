@@ -190,7 +190,7 @@ class Settings:
 def _checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoints | None:
     """Runtime.fit's checkpoints: the one value, or made from its keywords (both: refused)."""
     if checkpoints is None:
-        return None if checkpoint_dir is None else Checkpoints(checkpoint_dir, every, keep, resume)
+        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume)
     if not isinstance(checkpoints, Checkpoints):
         raise UsageError(f"Received checkpoints={checkpoints!r}. Expected an acceltrain.Checkpoints, e.g. "
                          "acceltrain.Checkpoints('ckpt', every='200 steps'), or None.")
