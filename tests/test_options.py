@@ -103,3 +103,21 @@ def test_runtime_fit_takes_one_checkpoints_value_or_its_keywords_not_both():
         _checkpoints_of(None, "ckpt", False, "often", 2)
     with pytest.raises(UsageError, match=r"Received every='often'"):  # the value, named as its own arguments
         Checkpoints("ckpt", every="often")
+
+
+def test_settings_are_read_by_name_from_a_verbs_flags_and_a_train_config():
+    """connect()'s keywords spelled out once (Settings.read): every verb's flags and `train`'s config read alike; a
+    name that is absent or None keeps its default."""
+    import argparse
+
+    from acceltrain import cli
+    from acceltrain.commands.config import TrainConfig
+
+    args = cli._parser().parse_args(["devices", "--simulate-devices", "2", "--tpu", "my-tpu", "--precision", "float32"])
+    assert Settings.read(args) == Settings(simulate_devices=2, precision="float32",
+                                           cluster=acceltrain.Cluster(tpu="my-tpu"))
+    config = TrainConfig(backend="jax", distribution="fsdp", stall_timeout=5.0, device_memory="1GiB")
+    assert Settings.read(config) == Settings(backend="jax", distribution="fsdp", stall_timeout=5.0,
+                                             device_memory="1GiB", cluster=acceltrain.Cluster())
+    job = {"coordinator": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}
+    assert Settings.read(argparse.Namespace(backend=None), **job) == Settings(cluster=acceltrain.Cluster(**job))

@@ -381,14 +381,10 @@ def _checkpoint_flags(args):
 
 
 def _settings(args, cluster=None):
-    """connect()'s keywords from the flags run and launch share (runtime.Settings)."""
-    from acceltrain.cluster import Cluster
+    """connect()'s keywords from the flags run, launch and devices share (runtime.Settings.read)."""
     from acceltrain.runtime import Settings
 
-    cluster = Cluster(tpu=args.tpu, **(cluster or {}))
-    return Settings(backend=args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                    platform=args.platform, cluster=cluster, stall_timeout=args.stall_timeout,
-                    device_memory=args.device_memory, precision=args.precision)
+    return Settings.read(args, **(cluster or {}))
 
 
 def _run(args) -> int:
@@ -525,13 +521,9 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
 def _devices(args) -> int:
     _check_device_memory(args)
-    from acceltrain.cluster import Cluster
-    from acceltrain.runtime import connect
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
-        runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, cluster=Cluster(tpu=args.tpu), verbose=False,
-                          device_memory=args.device_memory, precision=args.precision)
+        runtime = _settings(args).connect(verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

@@ -145,6 +145,15 @@ class Settings:
     device_memory: str | None = None
     precision: str = "auto"
 
+    @classmethod
+    def read(cls, given, **job) -> "Settings":
+        """connect()'s keywords read by name from `given` (a verb's parsed flags, a TrainConfig): the one place
+        they are spelled out, where each verb once spelled them; a name `given` lacks, or holds as None, keeps its
+        default. `job`: the Cluster's coordinator, num_processes and process_id (`acceltrain run`'s flags)."""
+        names = {field.name for field in dataclasses.fields(cls)} - {"cluster"}
+        found = {name: getattr(given, name) for name in names if getattr(given, name, None) is not None}
+        return cls(**found, cluster=Cluster(tpu=getattr(given, "tpu", None), **job))
+
     def connect(self, verbose: bool = True) -> "Runtime":
         return connect(self.backend, simulate_devices=self.simulate_devices, distribution=self.distribution,
                        platform=self.platform, verbose=verbose, cluster=self.cluster,

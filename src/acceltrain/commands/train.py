@@ -22,8 +22,7 @@ from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
-from acceltrain.cluster import Cluster
-from acceltrain.runtime import connect
+from acceltrain.runtime import Settings
 
 
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
@@ -38,9 +37,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
 
     # 2. Connect, then build the model with its weights placed.
     with log.phase("connecting to the hardware"):
-        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
-                          platform=config.platform, cluster=Cluster(tpu=config.tpu), stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory, precision=config.precision)
+        runtime = Settings.read(config).connect()
     window = None
     with _ledger_said_when_preempted(lambda: window), \
             runtime.timeline.window(started, start_up_until=time.time()) as window:
