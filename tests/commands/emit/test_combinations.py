@@ -28,7 +28,7 @@ import shlex
 import pytest
 import yaml
 
-from acceltrain import cluster
+from acceltrain import cluster, environments
 from acceltrain.commands import emit
 from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
 from acceltrain.errors import UsageError
@@ -156,7 +156,7 @@ def read_skypilot(text: str, kind: str):
             found, _ = cluster.choose_processes("jax", {}, seen, cloud_tpu_vm=True,
                                                 tpu_metadata={"accelerator-type": slice_name})
             assert (found.source, found.num_processes) == ("tpu", None), found
-            said = cluster.environments.SkyPilot().read(seen)
+            said = environments.SkyPilot().read(environments.Host(seen))
             found = cluster.Processes("tpu", int(said.num_processes), int(said.process_id), said.coordinator)
         else:
             found, _ = cluster.choose_processes("jax", {}, seen, cloud_tpu_vm=False)

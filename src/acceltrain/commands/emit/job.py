@@ -115,7 +115,7 @@ def layout(target: str, nodes: int | None = None, processes: int | None = None) 
     family = targets.TPU_FAMILIES[version]
     chips = found.devices // family.devices_per_chip
     # One host holds 4 chips (v2, v3, v4, v5p), or up to 8 on v5e and v6e, whose slices of more than 8 chips
-    # have 4 a host (Cloud TPU's v5e and v6e pages; cluster.LARGEST_SINGLE_HOST_SLICE).
+    # have 4 a host (Cloud TPU's v5e and v6e pages; environments.LARGEST_SINGLE_HOST_SLICE).
     per_host = min(chips, 8 if version in ("v5e", "v6e") and chips <= 8 else 4)
     topology = found.topology.partition(":")[2] if chips > 1 else ("1x1" if family.topology_dims == 2 else "1x1x1")
     size = chips * 2 if family.cores_in_name else chips
