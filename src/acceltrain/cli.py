@@ -434,7 +434,7 @@ def _emit(args) -> int:
     from acceltrain.commands import run_checkpoints
     from acceltrain.layout import verify
 
-    processes = emit.layout(args.target, args.nodes, args.processes).processes
+    processes = emit.hosts(args.target, args.nodes, args.processes).processes
     _settings(args).check(processes=processes)
     _check_the_scripts_backend(args.script, args.backend, processes)
     run_checkpoints.check_cadence(args.checkpoint_every, args.keep_checkpoints)
