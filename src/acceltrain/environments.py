@@ -96,19 +96,27 @@ class Pathways(Reader):
                                  "every chip, so no jax.distributed")
 
 
-class Kubeflow(Reader):
+class _ThreeVariables(Reader):
+    """An engine that names the job in three variables of its own (`names`: coordinator, count, index)."""
+
+    def read(self, host: Host) -> Found | None:
+        coordinator, count, index = (host.env.get(name) for name in self.names)
+        if count is None and index is None:
+            return None  # a coordinator alone is no job (JAX_COORDINATOR_ADDRESS is also JAX's own setting)
+        return Found(count, index, coordinator, self.says(count, index))
+
+    def says(self, count, index) -> str:
+        raise NotImplementedError
+
+
+class Kubeflow(_ThreeVariables):
     """Kubeflow Trainer's JAX runtime: the three JAX_* variables, as JAX itself names them."""
 
     source = "kubeflow"
     names = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 
-    def read(self, host: Host) -> Found | None:
-        env = host.env
-        coordinator, count, index = (env.get(name) for name in self.names)
-        if count is None and index is None:
-            return None  # JAX_COORDINATOR_ADDRESS alone is JAX's own setting, not a job
-        return Found(count, index, coordinator, "set by JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and "
-                                                "JAX_PROCESS_ID (Kubeflow Trainer's JAX runtime)")
+    def says(self, count, index) -> str:
+        return "set by JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID (Kubeflow Trainer's JAX runtime)"
 
 
 class IndexedJob(Reader):
@@ -151,19 +159,15 @@ class SkyPilot(Reader):
                      f"SkyPilot: node {env['SKYPILOT_NODE_RANK']} of {count} (SKYPILOT_NODE_IPS' first is the head)")
 
 
-class RayWorker(Reader):
+class RayWorker(_ThreeVariables):
     """A Ray Train worker's child: its world rank and size, and rank 0's address (commands/ray_job.py sets them)."""
 
     source = "ray"
     names = ("ACCELTRAIN_RAY_COORDINATOR", "ACCELTRAIN_RAY_WORLD_SIZE", "ACCELTRAIN_RAY_WORLD_RANK")
 
-    def read(self, host: Host) -> Found | None:
-        env = host.env
-        coordinator, size, rank = (env.get(name) for name in self.names)
-        if size is None and rank is None:
-            return None
-        return Found(size, rank, coordinator, f"Ray Train: worker {rank} of {size} (ACCELTRAIN_RAY_*, set by the "
-                                              "Ray job `acceltrain launch --emit ray` wrote)")
+    def says(self, count, index) -> str:
+        return (f"Ray Train: worker {index} of {count} (ACCELTRAIN_RAY_*, set by the Ray job `acceltrain launch --emit "
+                "ray` wrote)")
 
 
 # The largest slice one TPU VM holds, in the unit its accelerator type counts: TensorCores for v2, v3,
