@@ -39,8 +39,8 @@ def launcher_pid() -> int | None:
 class Processes:
     """One process of a job of `num_processes`. None fields: JAX reads them from the environment itself."""
 
-    source: str  # "single" | "flags" | "env" | "started" | "pathways" | "kubeflow" | "tpu" | "jobset" | "skypilot"
-    #              | "slurm" | "openmpi"
+    source: str  # "single", or the source of the first reader that named the job (READERS: "flags", "env", "started",
+    #              "pathways", "kubeflow", "ray", "tpu", "jobset", "skypilot", "slurm", "openmpi")
     num_processes: int | None = 1
     process_id: int | None = 0
     coordinator: str | None = None  # "host:port" of process 0
