@@ -28,6 +28,11 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             mesh_shape: tuple[int, int] | None = None, precision: str = "auto") -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
 
+    Called again in the same process and job with the same arguments while the runtime it opened is open (a notebook
+    cell run again), it gives that runtime back and says so; with other arguments it opens a second one and names
+    the arguments that differ. close() closes a runtime however many calls gave it; a `with` block's end, only where
+    no other call holds it.
+
     Args:
         backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
             else the one set in Keras's ~/.keras/keras.json, else jax if installed, else tensorflow. Keras
@@ -82,6 +87,19 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
                                                   joined.process_id, started=backends.started_processes(),
                                                   as_flags=joined.flags)
+    # A runtime connect() opened with these options in this job and still open (a notebook cell run again): that one.
+    options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
+               "platform": platform, "cluster": cluster, "stall_timeout": stall_timeout,
+               "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
+               "job": f"{processes_reason} ({processes})"}
+    again, others = _opened_with(options)
+    if again is not None:
+        _holds[again] += 1
+        if verbose:
+            log.info(f"{again} (given back: connect() opened this runtime earlier in this process with the same "
+                     "options; its devices, distribution, seed and the models built in its scope are as they were. "
+                     "runtime.close(), then connect(), for a new one)")
+        return again
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
@@ -122,13 +140,15 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                       precision_asked=precision != "auto",
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index, heartbeats=_heartbeats(found)),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
+    _options[runtime], _holds[runtime] = options, 1
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
         # The banner also says what models built in scope compute in, and in how many processes (one too).
         told = f"; dtype policy {runtime.precision}; {runtime.num_processes} process{'es' * (runtime.num_processes > 1)}"
+        beside = f"; {_beside(others)}" if others else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
-                 f"{'; ' + changed if changed else ''}")
+                 f"{'; ' + changed if changed else ''}{beside}")
     return runtime
 
 
@@ -548,7 +568,9 @@ class Runtime:
 
     def close(self) -> None:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
-        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
+        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
+        Closes it however many connect() calls gave it back; a later connect() opens a new one."""
+        _holds.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
             _open_runtimes.discard(self)
@@ -557,10 +579,50 @@ class Runtime:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.close()
+        """The end of `with connect(...) as runtime:` gives back what that connect() took: the runtime closes
+        unless another connect() call gave it back too and holds it still (close() closes it outright)."""
+        if _holds.get(self, 1) > 1:
+            _holds[self] -= 1
+        else:
+            self.close()
 
 
 _open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime its model was built under
+_options = weakref.WeakKeyDictionary()  # each runtime connect() opened → the options it was called with
+_holds = weakref.WeakKeyDictionary()  # each open runtime → the connect() calls that gave it and hold it still
+
+
+def _opened_with(options: dict):
+    """The open runtime connect() opened with `options` (None: none is), and the open ones it opened with others,
+    each with the options that differ: [(runtime, {option: (there, here)})]."""
+    same, others = None, []
+    for runtime in list(_open_runtimes):
+        if runtime not in _options or runtime not in _holds:
+            continue
+        differ = {name: (there, options[name]) for name, there in _options[runtime].items()
+                  if not _same_option(there, options[name])}
+        if not differ:
+            same = runtime
+        else:
+            others.append((runtime, differ))
+    return same, others
+
+
+def _same_option(there, here) -> bool:
+    """A value (a name, a number, a tuple, a Cluster) equal to the other, or an object (a LayoutMap) that is it."""
+    if there is here:
+        return True
+    plain = (str, int, float, tuple, Cluster)
+    return isinstance(there, plain) and type(there) is type(here) and there == here
+
+
+def _beside(others) -> str:
+    """What the banner says of a new runtime opened while connect() holds others open with other options."""
+    said = "; ".join(", ".join(f"{name}={there!r} there, {here!r} here" for name, (there, here) in differ.items())
+                     for _, differ in others)
+    return (f"a second runtime: {len(others)} other{'s' * (len(others) > 1)} opened by connect() with other options "
+            f"({said}) still open in this process; the models built in each one's scope keep its layout. "
+            "runtime.close() the one you no longer use")
 
 
 def _plain_first_fits(call, proceed):
