@@ -353,8 +353,11 @@ def test_a_runtime_opened_beside_one_with_other_options_says_which_differ(runtim
     with acceltrain.connect(simulate_devices=8, distribution="fsdp") as other:
         assert other is not runtime
     line = capsys.readouterr().err.strip()
-    assert "; a second runtime: 1 other opened by connect() with other options (distribution='auto' there, 'fsdp' " \
-           "here) still open in this process; the models built in each one's scope keep its layout" in line, line
+    beside = line.split("; opened beside ", 1)[1]  # and how many other tests left open before this one: not counted
+    assert "runtime(s) connect() opened with other options, still open in this process (" in beside, line
+    assert "distribution='auto' there, 'fsdp' here" in beside, line  # the session runtime's: what differs from it
+    assert beside.endswith("); the models built in each one's scope keep its layout: runtime.close() the one you no "
+                           "longer use"), line
 
 
 def test_fit_trims_sample_weights_with_the_samples(runtime):

@@ -621,9 +621,8 @@ def _beside(others) -> str:
     """What the banner says of a new runtime opened while connect() holds others open with other options."""
     said = "; ".join(", ".join(f"{name}={there!r} there, {here!r} here" for name, (there, here) in differ.items())
                      for _, differ in others)
-    return (f"a second runtime: {len(others)} other{'s' * (len(others) > 1)} opened by connect() with other options "
-            f"({said}) still open in this process; the models built in each one's scope keep its layout. "
-            "runtime.close() the one you no longer use")
+    return (f"opened beside {len(others)} runtime(s) connect() opened with other options, still open in this process "
+            f"({said}); the models built in each one's scope keep its layout: runtime.close() the one you no longer use")
 
 
 def _plain_first_fits(call, proceed):
