@@ -13,13 +13,13 @@ import dataclasses
 import os
 import weakref
 import platform as _platform
-from pathlib import Path
 
-from acceltrain import backends, decisions, hardware, inputs, ledger, log, watchdog
+from acceltrain import backends, decisions, hardware, inputs, ledger, log, opened, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
-from acceltrain.errors import AcceltrainError, UsageError, positive_int
+from acceltrain.errors import AcceltrainError, UsageError, option, positive_int, shown
 from acceltrain.layout import placement
+from acceltrain.options import Checkpoints
 from acceltrain.version import __version__
 
 
@@ -86,16 +86,15 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
-                                                  joined.process_id, started=backends.started_processes(),
-                                                  as_flags=joined.flags)
+                                                  joined.process_id, started=backends.started_processes())
     # A runtime connect() opened with these options in this job and still open (a notebook cell run again): that one.
     options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
                "platform": platform, "cluster": cluster, "stall_timeout": stall_timeout,
                "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
                "job": f"{processes_reason} ({processes})"}
-    again, others = _opened_with(options)
+    again, others = opened.opened_with(options, _open_runtimes)
     if again is not None:
-        _holds[again] += 1
+        opened.HOLDS[again] += 1
         if verbose:
             log.info(f"{again} (given back: connect() opened this runtime earlier in this process with the same "
                      "options; its devices, distribution, seed and the models built in its scope are as they were. "
@@ -141,13 +140,13 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                       precision_asked=precision != "auto",
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index, heartbeats=_heartbeats(found)),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
-    _options[runtime], _holds[runtime] = options, 1
+    opened.OPTIONS[runtime], opened.HOLDS[runtime] = options, 1
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
         # The banner also says what models built in scope compute in, and in how many processes (one too).
         told = f"; dtype policy {runtime.precision}; {runtime.num_processes} process{'es' * (runtime.num_processes > 1)}"
-        beside = f"; {_beside(others)}" if others else ""
+        beside = f"; {opened.beside(others)}" if others else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
                  f"{'; ' + changed if changed else ''}{beside}")
     return runtime
@@ -166,6 +165,15 @@ class Settings:
     device_memory: str | None = None
     precision: str = "auto"
 
+    @classmethod
+    def read(cls, given, **job) -> "Settings":
+        """connect()'s keywords read by name from `given` (a verb's parsed flags, a TrainConfig): the one place
+        they are spelled out, where each verb once spelled them; a name `given` lacks, or holds as None, keeps its
+        default. `job`: the Cluster's coordinator, num_processes and process_id (`acceltrain run`'s flags)."""
+        names = {field.name for field in dataclasses.fields(cls)} - {"cluster"}
+        found = {name: getattr(given, name) for name in names if getattr(given, name, None) is not None}
+        return cls(**found, cluster=Cluster(tpu=getattr(given, "tpu", None), **job))
+
     def connect(self, verbose: bool = True) -> "Runtime":
         return connect(self.backend, simulate_devices=self.simulate_devices, distribution=self.distribution,
                        platform=self.platform, verbose=verbose, cluster=self.cluster,
@@ -176,26 +184,52 @@ class Settings:
         return self.cluster.tpu if self.cluster is not None else None
 
     def check(self, backend: str | None = None, processes: int = 1) -> "Settings":
-        """These settings checked as the flags they came from, before anything starts or is written: what `launch`
-        checks before its processes start and `launch --emit` before it writes an artifact, so that an engine is
-        never handed a command `acceltrain run` refuses. `backend`: the job's, where known (launch resolves it);
-        `processes`: the job's count. Returns them with stall_timeout in seconds."""
+        """These settings checked before anything starts or is written, named as the user set them (the flags under
+        the CLI: errors.option): what `launch` checks before its processes start and `launch --emit` before it writes
+        an artifact, so that an engine is never handed a command `acceltrain run` refuses. `backend`: the job's,
+        where known (launch resolves it); `processes`: the job's count. Returns them with stall_timeout in seconds."""
         backend = backend if backend is not None else self.backend
         if backend is not None and backend not in decisions.BACKENDS:
-            raise UsageError(f"Received --backend {backend!r}. Valid: {', '.join(decisions.BACKENDS)}.")
+            raise UsageError(f"Received {shown(option('backend'), backend)}. Valid: {', '.join(decisions.BACKENDS)}.")
         if backend == "tensorflow" and processes > 1:
-            raise UsageError(f"Received --backend tensorflow for a job of {processes} processes. A job of several "
-                             "processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
-                             "MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass --backend jax.")
+            raise UsageError(f"Received {shown(option('backend'), backend)} for a job of {processes} processes. A job "
+                             "of several processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
+                             f"MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass {shown(option('backend'), 'jax')}.")
         if self.simulate_devices is not None:
-            positive_int(self.simulate_devices, "--simulate-devices", " (e.g. 8 to try an 8-device run on a CPU)")
+            positive_int(self.simulate_devices, option("simulate_devices"), " (e.g. 8 to try an 8-device run on a CPU)")
         decisions.check_distribution(self.distribution, backend)
-        stall_timeout = watchdog.check_timeout(self.stall_timeout, "--stall-timeout")
+        stall_timeout = watchdog.check_timeout(self.stall_timeout, option("stall_timeout"))
         if self.device_memory is not None:
             from acceltrain import sharding
 
-            sharding.parse_bytes(self.device_memory, "--device-memory")
+            sharding.parse_bytes(self.device_memory, option("device_memory"))
         return dataclasses.replace(self, stall_timeout=stall_timeout)
+
+    def as_args(self) -> list[str]:
+        """These settings as `acceltrain run`'s flags, the defaults left out: what `launch` passes to each of its
+        processes and an emitted job runs (the job itself, coordinator and indices, each engine tells its processes)."""
+        given = (("--backend", self.backend, None), ("--simulate-devices", self.simulate_devices, None),
+                 ("--distribution", self.distribution, "auto"), ("--platform", self.platform, "auto"),
+                 ("--tpu", self.tpu, None), ("--precision", self.precision, "auto"),
+                 ("--stall-timeout", self.stall_timeout, None), ("--device-memory", self.device_memory, None))
+        return [part for flag, value, default in given if value is not None and value != default
+                for part in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+
+
+def _checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoints | None:
+    """Runtime.fit's checkpoints: the one value, or made from its keywords (both: refused)."""
+    if checkpoints is None:
+        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume)
+    if not isinstance(checkpoints, Checkpoints):
+        raise UsageError(f"Received checkpoints={checkpoints!r}. Expected an acceltrain.Checkpoints, e.g. "
+                         "acceltrain.Checkpoints('ckpt', every='200 steps'), or None.")
+    given = {"checkpoint_dir": checkpoint_dir, "resume": resume or None, "checkpoint_every": every != "auto" or None,
+             "keep_checkpoints": keep != 2 or None}
+    also = [name for name, value in given.items() if value is not None]
+    if also:
+        raise UsageError(f"Received checkpoints= and {', '.join(also)}. Pass the one Checkpoints value (its dir, "
+                         "every, keep and resume), or the keywords without it.")
+    return checkpoints
 
 
 def _heartbeats(found):
@@ -379,7 +413,7 @@ class Runtime:
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
                 and self.sharding_request.layout_map is None and self._framework.SHARDS:
             found = autopilots.for_build(self, build_model, positive_int(batch_size, "batch_size"), enabled=autopilot,
-                                         naming=autopilots.BUILDING, job=job)
+                                         job=job)
         if found is not None:
             setting, remat = found
             if self.num_devices > 1:  # the chosen layout for every variable, none born past a budget
@@ -410,26 +444,24 @@ class Runtime:
         if self.num_processes > 1:
             self._framework.shard_inputs_per_process(distribution)
 
-    def first_fit(self, model, x, y=None, *, batch_size: int | None = None, autopilot: bool = True,
-                  flags: bool = False):
+    def first_fit(self, model, x, y=None, *, batch_size: int | None = None, autopilot: bool = True):
         """What Runtime.fit does before a model's first step, for a fit it does not run itself (`acceltrain run`'s
         script calls): with a device memory known, the model weighed by its training step compiled here, laid out
         (the runtime takes the sharding chosen) and, with `autopilot`, the levers applied (layout/autopilot.py).
         Returns the decision: its `batch_size` is the batch of each step (the global batch / its `accumulation`).
-        `flags`: messages name the CLI's flags instead of Python arguments. Once per model; later calls pass."""
+        Its messages name the CLI's flags while a CLI verb runs (errors.under_cli). Once per model; later calls pass."""
         from acceltrain.layout import autopilot as autopilots
 
-        naming = autopilots.FLAGS if flags else autopilots.ARGUMENTS
         with self.scope():  # what is built first is built under the distribution in force, as fit would build it
-            decision = autopilots.first_fit(self, model, x, y, batch_size, naming=naming, enabled=autopilot)
+            decision = autopilots.first_fit(self, model, x, y, batch_size, enabled=autopilot)
         if decision.distribution is not None:
             self._use_distribution(decision.kind, decision.distribution, decision.reason)
         return decision
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
-            callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
-            checkpoint_every: str = "auto", keep_checkpoints: int = 2, stall_timeout: float | None = None,
-            autopilot: bool = True, verify: int | None = None, **fit_kwargs):
+            callbacks=(), verbose="auto", checkpoints: Checkpoints | None = None, checkpoint_dir=None,
+            resume: bool = False, checkpoint_every: str = "auto", keep_checkpoints: int = 2,
+            stall_timeout: float | None = None, autopilot: bool = True, verify: int | None = None, **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch and `ledger` where the fit's time went: an
         `acceltrain.ledger.Ledger`, whose `parts` (seconds of start-up, compilation, input wait, device steps,
@@ -442,7 +474,9 @@ class Runtime:
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
         (streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
 
-        With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
+        With `checkpoints` (an `acceltrain.Checkpoints(dir, every=..., keep=..., resume=...)`, or the same as
+        `checkpoint_dir`, `checkpoint_every`, `keep_checkpoints` and `resume`), training keeps checkpoints in its
+        folder (`checkpoint_every`: "auto", every epoch unless
         the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
         training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
         choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch)
@@ -469,8 +503,7 @@ class Runtime:
 
         _check_compiled(model)
         verify = verification.check_steps(verify)
-        checkpoints = None if checkpoint_dir is None else assembly.Checkpointing(
-            Path(checkpoint_dir), resume=resume, every=checkpoint_every, keep=keep_checkpoints)
+        checkpoints = _checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
@@ -571,7 +604,7 @@ class Runtime:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
         fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
         Closes it however many connect() calls gave it back; a later connect() opens a new one."""
-        _holds.pop(self, None)
+        opened.HOLDS.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
             _open_runtimes.discard(self)
@@ -582,49 +615,13 @@ class Runtime:
     def __exit__(self, *exc_info) -> None:
         """The end of `with connect(...) as runtime:` gives back what that connect() took: the runtime closes
         unless another connect() call gave it back too and holds it still (close() closes it outright)."""
-        if _holds.get(self, 1) > 1:
-            _holds[self] -= 1
+        if opened.HOLDS.get(self, 1) > 1:
+            opened.HOLDS[self] -= 1
         else:
             self.close()
 
 
 _open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime its model was built under
-_options = weakref.WeakKeyDictionary()  # each runtime connect() opened → the options it was called with
-_holds = weakref.WeakKeyDictionary()  # each open runtime → the connect() calls that gave it and hold it still
-
-
-def _opened_with(options: dict):
-    """The open runtime connect() opened with `options` (None: none is), and the open ones it opened with others,
-    each with the options that differ: [(runtime, {option: (there, here)})]."""
-    same, others = None, []
-    for runtime in list(_open_runtimes):
-        if runtime not in _options or runtime not in _holds:
-            continue
-        differ = {name: (there, options[name]) for name, there in _options[runtime].items()
-                  if not _same_option(there, options[name])}
-        if not differ:
-            same = runtime
-        else:
-            others.append((runtime, differ))
-    return same, others
-
-
-def _same_option(there, here) -> bool:
-    """A value (a name, a number, a tuple, a Cluster) equal to the other, or an object (a LayoutMap) that is it."""
-    if there is here:
-        return True
-    plain = (str, int, float, tuple, Cluster)
-    return isinstance(there, plain) and type(there) is type(here) and there == here
-
-
-def _beside(others) -> str:
-    """What the banner says of a new runtime opened while connect() holds others open with other options."""
-    said = "; ".join(", ".join(f"{name}={there!r} there, {here!r} here" for name, (there, here) in differ.items())
-                     for _, differ in others)
-    return (f"opened beside {len(others)} runtime(s) connect() opened with other options, still open in this process "
-            f"({said}); the models built in each one's scope keep its layout: runtime.close() the one you no longer use")
-
-
 def _plain_first_fits(call, proceed):
     """Layer "autopilot" of the interception for a library's plain `model.fit` on a model built in an open runtime's
     scope(): that runtime's FirstFits (assembly.py), as Runtime.fit's. `acceltrain run` fills the slot with
