@@ -330,6 +330,20 @@ def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, com
     assert steps == expected and why in reason
 
 
+@pytest.mark.parametrize("steps_per_epoch, seconds_a_step, expected, why", [
+    (1688, None, 16, "_StepSaver hears from each execution: about 1 s of steps (no step measured yet)"),
+    (1688, 0.002, 500, "about 1 s of steps (2.00 ms a step measured)"),
+    (300, 0.002, 300, "to the epoch's end"),  # the epoch is shorter than a second
+    (10, None, 10, "to the epoch's end"),
+    (1688, 5.0, 1, "(5,000.00 ms a step measured)"),  # a step over a second: one an execution
+])
+def test_choose_steps_per_dispatch_keeps_a_live_callback_called_about_each_second(steps_per_epoch, seconds_a_step,
+                                                                                   expected, why):
+    steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, 1, (), True, True, 32 * 4, 64 * 2**20,
+                                                        live="_StepSaver", seconds_a_step=seconds_a_step)
+    assert steps == expected and why in reason
+
+
 @pytest.mark.parametrize("platform, one_program", [("cpu", False), ("gpu", True), ("tpu", True)])
 def test_choose_step_loop(platform, one_program):
     assert decisions.choose_step_loop(platform)[0] is one_program

@@ -109,6 +109,18 @@ def forget_compiled_functions(model) -> None:
     model.train_function = model.test_function = model.predict_function = None
 
 
+def compiled_functions(model) -> tuple:
+    """The model's Keras-made train and test functions (under any wrapper of acceltrain's): new objects once Keras
+    makes them again (after compile(), or forget_compiled_functions).
+
+    Relies on: Trainer keeps them in `train_function` / `test_function`, None until made.
+    """
+    function = getattr(model, "train_function", None)
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+        function = function.__wrapped__
+    return function, getattr(model, "test_function", None)
+
+
 @contextlib.contextmanager
 def gathering_predictions(model, gather):
     """Inside, each predict step's outputs pass through `gather` (numpy outputs of the whole global batch),
