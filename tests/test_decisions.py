@@ -297,15 +297,19 @@ def test_slower_on_several_devices_names_the_processes_of_a_job():
 @pytest.mark.parametrize(
     "backend, arrays, nbytes, device, processes, off, keras_scans, elsewhere, expected, why",
     [
-        ("jax", True, 2**20, 2**30, 1, False, False, "", True, "1.0 MiB of 1.0 GiB, at most 25%"),
-        ("jax", True, 2**29, 2**30, 1, False, False, "", False, "too large: 512.0 MiB of 1.0 GiB"),
-        ("jax", True, 2**20, 2**30, 1, True, False, "", False, "turned off: ACCELTRAIN_DEVICE_DATA=0"),
-        ("tensorflow", True, 2**20, 2**30, 1, False, False, "", False, "tensorflow: Keras's own input path"),
-        ("jax", True, 2**20, 2**30, 1, False, True, "", False, "scans steps_per_execution itself"),
-        ("jax", False, 0, 2**30, 1, False, False, "", False, "not in-memory arrays"),
-        ("jax", True, 2**20, 2**30, 2, False, False, "", False, "2 processes"),
-        ("jax", True, 2**20, 2**30, 1, False, False, "8 device(s)", False, "weights lie on 8 device(s), with no distribution"),
-        ("jax", True, 2**20, None, 1, False, False, "", False, "memory is unknown"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "", True, "1.0 MiB of 1.0 GiB, at most 25%"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "", True, "--device-data off (Runtime.keep_data_on_devices('off'), "
+         "ACCELTRAIN_DEVICE_DATA=0) turns it off"),
+        ("jax", True, 2**29, 2**30, 1, "", False, "", False, "too large: 512.0 MiB of 1.0 GiB"),
+        ("jax", True, 2**20, 2**30, 1, "ACCELTRAIN_DEVICE_DATA=0", False, "", False,
+         "turned off: ACCELTRAIN_DEVICE_DATA=0"),
+        ("jax", True, 2**20, 2**30, 1, "--device-data off", False, "", False, "turned off: --device-data off"),
+        ("tensorflow", True, 2**20, 2**30, 1, "", False, "", False, "tensorflow: Keras's own input path"),
+        ("jax", True, 2**20, 2**30, 1, "", True, "", False, "scans steps_per_execution itself"),
+        ("jax", False, 0, 2**30, 1, "", False, "", False, "not in-memory arrays"),
+        ("jax", True, 2**20, 2**30, 2, "", False, "", False, "2 processes"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "8 device(s)", False, "weights lie on 8 device(s), with no distribution"),
+        ("jax", True, 2**20, None, 1, "", False, "", False, "memory is unknown"),
     ],
 )
 def test_choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans, elsewhere, expected, why):

@@ -341,15 +341,16 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 
 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
-                       turned_off: bool, keras_scans: bool = False,
+                       turned_off: str, keras_scans: bool = False,
                        share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "") -> tuple[bool, str]:
     """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
     gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
-    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's).
+    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's). `turned_off`: the
+    setting that turned it off, in words (--device-data off, ACCELTRAIN_DEVICE_DATA=0), else empty.
     `weights_elsewhere`: where the model's weights lie when not on the devices the data would go to (a model laid
     out on several devices with no distribution in force: a restored sharded checkpoint), else empty."""
     if turned_off:
-        return False, "turned off: ACCELTRAIN_DEVICE_DATA=0"
+        return False, f"turned off: {turned_off}"
     if backend != "jax":
         return False, f"{backend}: Keras's own input path"
     if keras_scans:
@@ -365,7 +366,8 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
     figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"
     if nbytes > share * device_bytes:
         return False, f"too large: {figures}"
-    return True, f"{figures}; each step sends only the batch's indices. ACCELTRAIN_DEVICE_DATA=0 turns it off"
+    return True, (f"{figures}; each step sends only the batch's indices. --device-data off "
+                  "(Runtime.keep_data_on_devices('off'), ACCELTRAIN_DEVICE_DATA=0) turns it off")
 
 
 def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, batch_hooked: tuple[str, ...],

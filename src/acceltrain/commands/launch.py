@@ -71,6 +71,8 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
         command += ["--tpu", tpu]
     if device_memory is not None:
         command += ["--device-memory", device_memory]
+    if settings.device_data != "auto":
+        command += ["--device-data", settings.device_data]
     if simulate_devices is not None:
         command += ["--simulate-devices", str(simulate_devices)]
     command += ["--stall-timeout", f"{stall_timeout:g}"]

@@ -23,7 +23,7 @@ from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, Every, save_where_nobody_looks
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
 from acceltrain.cluster import Cluster
-from acceltrain.runtime import connect
+from acceltrain.runtime import check_device_data, connect
 
 
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
@@ -40,7 +40,8 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     with log.phase("connecting to the hardware"):
         runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
                           platform=config.platform, cluster=Cluster(tpu=config.tpu), stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory, precision=config.precision)
+                          device_memory=config.device_memory,
+                          precision=config.precision).keep_data_on_devices(config.device_data)
     window = None
     with _ledger_said_when_preempted(lambda: window), \
             runtime.timeline.window(started, start_up_until=time.time()) as window:
@@ -147,6 +148,7 @@ def _check(config: TrainConfig) -> _Job:
     load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")
+    check_device_data(config.device_data)
     decisions.check_distribution(config.distribution, config.backend)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)

@@ -96,3 +96,26 @@ def test_a_second_fit_on_the_same_shapes_compiles_nothing_new(runtime):
     with timeline.window() as again:
         model.fit(X, Y, batch_size=32, epochs=1, verbose=0)
     assert again.ledger.facts.get("compiles", 0) > 0
+
+
+def test_keep_data_on_devices_off_keeps_keras_path_says_which_setting_and_ends_with_its_runtime(monkeypatch, capsys):
+    """Runtime.keep_data_on_devices("off") (--device-data off) turns device data off for the fits after it, named in
+    the decision line; its runtime closed, "auto" again; another value is refused naming the argument."""
+    import keras
+    import pytest
+
+    import acceltrain
+    from acceltrain.backends.jax import steps
+    from acceltrain.errors import UsageError
+
+    monkeypatch.setattr(steps, "_told", set())
+    with acceltrain.connect(simulate_devices=8, verbose=False).keep_data_on_devices("off") as runtime:
+        assert runtime.device_data == "off"
+        with runtime.scope():
+            model = _model(keras)
+        model.fit(X, Y, batch_size=32, epochs=1, verbose=0)
+        with pytest.raises(UsageError, match=r"Received setting='of'\. Valid: auto, off"):
+            runtime.keep_data_on_devices("of")
+    assert "in-memory data on the devices: no (turned off: --device-data off (Runtime.keep_data_on_devices('off'))" \
+        in capsys.readouterr().err
+    assert resident.SETTING["device_data"] == "auto"

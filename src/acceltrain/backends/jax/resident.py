@@ -27,6 +27,8 @@ import numpy as np
 from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
 
 ENV_OFF = "ACCELTRAIN_DEVICE_DATA"
+SETTING = {"device_data": "auto"}  # the latest connect()'s device_data (keep_data_on_devices): "auto" or "off"
+OFF_BY = "--device-data off (Runtime.keep_data_on_devices('off'))"
 SECONDS_A_DISPATCH = 1.0  # the time cap of one dispatch: progress, the stall watch and stop_training stay live
 PROBE_STEPS = 8  # the steps of the dispatch that measures a step (after the one that compiles)
 INDEX_BYTES = 64 * 2**20  # the most index bytes one dispatch sends
@@ -53,12 +55,25 @@ def on_devices(call, distribution):
     device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
         keras_internals_backend(), arrays, _nbytes(parts) * copies if arrays else 0, device_memory,
-        jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps(),
+        jax.process_count(), _turned_off(), keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution))
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
     return _placed(call, arguments, distribution, epoch)
+
+
+def keep_data_on_devices(setting: str) -> None:
+    """Runtime.keep_data_on_devices: "auto" (decisions.choose_device_data) or "off" (Keras's own input path) for the
+    fits after it; a closed runtime's is "auto" again (Runtime.close)."""
+    SETTING["device_data"] = setting
+
+
+def _turned_off() -> str:
+    """What turned device data off, in words; empty where nothing did."""
+    if SETTING["device_data"] == "off":
+        return OFF_BY
+    return f"{ENV_OFF}=0" if os.environ.get(ENV_OFF) == "0" else ""
 
 
 def keras_internals_backend() -> str:
