@@ -544,6 +544,35 @@ def test_compiled_functions_train_function_and_test_function_made_again_by_compi
     assert keras_internals.compiled_functions(model) == (None, None)
 
 
+def test_watch_evaluation_batches_make_test_function_and_function_state_iterator():
+    """JAXTrainer.evaluate/predict make their function (kept while set) before on_test_begin/on_predict_begin, then
+    call function(state, iterator), which pulls its batches: each is seen, and the function is Keras's again after."""
+    import keras
+
+    model = _model()
+    seen = {"test": [], "predict": []}
+
+    class Watching(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None, kind="test"):
+            self.undo = keras_internals.watch_evaluation_batches(self.model, kind, seen[kind].append)
+
+        def on_test_end(self, logs=None):
+            self.undo()
+
+        def on_predict_begin(self, logs=None):
+            self.on_test_begin(logs, "predict")
+
+        on_predict_end = on_test_end
+
+    x, y = np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32")
+    model.evaluate(x, y, batch_size=4, verbose=0, callbacks=[Watching()])
+    model.predict(x[:5], batch_size=4, verbose=0, callbacks=[Watching()])
+    rows = lambda batch: len(batch if hasattr(batch, "shape") else batch[0])  # noqa: E731  (x, y) or predict's x
+    assert [rows(batch) for batch in seen["test"]] == [4, 4, 2]
+    assert [rows(batch) for batch in seen["predict"]] == [4, 1]
+    assert not hasattr(model.test_function, "__wrapped__") and model.test_function.__name__ != "counted"
+
+
 def test_keras_scans_steps_data_adapter_get_jax_iterator_super_batch():
     """Keras 3.15's DataAdapter.get_jax_iterator takes no super_batch; keras-nightly 3.16's does."""
     import keras

@@ -249,6 +249,32 @@ def unwatch_train_steps(model) -> None:
     _unhook_train_function(model, "ledger")
 
 
+def watch_evaluation_batches(model, kind: str, on_batch):
+    """Inside an evaluation (`kind` "test": fit's validation and evaluate; "predict"), each batch the model's
+    function pulls is passed to `on_batch(batch)` (the ledger counts its samples). Returns the function that undoes
+    it, or None where it cannot (TensorFlow: the step takes its input inside the graph; no function made yet).
+
+    Relies on: JAXTrainer.evaluate/predict call make_test_function()/make_predict_function() (which keep an existing
+    `test_function`/`predict_function`) before the callbacks' on_test_begin/on_predict_begin, then call
+    `function(state, iterator)` once an execution, the function pulling its batches with next(iterator).
+    """
+    name = f"{kind}_function"
+    function = getattr(model, name, None)
+    if keras.backend.backend() != "jax" or function is None:
+        return None
+
+    def counted(state, iterator):
+        return function(state, map(lambda batch: on_batch(batch) or batch, iterator))
+
+    setattr(model, name, counted)
+
+    def undo():
+        if getattr(model, name, None) is counted:
+            setattr(model, name, function)
+
+    return undo
+
+
 def _keras_own(function):
     """Keras's train function under acceltrain's door (and any wrapper marked acceltrain_wrapper)."""
     while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
