@@ -74,15 +74,14 @@ def trainer_class(backend: str):
     """The class whose fit/evaluate/predict every keras.Model of `backend` runs.
 
     Relies on: keras.Model inherits its training loop from keras.src.backend.<backend>.trainer's
-    JAXTrainer / TensorFlowTrainer, so patching it there changes every model's fit.
+    JAXTrainer / TensorFlowTrainer (keras-nightly 3.16: renamed Trainer in both), so patching it there changes every
+    model's fit.
     """
-    if backend == "jax":
-        from keras.src.backend.jax.trainer import JAXTrainer
+    import importlib
 
-        return JAXTrainer
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-
-    return TensorFlowTrainer
+    module = importlib.import_module(f"keras.src.backend.{backend}.trainer")
+    own = {"jax": "JAXTrainer", "tensorflow": "TensorFlowTrainer"}[backend]
+    return getattr(module, own, None) or module.Trainer
 
 
 def keras_method(model, name: str):
