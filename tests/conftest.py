@@ -94,7 +94,8 @@ def _keras_methods() -> dict:
     for module, name in (("keras.src.backend.jax.trainer", "JAXTrainer"),
                          ("keras.src.backend.tensorflow.trainer", "TensorFlowTrainer")):
         if module in sys.modules:
-            owners.append((getattr(sys.modules[module], name), ("fit", "evaluate", "predict")))
+            trainer = getattr(sys.modules[module], name, None) or sys.modules[module].Trainer  # 3.16: Trainer
+            owners.append((trainer, ("fit", "evaluate", "predict")))
     return {f"{owner.__name__}.{name}": (owner, name, getattr(owner, name)) for owner, names in owners for name in names}
 
 

@@ -297,15 +297,19 @@ def test_slower_on_several_devices_names_the_processes_of_a_job():
 @pytest.mark.parametrize(
     "backend, arrays, nbytes, device, processes, off, keras_scans, elsewhere, expected, why",
     [
-        ("jax", True, 2**20, 2**30, 1, False, False, "", True, "1.0 MiB of 1.0 GiB, at most 25%"),
-        ("jax", True, 2**29, 2**30, 1, False, False, "", False, "too large: 512.0 MiB of 1.0 GiB"),
-        ("jax", True, 2**20, 2**30, 1, True, False, "", False, "turned off: ACCELTRAIN_DEVICE_DATA=0"),
-        ("tensorflow", True, 2**20, 2**30, 1, False, False, "", False, "tensorflow: Keras's own input path"),
-        ("jax", True, 2**20, 2**30, 1, False, True, "", False, "scans steps_per_execution itself"),
-        ("jax", False, 0, 2**30, 1, False, False, "", False, "not in-memory arrays"),
-        ("jax", True, 2**20, 2**30, 2, False, False, "", False, "2 processes"),
-        ("jax", True, 2**20, 2**30, 1, False, False, "8 device(s)", False, "weights lie on 8 device(s), with no distribution"),
-        ("jax", True, 2**20, None, 1, False, False, "", False, "memory is unknown"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "", True, "1.0 MiB of 1.0 GiB, at most 25%"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "", True, "--device-data off (Runtime.keep_data_on_devices('off'), "
+         "ACCELTRAIN_DEVICE_DATA=0) turns it off"),
+        ("jax", True, 2**29, 2**30, 1, "", False, "", False, "too large: 512.0 MiB of 1.0 GiB"),
+        ("jax", True, 2**20, 2**30, 1, "ACCELTRAIN_DEVICE_DATA=0", False, "", False,
+         "turned off: ACCELTRAIN_DEVICE_DATA=0"),
+        ("jax", True, 2**20, 2**30, 1, "--device-data off", False, "", False, "turned off: --device-data off"),
+        ("tensorflow", True, 2**20, 2**30, 1, "", False, "", False, "tensorflow: Keras's own input path"),
+        ("jax", True, 2**20, 2**30, 1, "", True, "", False, "scans steps_per_execution itself"),
+        ("jax", False, 0, 2**30, 1, "", False, "", False, "not in-memory arrays"),
+        ("jax", True, 2**20, 2**30, 2, "", False, "", False, "2 processes"),
+        ("jax", True, 2**20, 2**30, 1, "", False, "8 device(s)", False, "weights lie on 8 device(s), with no distribution"),
+        ("jax", True, 2**20, None, 1, "", False, "", False, "memory is unknown"),
     ],
 )
 def test_choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans, elsewhere, expected, why):
@@ -327,6 +331,20 @@ def test_choose_device_data(backend, arrays, nbytes, device, processes, off, ker
 def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, expected, why):
     steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, 32 * 4,
                                                         64 * 2**20)
+    assert steps == expected and why in reason
+
+
+@pytest.mark.parametrize("steps_per_epoch, seconds_a_step, expected, why", [
+    (1688, None, 16, "_StepSaver hears from each execution: about 1 s of steps (no step measured yet)"),
+    (1688, 0.002, 500, "about 1 s of steps (2.00 ms a step measured)"),
+    (300, 0.002, 300, "to the epoch's end"),  # the epoch is shorter than a second
+    (10, None, 10, "to the epoch's end"),
+    (1688, 5.0, 1, "(5,000.00 ms a step measured)"),  # a step over a second: one an execution
+])
+def test_choose_steps_per_dispatch_keeps_a_live_callback_called_about_each_second(steps_per_epoch, seconds_a_step,
+                                                                                   expected, why):
+    steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, 1, (), True, True, 32 * 4, 64 * 2**20,
+                                                        live="_StepSaver", seconds_a_step=seconds_a_step)
     assert steps == expected and why in reason
 
 

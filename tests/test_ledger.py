@@ -170,3 +170,13 @@ def test_the_lines_compilation_says_it_counts_every_compile_of_the_run():
     parts = {**dict.fromkeys(ledger.PARTS, 0.0), "device_steps": 6.0, "compilation": 4.0}
     run = ledger.Ledger(10.0, parts, 0.0, 10.0, {"compiles": 23})
     assert "compilation 4.0 s (40 %, every compile of the run: 23 programs)" in run.line()
+
+
+def test_the_line_says_a_trained_and_an_evaluated_samples_time_and_their_ratio_where_both_were_counted():
+    parts = {**dict.fromkeys(ledger.PARTS, 0.0), "device_steps": 6.0, "evaluation": 1.5, "start_up": 2.5}
+    run = ledger.Ledger(10.0, parts, 0.0, 10.0, {"samples": 60_000, "evaluation_samples": 10_000})
+    assert run.per_sample() == (1e-4, 1.5e-4)
+    assert "device steps 6.0 s (60 %, 100.0 µs a sample)" in run.line()
+    assert "evaluation 1.5 s (15 %, 150.0 µs a sample: 1.50× a training step's)" in run.line()
+    assert ledger.Ledger(10.0, parts, 0.0, 10.0, {}).per_sample() == (None, None)  # nothing counted: nothing said
+    assert "a sample" not in ledger.Ledger(10.0, parts, 0.0, 10.0, {"samples": 60_000}).line()

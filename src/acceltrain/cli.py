@@ -218,6 +218,7 @@ def _add_train(verbs) -> None:
     train.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
                        help="keep the newest K checkpoints (default: 2)")
     _add_connect_flags(train)
+    _add_device_data_flag(train)
     _add_stall_timeout(train)
     _add_memory_flag(train)
     train.add_argument("--tensorboard", action=argparse.BooleanOptionalAction,
@@ -256,6 +257,7 @@ def _add_run(verbs) -> None:
     several processes, commands/launch.py)."""
     run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
     _add_connect_flags(run)
+    _add_device_data_flag(run)
     _add_memory_flag(run)
     run.add_argument("--coordinator", metavar="HOST:PORT", help="process 0's address, for a multi-host job")
     run.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (one per host)")
@@ -276,6 +278,7 @@ def _add_launch(verbs) -> None:
                         help="how many processes (required without --emit; with --emit --target cpu: per node)")
     _add_emit_flags(launch)
     _add_connect_flags(launch)
+    _add_device_data_flag(launch)
     _add_stall_timeout(launch)
     _add_memory_flag(launch)
     _add_checkpoint_flags(launch)
@@ -297,6 +300,7 @@ def _add_bench(verbs) -> None:
     bench.add_argument("--batch-size", type=int, metavar="N", help="the batch of every variant (default: the recipe's)")
     bench.add_argument("--checkpoints", action="store_true",
                        help="time acceltrain as `acceltrain train` runs it, checkpointing as it does (--checkpoint-every auto)")
+    _add_device_data_flag(bench)
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
 
@@ -535,6 +539,13 @@ def _add_connect_flags(parser: argparse.ArgumentParser) -> None:
                              "else float32); float32 keeps Keras's default everywhere")
 
 
+def _add_device_data_flag(parser: argparse.ArgumentParser, default="auto") -> None:
+    parser.add_argument("--device-data", default=default, choices=("auto", "off"),
+                        help="auto (default, JAX): a fit's in-memory arrays kept on the devices where they fit a share "
+                             "of their memory, each step sending only its batch's indices (said in one line with its "
+                             "numbers); off: Keras's own input path, each batch sliced on the host and sent")
+
+
 def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
     from acceltrain.watchdog import DEFAULT_STALL_TIMEOUT
 
@@ -612,7 +623,8 @@ def _bench(args) -> int:
     outputs.check_file_folder(args.json, "--json")
     report = bench.run(bench.BenchConfig(recipe=args.recipe, backend=args.backend, simulate_devices=args.simulate_devices,
                                          epochs=args.epochs, repeats=args.repeats, samples=args.samples,
-                                         batch_size=args.batch_size, checkpoints=args.checkpoints))
+                                         batch_size=args.batch_size, checkpoints=args.checkpoints,
+                                         device_data=args.device_data))
     print(bench.format_table(report))
     if args.json:
         outputs.write_json(args.json, report)

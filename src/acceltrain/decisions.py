@@ -341,15 +341,16 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 
 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
-                       turned_off: bool, keras_scans: bool = False,
+                       turned_off: str, keras_scans: bool = False,
                        share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "") -> tuple[bool, str]:
     """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
     gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
-    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's).
+    `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's). `turned_off`: the
+    setting that turned it off, in words (--device-data off, ACCELTRAIN_DEVICE_DATA=0), else empty.
     `weights_elsewhere`: where the model's weights lie when not on the devices the data would go to (a model laid
     out on several devices with no distribution in force: a restored sharded checkpoint), else empty."""
     if turned_off:
-        return False, "turned off: ACCELTRAIN_DEVICE_DATA=0"
+        return False, f"turned off: {turned_off}"
     if backend != "jax":
         return False, f"{backend}: Keras's own input path"
     if keras_scans:
@@ -365,15 +366,22 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
     figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"
     if nbytes > share * device_bytes:
         return False, f"too large: {figures}"
-    return True, f"{figures}; each step sends only the batch's indices. ACCELTRAIN_DEVICE_DATA=0 turns it off"
+    return True, (f"{figures}; each step sends only the batch's indices. --device-data off "
+                  "(Runtime.keep_data_on_devices('off'), ACCELTRAIN_DEVICE_DATA=0) turns it off")
 
 
 def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, batch_hooked: tuple[str, ...],
                               keras_train_step: bool, compiled: bool, index_bytes_a_step: int,
-                              most_index_bytes: int) -> tuple[int, str]:
+                              most_index_bytes: int, live: str = "", seconds_a_step: float | None = None,
+                              first_steps: int = 16, seconds: float = 1.0, steps_apart: int = 0,
+                              most_steps: int = 0) -> tuple[int, str]:
     """Training steps one execution of a fit on device data runs (each execution a few dispatches of about a second,
     timed on the fit's own steps): to the epoch's end when no callback needs each batch, capped by the index bytes one
-    dispatch sends; else the model's steps_per_execution, Keras's contract with a batch hook."""
+    dispatch sends; else the model's steps_per_execution, Keras's contract with a batch hook. `live`: a callback that
+    must hear from the loop about every `seconds` (the checkpoint loop: its notices and checkpoints within epochs),
+    which caps an execution at the steps `seconds` holds, measured (`seconds_a_step`) or, before any, `first_steps`.
+    `steps_apart`: executions must start at multiples of it (checkpoints every N steps, as asked): a divisor of it.
+    `most_steps`: a callback must be called at least every that many steps (checkpoints 'auto' chose within epochs)."""
     if not compiled:
         return steps_per_execution, "the step runs uncompiled (run_eagerly or jit_compile=False): Keras's own loop"
     if not keras_train_step:
@@ -382,9 +390,21 @@ def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, ba
         return steps_per_execution, (f"{', '.join(batch_hooked)} has a batch hook: steps_per_execution "
                                      f"{steps_per_execution}, as Keras calls it")
     cap = max(1, most_index_bytes // max(index_bytes_a_step, 1))
+    steps, why = steps_per_epoch, "no callback needs each batch: to the epoch's end, about a second a dispatch"
     if steps_per_epoch > cap:
-        return cap, f"no callback needs each batch; capped by {most_index_bytes // 2**20} MiB of indices"
-    return steps_per_epoch, "no callback needs each batch: to the epoch's end, about a second a dispatch"
+        steps, why = cap, f"no callback needs each batch; capped by {most_index_bytes // 2**20} MiB of indices"
+    if live:
+        within = first_steps if seconds_a_step is None else max(1, int(seconds / max(seconds_a_step, 1e-9)))
+        if within < steps:
+            measured = (f"{seconds_a_step * 1e3:,.2f} ms a step measured" if seconds_a_step is not None
+                        else "no step measured yet")
+            steps, why = within, f"{live} hears from each execution: about {seconds:g} s of steps ({measured})"
+    if most_steps and most_steps < steps:
+        steps, why = most_steps, f"{why}; at most {most_steps}, the steps between checkpoints"
+    if steps_apart and steps_apart % steps:
+        steps = max(d for d in range(1, min(steps, steps_apart) + 1) if steps_apart % d == 0)
+        why = f"{why}; a divisor of {steps_apart}, so that executions start where checkpoints are due"
+    return steps, why
 
 
 def choose_step_loop(platform: str) -> tuple[bool, str]:

@@ -91,6 +91,8 @@ class Fit(Prepared):
     validation_batch_size: int | None = None  # per process; None: Keras's default
     is_dataset: bool = False
     shuffles_itself: bool = False  # a PyDataset read by share shuffles its groups of batches: Keras's shuffle off
+    # what a backend placed on the devices for this fit, kept for its every epoch (backends/jax/resident.py)
+    on_devices: dict = field(default_factory=dict, repr=False, compare=False)
 
     def epoch(self, order, first_step: int = 0) -> dict:
         """Keras's fit arguments for one epoch (x, y, sample_weight, batch_size), this process's share: the samples

@@ -319,7 +319,7 @@ class Ledger:
     def as_json(self) -> dict:
         """metrics.json's `ledger`: `wall_seconds` and `parts` (the two keys scripts read), then when it started and
         ended (time.time()), the facts counted (compiles: programs compiled or loaded from the cache; cache_requests,
-        cache_hits, cache_misses: the persistent cache's; steps, steps_redone, checkpoints) and noted
+        cache_hits, cache_misses: the persistent cache's; steps, steps_redone, checkpoints; samples and evaluation_samples: the rows of the batches trained and evaluated) and noted
         (flops_per_step, peak_flops_per_second; compile_seconds_missed: backend compiles of programs the persistent
         cache did not hold), and the MFU."""
         facts = dict(self.facts)
@@ -352,9 +352,25 @@ class Ledger:
 
     def _counted(self, part: str) -> str:
         """What a part counts where it is not what its name alone suggests: compilation is every program of the run
-        (the autopilot's, evaluate's, ...), not the first step's compile that the first-step status line times."""
+        (the autopilot's, evaluate's, ...), not the first step's compile that the first-step status line times; the
+        device steps and evaluation their time a sample, where both were counted (`per_sample`)."""
         compiles = self.facts.get("compiles")
-        return f", every compile of the run: {compiles} programs" if part == "compilation" and compiles else ""
+        if part == "compilation" and compiles:
+            return f", every compile of the run: {compiles} programs"
+        trained, evaluated = self.per_sample()
+        if trained and evaluated and part == "device_steps":
+            return f", {trained * 1e6:,.1f} µs a sample"
+        if trained and evaluated and part == "evaluation":
+            return f", {evaluated * 1e6:,.1f} µs a sample: {evaluated / trained:.2f}× a training step's"
+        return ""
+
+    def per_sample(self) -> tuple[float | None, float | None]:
+        """(seconds a trained sample in the device steps, seconds an evaluated sample: fit's validation, evaluate and
+        predict), each where its samples were counted (JAX: each batch's rows as the step pulled it)."""
+        trained, evaluated = self.facts.get("samples", 0), self.facts.get("evaluation_samples", 0)
+        steps, evaluation = self.parts.get("device_steps", 0.0), self.parts.get("evaluation", 0.0)
+        return (steps / trained if trained > 0 and steps > 0 else None,
+                evaluation / evaluated if evaluated > 0 and evaluation > 0 else None)
 
 
 def words(part: str) -> str:

@@ -22,6 +22,16 @@ from acceltrain.layout import placement
 from acceltrain.options import Checkpoints
 from acceltrain.version import __version__
 
+DEVICE_DATA = ("auto", "off")  # Runtime.keep_data_on_devices(...), --device-data
+
+
+def check_device_data(value, name: str = "--device-data") -> str:
+    """Runtime.keep_data_on_devices's setting (`name`: the argument or the flag it came from) checked."""
+    if value not in DEVICE_DATA:
+        raise UsageError(f"Received {shown(name, value)}. Valid: {', '.join(DEVICE_DATA)} (auto: a fit's in-memory arrays kept on "
+                         "the devices where they fit; off: Keras's own input path, each batch sent from the host).")
+    return value
+
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", verbose: bool = True, cluster: Cluster | None = None,
@@ -60,6 +70,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         precision: Keras's dtype policy for the models built in scope(): "auto" (your own global policy if you
             set one, else "mixed_bfloat16" on TPUs and on GPUs of compute capability 8.0+, else "float32"),
             "float32" or "mixed_bfloat16". The banner says when it is not Keras's float32.
+
+    A fit's in-memory arrays are kept on the devices where they fit: Runtime.keep_data_on_devices("off") turns that
+    off (--device-data off).
     """
     # 1. Check the arguments, before any framework starts.
     if cluster is not None and not isinstance(cluster, Cluster):
@@ -164,6 +177,7 @@ class Settings:
     stall_timeout: float | None = None
     device_memory: str | None = None
     precision: str = "auto"
+    device_data: str = "auto"
 
     @classmethod
     def read(cls, given, **job) -> "Settings":
@@ -177,7 +191,8 @@ class Settings:
     def connect(self, verbose: bool = True) -> "Runtime":
         return connect(self.backend, simulate_devices=self.simulate_devices, distribution=self.distribution,
                        platform=self.platform, verbose=verbose, cluster=self.cluster,
-                       stall_timeout=self.stall_timeout, device_memory=self.device_memory, precision=self.precision)
+                       stall_timeout=self.stall_timeout, device_memory=self.device_memory,
+                       precision=self.precision).keep_data_on_devices(self.device_data)
 
     @property
     def tpu(self) -> str | None:
@@ -199,6 +214,7 @@ class Settings:
             positive_int(self.simulate_devices, option("simulate_devices"), " (e.g. 8 to try an 8-device run on a CPU)")
         decisions.check_distribution(self.distribution, backend)
         stall_timeout = watchdog.check_timeout(self.stall_timeout, option("stall_timeout"))
+        check_device_data(self.device_data, option("device_data"))
         if self.device_memory is not None:
             from acceltrain import sharding
 
@@ -211,7 +227,8 @@ class Settings:
         given = (("--backend", self.backend, None), ("--simulate-devices", self.simulate_devices, None),
                  ("--distribution", self.distribution, "auto"), ("--platform", self.platform, "auto"),
                  ("--tpu", self.tpu, None), ("--precision", self.precision, "auto"),
-                 ("--stall-timeout", self.stall_timeout, None), ("--device-memory", self.device_memory, None))
+                 ("--stall-timeout", self.stall_timeout, None), ("--device-memory", self.device_memory, None),
+                 ("--device-data", self.device_data, "auto"))
         return [part for flag, value, default in given if value is not None and value != default
                 for part in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
 
@@ -275,6 +292,7 @@ class Runtime:
         self.sharding_request = sharding_request  # what connect() was asked about sharding; Runtime.build weighs it
         self.precision = precision  # Keras's dtype policy for models built under scope()
         self.precision_asked = precision_asked  # the user's own (precision=, --precision): no lever changes it
+        self.device_data = "auto"  # "auto" or "off": a fit's in-memory arrays kept on the devices (keep_data_on_devices)
         self.watchdog = watchdog  # the stall watchdog of fit/evaluate/predict
         self.decisions = decisions  # each decision with its reason, as the banner and metrics.json say them
         # Where the time goes (acceltrain/ledger.py): every call of this runtime records into it while a window is
@@ -576,6 +594,15 @@ class Runtime:
 
     # --- Closing --------------------------------------------------------------------------------
 
+    def keep_data_on_devices(self, setting: str = "auto") -> "Runtime":
+        """Whether the fits after this keep their in-memory arrays on the devices (JAX): "auto" (where they fit a
+        share of the devices' memory, each step sending only its batch's indices; said in one line with its
+        numbers) or "off" (Keras's own input path: each batch sliced on the host and sent), until this runtime
+        closes. The CLI's --device-data; ACCELTRAIN_DEVICE_DATA=0 turns it off too. Returns the runtime."""
+        self.device_data = check_device_data(setting, "setting")
+        self._framework.keep_data_on_devices(setting)
+        return self
+
     def close(self) -> None:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
         fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
@@ -583,6 +610,8 @@ class Runtime:
         opened.HOLDS.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
+            if self.device_data != "auto":
+                self._framework.keep_data_on_devices("auto")
             _open_runtimes.discard(self)
 
     def __enter__(self) -> "Runtime":

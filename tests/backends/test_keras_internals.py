@@ -62,7 +62,9 @@ def test_keras_state_kept_object_name_uids_and_seed_generator_undo_a_probe_build
 
 def test_trainer_class_is_where_every_models_fit_comes_from():
     import keras
-    from keras.src.backend.jax.trainer import JAXTrainer
+    from keras.src.backend.jax import trainer
+
+    JAXTrainer = getattr(trainer, "JAXTrainer", None) or trainer.Trainer  # keras-nightly 3.16: Trainer
 
     assert keras_internals.trainer_class("jax") is JAXTrainer and issubclass(keras.Model, JAXTrainer)
     for name in ("fit", "evaluate", "predict"):
@@ -500,6 +502,77 @@ def test_arrays_on_devices_array_data_adapter_order_class_weight_and_get_data_ad
             np.testing.assert_array_equal(a, b)
     adapter.tokens = True
     assert [len(indices) for indices in adapter.get_jax_iterator()] == [8, 8, 8, 1]
+
+
+def test_arrays_on_devices_in_an_order_array_data_adapter_num_samples_size_and_partial_batch():
+    """`_num_samples`, `_size`, `_partial_batch_size` (what _get_iterator and the public properties read): an epoch in
+    an order of some rows gives the batches Keras would give for the arrays taken in it, from arrays placed once."""
+    import jax
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    x = np.arange(50, dtype=np.float32).reshape(25, 2)
+    y = np.arange(25) % 2
+    order = np.random.default_rng(3).permutation(25)[:19]  # 19 of the 25 rows: 2 batches of 8 and one of 3
+    keras_batches = [[np.asarray(part) for part in batch]
+                     for batch in ArrayDataAdapter(x[order], y[order], batch_size=8).get_jax_iterator()]
+    places = []
+    gather = lambda placed, i: jax.tree.map(lambda a: a[i], placed)  # noqa: E731
+    first = keras_internals.arrays_on_devices(x, y, None, batch_size=8, steps=None, shuffle=True, class_weight=None,
+                                              place=lambda inputs: places.append(inputs) or jax.device_put(inputs),
+                                              gather=gather, token=lambda i: i, order=order)
+    adapter = keras_internals.arrays_on_devices(x, y, None, batch_size=8, steps=None, shuffle=True, class_weight=None,
+                                                place=None, gather=gather, token=lambda i: i, order=order,
+                                                placed=first.placed)
+    assert len(places) == 1 and adapter.placed is first.placed
+    assert (adapter.num_batches, adapter.partial_batch_size, adapter.has_partial_batch) == (3, 3, True)
+    batches = [[np.asarray(part) for part in batch] for batch in adapter.get_jax_iterator()]
+    for ours, keras_own in zip(batches, keras_batches, strict=True):  # shuffle is the order's: not drawn again
+        for a, b in zip(ours, keras_own, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_compiled_functions_train_function_and_test_function_made_again_by_compile():
+    """Trainer keeps its made functions in train_function / test_function (under acceltrain's door too); compile()
+    makes them None: new objects after."""
+    model = _model()
+    model.fit(np.zeros((4, 3), "float32"), np.zeros((4, 2), "float32"),
+              validation_data=(np.zeros((2, 3), "float32"), np.zeros((2, 2), "float32")), epochs=1, verbose=0)
+    made = keras_internals.compiled_functions(model)
+    assert all(callable(function) for function in made)
+    keras_internals.run_train_executions(model, lambda state, iterator, own: own(state, iterator))
+    assert keras_internals.compiled_functions(model)[0] is made[0]  # under the door: the function Keras made
+    keras_internals.stop_running_train_executions(model)
+    model.compile(model.optimizer, model.loss)
+    assert keras_internals.compiled_functions(model) == (None, None)
+
+
+def test_watch_evaluation_batches_make_test_function_and_function_state_iterator():
+    """JAXTrainer.evaluate/predict make their function (kept while set) before on_test_begin/on_predict_begin, then
+    call function(state, iterator), which pulls its batches: each is seen, and the function is Keras's again after."""
+    import keras
+
+    model = _model()
+    seen = {"test": [], "predict": []}
+
+    class Watching(keras.callbacks.Callback):
+        def on_test_begin(self, logs=None, kind="test"):
+            self.undo = keras_internals.watch_evaluation_batches(self.model, kind, seen[kind].append)
+
+        def on_test_end(self, logs=None):
+            self.undo()
+
+        def on_predict_begin(self, logs=None):
+            self.on_test_begin(logs, "predict")
+
+        on_predict_end = on_test_end
+
+    x, y = np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32")
+    model.evaluate(x, y, batch_size=4, verbose=0, callbacks=[Watching()])
+    model.predict(x[:5], batch_size=4, verbose=0, callbacks=[Watching()])
+    rows = lambda batch: len(batch if hasattr(batch, "shape") else batch[0])  # noqa: E731  (x, y) or predict's x
+    assert [rows(batch) for batch in seen["test"]] == [4, 4, 2]
+    assert [rows(batch) for batch in seen["predict"]] == [4, 1]
+    assert not hasattr(model.test_function, "__wrapped__") and model.test_function.__name__ != "counted"
 
 
 def test_keras_scans_steps_data_adapter_get_jax_iterator_super_batch():

@@ -602,7 +602,7 @@ def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
 
 
 def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
-    """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12)."""
+    """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12); --device-data too."""
     from acceltrain.cluster import Cluster
     from acceltrain.commands import launch
     from acceltrain.runtime import Settings
@@ -618,9 +618,11 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     script.write_text("")
     with pytest.raises(Started) as started:
         launch.launch(str(script), ["--epochs", "3"], processes=2, autopilot=False,
-                      settings=Settings(platform="cpu", cluster=Cluster(tpu="my-tpu"), precision="float32"))
+                      settings=Settings(platform="cpu", cluster=Cluster(tpu="my-tpu"), precision="float32",
+                                        device_data="off"))
     command = started.value.args[0]
-    for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32")):
+    for flag, value in (("--platform", "cpu"), ("--tpu", "my-tpu"), ("--precision", "float32"),
+                        ("--device-data", "off")):
         assert command[command.index(flag) + 1] == value
     assert "--no-autopilot" in command and "--verify" not in command
     assert command[-3:] == [str(script), "--epochs", "3"]

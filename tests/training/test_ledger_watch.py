@@ -40,6 +40,7 @@ def test_a_fit_books_its_time_into_parts_that_sum_to_it_with_the_steps_and_their
         assert run.parts[part] > 0, (part, run.parts)
     assert run.parts["checkpoint"] == run.parts["preemption"] == run.parts["start_up"] == 0
     assert run.facts["steps"] == 2 * 4 and run.facts["compiles"] >= 1
+    assert run.facts["samples"] == 2 * 256 and run.facts["evaluation_samples"] == 2 * 64  # validated each epoch
     # The step's FLOPs are its matmuls as traced: 2·in·out a Dense forward, twice that backward (the first layer's
     # input needs no gradient).
     matmuls = 64 * 2 * (8 * 24 * 2 + 24 * 4 * 3)
@@ -206,3 +207,22 @@ def test_a_notices_save_is_booked_as_preemption_and_the_stop_exits_42(one_device
     run = stopped.value.ledger
     _parts_sum_to_the_wall(run)
     assert run.parts["preemption"] > 0 and run.facts["checkpoints"] == 1, run.parts
+
+
+def test_evaluated_samples_count_validation_evaluate_and_predict_so_the_line_compares_them_with_training(one_device):
+    """The ledger says a trained and an evaluated sample's time and their ratio (issue 43: validation at most 2x a
+    training step's cost per sample), counting the rows of fit's validation (its partial batch too), evaluate and
+    predict, on the device data's path and on Keras's."""
+    with one_device.scope():
+        model = _mlp()
+    x, y = _toy_data(256)
+    with one_device.timeline.window() as window:
+        one_device.fit(model, x, y, batch_size=64, epochs=2, verbose=0, validation_data=(x[:100], y[:100]))
+        one_device.evaluate(model, x, y, batch_size=64, verbose=0)
+        one_device.predict(model, x[:70], batch_size=64, verbose=0)
+    run = window.ledger
+    assert run.facts["samples"] == 2 * 256 and run.facts["evaluation_samples"] == 2 * 100 + 256 + 70
+    trained, evaluated = run.per_sample()
+    assert trained == pytest.approx(run.parts["device_steps"] / 512)
+    assert evaluated == pytest.approx(run.parts["evaluation"] / 526)
+    assert f"{evaluated * 1e6:,.1f} µs a sample: {evaluated / trained:.2f}× a training step's" in run.line()

@@ -209,8 +209,10 @@ def test_auto_times_the_first_epochs_steps_and_checkpoints_within_epochs_where_t
     said = capsys.readouterr().err
     assert said.count("→ every step (0 s) within each epoch, and at its end; pass another to choose") == 1, said
     kept = _kept(folder)
-    # From the decision on (at the first epoch's batch 10: 8 steps timed from batch 2), every step; each epoch's end.
-    assert [k for k in kept if k.startswith("epoch-0000-")] == [f"epoch-0000-step-{s:05d}" for s in range(10, 16)]
+    # From the decision on (at the first epoch's batch 10: 8 steps timed from batch 2), at every execution's start:
+    # the first epoch's run 2 steps each while timed (on device data; 1 on Keras's path), later ones every step
+    first = [k for k in kept if k.startswith("epoch-0000-")]
+    assert first in ([f"epoch-0000-step-{s:05d}" for s in range(10, 16, step)] for step in (1, 2)), first
     assert [k for k in kept if k.startswith("epoch-0001-")] == [f"epoch-0001-step-{s:05d}" for s in range(0, 16)]
     assert kept[-1] == "epoch-0002-step-00000"
 

@@ -309,6 +309,10 @@ def release(distribution) -> None:
     """Nothing to undo: TensorFlow keeps the strategy on the model."""
 
 
+def keep_data_on_devices(setting: str) -> None:
+    """connect()'s device_data: nothing to turn off here, Keras's own input path feeds every fit (tf.data)."""
+
+
 def follow_placement(call, proceed):
     """Layer "placement" (interception.LAYERS): nothing to follow, TensorFlow keeps the strategy on the model.
     Under a strategy, a model with no call() of its own whose layers are all built (a VAE of an encoder and a

@@ -58,6 +58,7 @@ class BenchConfig:
     batch_size: int | None = None  # default: the recipe's
     seed: int = 0
     checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: checkpoints, 'auto'
+    device_data: str = "auto"  # acceltrain's: "off" times it on Keras's own input path (--device-data off)
 
 
 def run(config: BenchConfig) -> dict:
@@ -222,7 +223,9 @@ def format_table(report: dict) -> str:
         + (f"every variant in {report['precision']} (acceltrain's choice here; compute in {report['compute_dtype']}); "
            if report["one_precision"] else "UNLIKE PRECISIONS (see the column): the ratios compare unlike work; ")
         + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)" if flops else "FLOP count unknown for this model")
-        + ("; acceltrain checkpoints as `acceltrain train` does (auto)" if report["config"].get("checkpoints") else ""),
+        + ("; acceltrain checkpoints as `acceltrain train` does (auto)" if report["config"].get("checkpoints") else "")
+        + ("; acceltrain with --device-data off (Keras's own input path)"
+           if report["config"].get("device_data") == "off" else ""),
         "",
         "| | backend | precision (its own default) | median epoch | spread of runs | samples/s | to first epoch end "
         "| train FLOP/s | of ceiling | of peak |",
@@ -361,6 +364,7 @@ def _acceltrain(config) -> dict:
     from acceltrain.runtime import connect
 
     runtime = connect(config["backend"], simulate_devices=config["simulate_devices"], verbose=False)
+    runtime.keep_data_on_devices(config.get("device_data", "auto"))
     recipe, x, y = _inputs(config)
     runtime.seed(config["seed"])
     steps_per_epoch = math.ceil(len(x) / config["batch_size"])

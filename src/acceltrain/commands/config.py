@@ -53,6 +53,7 @@ class TrainConfig:
     platform: str = "auto"  # or tpu, gpu, cpu: an error if there is none
     tpu: str | None = None  # a TPU's name or address (TensorFlow backend)
     precision: str = "auto"  # Keras's dtype policy: auto (bfloat16 compute where native), float32, mixed_bfloat16
+    device_data: str = "auto"  # auto: in-memory arrays kept on the devices where they fit; off: Keras's input path
     resume: bool = False  # continue from the newest good checkpoint in `out`
     overwrite: bool = False  # replace what a previous run left in `out`
     checkpoint_every: str = "auto"  # or "N epochs", "N steps"

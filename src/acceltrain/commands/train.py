@@ -21,7 +21,7 @@ from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
 from acceltrain.errors import UsageError, positive_int
-from acceltrain.runtime import Settings
+from acceltrain.runtime import Settings, check_device_data
 
 
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
@@ -131,6 +131,7 @@ def _check(config: TrainConfig) -> _Job:
     load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")
+    check_device_data(config.device_data)
     decisions.check_distribution(config.distribution, config.backend)
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)

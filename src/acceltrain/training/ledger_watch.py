@@ -7,10 +7,11 @@ What the callback records into the runtime's timeline:
 - a step: from its batch in hand (JAX: the end of the iterator's first `next()` in that call of the train
   function; TensorFlow: the batch-begin callback) to its metrics on the host (the batch-end callback, which Keras
   calls once they are there);
-- each `next()` of the iterator (JAX): input; while a step runs, the ledger books that time to the step;
+- each `next()` of the iterator (JAX): input, and the batch's rows (samples); while a step runs, the ledger books that
+  time to the step;
 - an epoch, as host_syncs, where acceltrain makes Keras wait for each step: what steps, input and compiles leave
   of it is the device idle between steps;
-- evaluation and prediction, from their begin to their end callbacks;
+- evaluation and prediction, from their begin to their end callbacks, and the rows of their batches (JAX);
 - the FLOPs of one step, at the first epoch's end (JAX: its matmuls and convolutions, as traced).
 """
 
@@ -42,6 +43,7 @@ class LedgerWatch(keras.callbacks.Callback):
         self._flops_read = False
         self._steps_per_execution = 1
         self._batches = None
+        self._unwatch = None  # an evaluation's batches counted: how to stop
 
     # --- Epochs and steps ---------------------------------------------------------------------------
 
@@ -98,13 +100,30 @@ class LedgerWatch(keras.callbacks.Callback):
 
     # --- Evaluation and prediction ------------------------------------------------------------------
 
-    def on_test_begin(self, logs=None):
+    def on_test_begin(self, logs=None, kind="test"):
         self._evaluating = self.timeline.begin("evaluation")
+        # the samples each batch holds (JAX): what the ledger divides evaluation by, beside the steps' samples
+        self._unwatch = keras_internals.watch_evaluation_batches(self.model, kind, self._count("evaluation_samples"))
 
     def on_test_end(self, logs=None):
         self.timeline.end(self._evaluating)
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
 
-    on_predict_begin, on_predict_end = on_test_begin, on_test_end
+    def on_predict_begin(self, logs=None):
+        self.on_test_begin(logs, kind="predict")
+
+    on_predict_end = on_test_end
+
+    def _count(self, fact: str):
+        def counted(batch):
+            leaves = batch if isinstance(batch, (tuple, list)) else (batch,)
+            shapes = [getattr(leaf, "shape", None) for leaf in leaves]
+            rows = next((shape[0] for shape in shapes if shape), None)  # a batch's rows, or its indices'
+            if rows is not None:
+                self.timeline.count(fact, int(rows))
+        return counted
 
 
 class _TimedIterator:
@@ -124,6 +143,7 @@ class _TimedIterator:
         batch = next(self._iterator)
         end = timeline.clock()
         timeline.add("input_wait", start, end)
+        self._watch._count("samples")(batch)
         if self._first:
             self._first = False
             self._watch._dispatched[self._execution] = end
@@ -141,13 +161,14 @@ def layer(runtime):
     (Runtime.peak_flops: the MFU's denominator); an evaluate or predict is booked whole as evaluation."""
 
     def ledger(call, proceed):
-        timeline = runtime.timeline
-        if call.name == "fit":
+        timeline, framework = runtime.timeline, runtime.backend_module
+        fit = call.name == "fit"
+        syncs = fit and framework.steps_one_at_a_time(runtime.as_called().distribution)
+        watched = call.with_callback(LedgerWatch(timeline, framework, syncs=syncs))
+        if fit:
             timeline.note("peak_flops_per_second", runtime.peak_flops(call.model))
-            framework = runtime.backend_module
-            syncs = framework.steps_one_at_a_time(runtime.as_called().distribution)
-            return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
-        with timeline.timed("evaluation"):
-            return proceed(call)
+            return proceed(watched)
+        with timeline.timed("evaluation"):  # booked whole; its batches counted
+            return proceed(watched)
 
     return ledger

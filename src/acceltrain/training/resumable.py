@@ -11,6 +11,7 @@ in a job of several processes every process stops at one agreed step (sharded_ch
 
 import contextlib
 import json
+import math
 import os
 import signal
 import threading
@@ -240,11 +241,13 @@ def _py_dataset_epoch(prepared, seed: int, epoch: int, first_step: int, shuffle:
 
 
 class _Batches(keras.utils.PyDataset):
-    """inputs.EpochBatches as Keras takes it: read in order, in the training loop's thread (one worker)."""
+    """inputs.EpochBatches as Keras takes it: read in order, in the training loop's thread (one worker).
+    `arrays_in_order`: the same epoch as arrays and the order of their rows, for a backend that keeps the arrays on
+    the devices once a fit and gathers each batch there instead (backends/jax/resident.py)."""
 
     def __init__(self, batches):
         super().__init__()
-        self.batches = batches
+        self.batches = self.arrays_in_order = batches
 
     def __len__(self):
         return len(self.batches)
@@ -341,6 +344,11 @@ class _StepSaver(keras.callbacks.Callback):
     first epoch and, where an epoch takes over decisions.MOST_SECONDS_BETWEEN_CHECKPOINTS, checkpoints within each
     (_StepTimer)."""
 
+    # Called at each execution's first batch, however many steps it runs (backends/jax/resident.py), and heard from
+    # about every second there: a notice stops the run within about a second, a checkpoint within steps lands at the
+    # first execution's start at or past its step (the state saved is that step's: the resume stays exact).
+    steps_aware = hears_each_second = True
+
     def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
                  notices=None, positions=None):
         super().__init__()
@@ -417,6 +425,22 @@ class _StepSaver(keras.callbacks.Callback):
     def _metric_logs(self) -> dict:
         return {name: float(np.asarray(value)) for name, value in self.model.get_metrics_result().items()
                 if np.ndim(value) == 0}
+
+    @property
+    def steps_apart(self) -> int:
+        """Executions of many steps start at multiples of this (0: anywhere; backends/jax/resident.py): checkpoints
+        every N steps, as asked, are due at the steps they name; the 'auto' timer times from batch FROM to FROM +
+        STEPS."""
+        if self._timer is not None:
+            return math.gcd(_StepTimer.FROM, _StepTimer.STEPS)
+        if self.every.unit != "steps" or self.every.auto or not self._step_count:
+            return 0
+        return math.gcd(self._step_count, self.steps_per_epoch, self._first_step)
+
+    @property
+    def most_steps(self) -> int:
+        """Executions run at most this many steps (0: any): checkpoints 'auto' chose within epochs."""
+        return self._step_count if self.every.auto and self._step_count else 0
 
     @property
     def within_epochs(self) -> bool:

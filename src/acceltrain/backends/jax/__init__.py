@@ -22,6 +22,7 @@ from acceltrain.backends.jax.distribution import (candidate_distribution, distri
 from acceltrain.backends.jax.layouts import abstract_state, first_device_bytes, layouts_of, relayout, variable_layouts
 from acceltrain.backends.jax.op_by_op import (follow_placement, on_one_device, op_by_op_in_processes,
                                               op_by_op_made_safe)
+from acceltrain.backends.jax.resident import keep_data_on_devices
 from acceltrain.backends.jax.processes import (HEARTBEAT_TIMEOUT_SECONDS, devices_spanned, gathering_predictions,
                                                join_shares, shard_inputs_per_process, split_over_processes,
                                                start_processes)

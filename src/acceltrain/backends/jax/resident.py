@@ -1,5 +1,5 @@
-"""In-memory arrays kept on the devices for a fit (its validation data too), and many training steps a dispatch
-(issue 43).
+"""In-memory arrays kept on the devices for a fit (its validation data read by Keras from the host), and many
+training steps a dispatch (issue 43).
 
 `on_devices(call, distribution)` is the placement layer's part (op_by_op.follow_placement), for a script's fit and
 Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) and fit a share of the devices' memory
@@ -16,8 +16,10 @@ count. ACCELTRAIN_DEVICE_DATA=0 turns both off.
 
 import contextlib
 import functools
+import math
 import os
 import time
+import weakref
 
 import jax
 import numpy as np
@@ -25,6 +27,8 @@ import numpy as np
 from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
 
 ENV_OFF = "ACCELTRAIN_DEVICE_DATA"
+SETTING = {"device_data": "auto"}  # the latest connect()'s device_data (keep_data_on_devices): "auto" or "off"
+OFF_BY = "--device-data off (Runtime.keep_data_on_devices('off'))"
 SECONDS_A_DISPATCH = 1.0  # the time cap of one dispatch: progress, the stall watch and stop_training stay live
 PROBE_STEPS = 8  # the steps of the dispatch that measures a step (after the one that compiles)
 INDEX_BYTES = 64 * 2**20  # the most index bytes one dispatch sends
@@ -41,18 +45,35 @@ def on_devices(call, distribution):
         return contextlib.nullcontext(call)  # its gather would be one more program to compile per batch shape
     arguments = call.arguments()
     validation = arguments.get("validation_data")
-    parts = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
+    epoch = getattr(arguments.get("x"), "arrays_in_order", None)  # one epoch of Runtime.fit with checkpoints
+    if epoch is not None and epoch.fit.num_processes == 1:
+        parts = (epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight, validation)
+    else:
+        epoch, parts = None, (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
     split = bool(arguments.get("validation_split")) and validation is None
     arrays = _arrays(parts[:3]) and (validation is None or _arrays(tuple(validation))) and not split
     device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
-        keras_internals_backend(), arrays, _nbytes(parts) * copies if arrays else 0, device_memory,
-        jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps(),
+        keras_internals_backend(), arrays, _nbytes(parts[:3]) * copies if arrays else 0, device_memory,
+        jax.process_count(), _turned_off(), keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution))
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
-    return _placed(call, arguments, distribution)
+    return _placed(call, arguments, distribution, epoch)
+
+
+def keep_data_on_devices(setting: str) -> None:
+    """Runtime.keep_data_on_devices: "auto" (decisions.choose_device_data) or "off" (Keras's own input path) for the
+    fits after it; a closed runtime's is "auto" again (Runtime.close)."""
+    SETTING["device_data"] = setting
+
+
+def _turned_off() -> str:
+    """What turned device data off, in words; empty where nothing did."""
+    if SETTING["device_data"] == "off":
+        return OFF_BY
+    return f"{ENV_OFF}=0" if os.environ.get(ENV_OFF) == "0" else ""
 
 
 def keras_internals_backend() -> str:
@@ -62,36 +83,55 @@ def keras_internals_backend() -> str:
 
 
 @contextlib.contextmanager
-def _placed(call, arguments, distribution):
+def _placed(call, arguments, distribution, epoch=None):
+    """`epoch`: an inputs.EpochBatches (one epoch of Runtime.fit with checkpoints): its arrays placed once for the
+    whole fit (kept in its Fit's `on_devices`), the epoch's rows gathered from them in its order."""
     from acceltrain import decisions
     from acceltrain.backends import keras_internals
 
-    place, gather = _placer(distribution), jax.jit(functools.partial(_batch_of, distribution))
+    kept = epoch.fit.on_devices if epoch is not None else {}  # placed arrays, by what: reused while `where` holds
+    place, gather = _placer(distribution), _gather(distribution)
     placed = {}  # the training adapter, once made: its tokens gather their batch when asked (the step timer)
 
     def token(indices):
         return _Indices(indices, lambda: placed["train"]._gather(placed["train"].placed, indices))
 
-    adapter = functools.partial(keras_internals.arrays_on_devices, place=place, gather=gather, token=token)
+    def adapter(what, *arrays, **kwargs):
+        earlier = kept.get(what)
+        made = keras_internals.arrays_on_devices(
+            *arrays, place=place, gather=gather, token=token,
+            placed=earlier[1] if earlier and earlier[0] is distribution else None, **kwargs)
+        kept[what] = (distribution, made.placed)
+        return made
+
     model = call.model
     kwargs = {name: value for name, value in arguments.items()
               if name not in ("x", "y", "sample_weight", "class_weight", "validation_split", "validation_data")}
-    train = kwargs["x"] = adapter(arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
-                                  batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
-                                  shuffle=arguments.get("shuffle", True), class_weight=arguments.get("class_weight"))
+    if epoch is not None:  # the batch is the prepared one (Keras's PyDataset took it from the batches)
+        train = kwargs["x"] = adapter("train", epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight,
+                                      batch_size=epoch.fit.local_batch_size, steps=None, shuffle=False,
+                                      class_weight=None, order=epoch.order)
+    else:
+        train = kwargs["x"] = adapter("train", arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
+                                      batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
+                                      shuffle=arguments.get("shuffle", True), class_weight=arguments.get("class_weight"))
     placed["train"] = train
     kwargs["shuffle"] = False  # the adapter shuffles as Keras would
-    if (validation := arguments.get("validation_data")) is not None:
-        val_x, val_y, val_weight = (*validation, None, None)[:3]
-        kwargs["validation_data"] = adapter(val_x, val_y, val_weight,
-                                            batch_size=arguments.get("validation_batch_size") or train.batch_size,
-                                            steps=arguments.get("validation_steps"), shuffle=False, class_weight=None)
+    # validation_data stays as given: Keras's own test step on batches from the host. Gathered on the devices it
+    # compiled a gather for each of its batch shapes (3 programs more in `acceltrain train`, issue 43's count), and a
+    # pass read from the host costs a fraction of a training step a sample (the ledger's evaluation line)
+    if arguments.get("validation_data") is not None:
+        kwargs["validation_data"] = arguments["validation_data"]
     callbacks = kwargs.get("callbacks") or []
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
+    live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
     steps, reason = decisions.choose_steps_per_dispatch(
         steps_per_epoch, model.steps_per_execution, tuple(type(c).__name__ for c in batch_hooked(callbacks)),
         keras_internals.uses_keras_train_step(model), bool(model.jit_compile) and not model.run_eagerly,
-        train.batch_size * 4, INDEX_BYTES)
+        train.batch_size * 4, INDEX_BYTES, live=", ".join(live), seconds_a_step=_SECONDS_A_STEP.get(model),
+        first_steps=2 * PROBE_STEPS, seconds=SECONDS_A_DISPATCH,
+        steps_apart=math.gcd(*(getattr(c, "steps_apart", 0) for c in callbacks)),
+        most_steps=min((c.most_steps for c in callbacks if getattr(c, "most_steps", 0)), default=0))
     platform = _devices(distribution)[0].platform
     in_one_program, how = decisions.choose_step_loop(platform)
     _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
@@ -102,13 +142,34 @@ def _placed(call, arguments, distribution):
         yield call.replace(args=(), kwargs=kwargs)  # one step a dispatch, or callbacks the caller configured
         return
     own = model.steps_per_execution
-    model.steps_per_execution = steps  # Keras's epoch iterator steps by it; the functions made again for it
-    keras_internals.forget_compiled_functions(model)
+    model.steps_per_execution = steps  # Keras's epoch iterator steps by it
+    if own <= 1 and not _made_for_many_steps(model):
+        keras_internals.forget_compiled_functions(model)  # made again with their loop over steps_per_execution
     try:
         yield ran
     finally:
-        model.steps_per_execution = own
-        keras_internals.forget_compiled_functions(model)
+        model.steps_per_execution = own  # the functions, made for many steps, loop over as many as it says
+        _MADE_FOR_MANY_STEPS[model] = _functions(model)
+
+
+# A model's training step as ManySteps measured it (seconds): a later fit's executions sized by it
+_SECONDS_A_STEP = weakref.WeakKeyDictionary()
+
+# A model's compiled functions as last made for many steps an execution (Keras's JAX functions read
+# steps_per_execution at each call, and loop only when made with more than one): a later fit on device data reuses
+# them, and the loop compiled for its steps (_compiled), instead of compiling them again. compile() makes new ones.
+_MADE_FOR_MANY_STEPS = weakref.WeakKeyDictionary()
+
+
+def _functions(model) -> tuple:
+    from acceltrain.backends import keras_internals
+
+    return keras_internals.compiled_functions(model)
+
+
+def _made_for_many_steps(model) -> bool:
+    made = _MADE_FOR_MANY_STEPS.get(model)
+    return made is not None and all(a is b for a, b in zip(made, _functions(model)))
 
 
 def batch_hooked(callbacks) -> list:
@@ -171,6 +232,23 @@ def _weights_elsewhere(model, distribution) -> str:
         sharding = getattr(getattr(variable, "value", None), "sharding", None)
         devices |= set(getattr(sharding, "device_set", ()))
     return f"{len(devices)} device(s)" if devices - data_devices else ""
+
+
+_GATHERS = weakref.WeakKeyDictionary()  # a distribution's compiled gather, for every fit under it
+
+
+def _gather(distribution):
+    """The compiled gather of a batch from its indices under `distribution` (None: one device), made once."""
+    if distribution is None:
+        return _gather_on_one_device()
+    if distribution not in _GATHERS:
+        _GATHERS[distribution] = jax.jit(functools.partial(_batch_of, distribution))
+    return _GATHERS[distribution]
+
+
+@functools.cache
+def _gather_on_one_device():
+    return jax.jit(functools.partial(_batch_of, None))
 
 
 def _placer(distribution):
@@ -258,6 +336,8 @@ def _many_steps_class():
                 raise StopIteration
             full = [token.indices for token in tokens if len(token.indices) == adapter.batch_size]
             logs, done = None, 0
+            if self.distribution is None and full:  # committed, as the step puts it out: one program, not two
+                state = jax.device_put(state, _devices(None)[0])
             while done < len(full):
                 count = self._next_count(len(full) - done)
                 started = time.perf_counter()
@@ -267,12 +347,14 @@ def _many_steps_class():
                 if self.probes < 2:
                     self.probes += 1
                     self.per_step = (time.perf_counter() - started) / count if self.probes == 2 else None
+                    if self.per_step is not None:
+                        _SECONDS_A_STEP[self.trained] = self.per_step
                 done += count
                 self.dispatches += 1
                 for listener in self.listeners:
                     listener.between_dispatches(done)
-            for token in tokens[len(full):]:  # the partial last batch: Keras's own step
-                logs, state = keras_own(state, iter([adapter._gather(adapter.placed, token.indices)]))
+            for token in tokens[len(full):]:  # the partial last batch: Keras's own step, its rows from the host
+                logs, state = keras_own(state, iter([adapter.on_host(token.indices)]))
             return logs, state
 
         def _next_count(self, left: int) -> int:
@@ -282,7 +364,7 @@ def _many_steps_class():
 
         def _run(self, state, indices):
             if self._loop is None:
-                self._loop = _compiled(self.trained, self.distribution, self.in_one_program, state)
+                self._loop = _loop_for(self.trained, self.distribution, self.in_one_program, state)
             placed = self.adapter.placed
             if not self.in_one_program:  # one program a step, back to back: no Keras between them
                 logs, wait = None, self.distribution is not None and _steps_must_not_overlap(self.distribution)
@@ -305,6 +387,22 @@ def _many_steps_class():
             return jax.device_put(indices, NamedSharding(self.distribution.device_mesh.backend_mesh, spec))
 
     return ManySteps
+
+
+_LOOPS = weakref.WeakKeyDictionary()  # model: (the Keras train function they go with, {key: (distribution, loop)})
+
+
+def _loop_for(model, distribution, in_one_program: bool, state):
+    """_compiled, made once while the model's Keras functions stand: a later fit reuses its programs."""
+    function = _functions(model)[0]
+    made, loops = _LOOPS.get(model, (None, {}))
+    if made is not function or function is None:
+        loops = {}
+    kept = loops.get(in_one_program)
+    if kept is None or kept[0] is not distribution:
+        kept = loops[in_one_program] = (distribution, _compiled(model, distribution, in_one_program, state))
+    _LOOPS[model] = (function, loops)
+    return kept[1]
 
 
 def _compiled(model, distribution, in_one_program: bool, state):

@@ -74,15 +74,14 @@ def trainer_class(backend: str):
     """The class whose fit/evaluate/predict every keras.Model of `backend` runs.
 
     Relies on: keras.Model inherits its training loop from keras.src.backend.<backend>.trainer's
-    JAXTrainer / TensorFlowTrainer, so patching it there changes every model's fit.
+    JAXTrainer / TensorFlowTrainer (keras-nightly 3.16: renamed Trainer in both), so patching it there changes every
+    model's fit.
     """
-    if backend == "jax":
-        from keras.src.backend.jax.trainer import JAXTrainer
+    import importlib
 
-        return JAXTrainer
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-
-    return TensorFlowTrainer
+    module = importlib.import_module(f"keras.src.backend.{backend}.trainer")
+    own = {"jax": "JAXTrainer", "tensorflow": "TensorFlowTrainer"}[backend]
+    return getattr(module, own, None) or module.Trainer
 
 
 def keras_method(model, name: str):
@@ -107,6 +106,18 @@ def forget_compiled_functions(model) -> None:
     attribute is not None; compile() resets them to None the same way.
     """
     model.train_function = model.test_function = model.predict_function = None
+
+
+def compiled_functions(model) -> tuple:
+    """The model's Keras-made train and test functions (under any wrapper of acceltrain's): new objects once Keras
+    makes them again (after compile(), or forget_compiled_functions).
+
+    Relies on: Trainer keeps them in `train_function` / `test_function`, None until made.
+    """
+    function = getattr(model, "train_function", None)
+    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+        function = function.__wrapped__
+    return function, getattr(model, "test_function", None)
 
 
 @contextlib.contextmanager
@@ -235,6 +246,32 @@ def watch_train_steps(model, wrap_iterator) -> bool:
 
 def unwatch_train_steps(model) -> None:
     _unhook_train_function(model, "ledger")
+
+
+def watch_evaluation_batches(model, kind: str, on_batch):
+    """Inside an evaluation (`kind` "test": fit's validation and evaluate; "predict"), each batch the model's
+    function pulls is passed to `on_batch(batch)` (the ledger counts its samples). Returns the function that undoes
+    it, or None where it cannot (TensorFlow: the step takes its input inside the graph; no function made yet).
+
+    Relies on: JAXTrainer.evaluate/predict call make_test_function()/make_predict_function() (which keep an existing
+    `test_function`/`predict_function`) before the callbacks' on_test_begin/on_predict_begin, then call
+    `function(state, iterator)` once an execution, the function pulling its batches with next(iterator).
+    """
+    name = f"{kind}_function"
+    function = getattr(model, name, None)
+    if keras.backend.backend() != "jax" or function is None:
+        return None
+
+    def counted(state, iterator):
+        return function(state, map(lambda batch: on_batch(batch) or batch, iterator))
+
+    setattr(model, name, counted)
+
+    def undo():
+        if getattr(model, name, None) is counted:
+            setattr(model, name, function)
+
+    return undo
 
 
 def _keras_own(function):

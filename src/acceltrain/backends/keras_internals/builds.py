@@ -29,7 +29,10 @@ def variables_initialized_at_once():
     if keras.backend.backend() != "jax" or keras.config.is_nnx_enabled():
         yield
         return
-    from keras.src.backend.jax.core import JaxVariable
+    try:
+        from keras.src.backend.jax.core import JaxVariable
+    except ImportError:  # keras-nightly 3.16: moved into ops/, named Variable
+        from keras.src.backend.jax.ops.core import Variable as JaxVariable
 
     pending = []
 

@@ -82,7 +82,9 @@ def added_losses_scaled_once(model):
     result itself, as add_loss keeps it), which scales again after trainers/trainer.py::Trainer's sum and cast.
     """
     from keras.src.losses.loss import Loss
-    from keras.src.trainers.trainer import Trainer
+    from keras.src.trainers import trainer as trainers
+
+    Trainer = getattr(trainers, "Trainer", None) or trainers.BaseTrainer  # keras-nightly 3.16: BaseTrainer
 
     scaled = []  # the Loss objects' results, kept alive for the call: compared by identity
 
