@@ -317,14 +317,16 @@ def follow_placement(call, proceed):
     builds its optimizer and metrics, in the strategy's scope. And that symbolic batch is the first replica's slice
     of the first batch, not its mean over the replicas, which a batch of strings does not have
     (keras_internals.built_from_one_replica); and a loss a layer adds, computed by a keras.losses.Loss, is divided by
-    the replicas once, not twice (keras_internals.added_losses_scaled_once)."""
+    the replicas once, not twice (keras_internals.added_losses_scaled_once); and each replica's random draws (dropout,
+    augmentation, a VAE's sampling) are its own, not the first replica's again (keras_internals.draws_apart_per_replica)."""
     from acceltrain.backends import keras_internals
 
     if not tf.distribute.has_strategy():
         return proceed(call)
     if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
-    with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model):
+    with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model), \
+            keras_internals.draws_apart_per_replica():
         return proceed(call)
 
 
