@@ -20,8 +20,9 @@ off (--no-autopilot, autopilot=False) only the sharding that 'auto' chooses is a
 import weakref
 from dataclasses import dataclass
 
-from acceltrain import data, decisions, log, placement, sharding
+from acceltrain import data, decisions, log, sharding
 from acceltrain.errors import UsageError
+from acceltrain.layout import placement
 from acceltrain.planning import levers
 
 _weighed = weakref.WeakKeyDictionary()  # model -> steps accumulated per weight update, once its first fit is prepared
