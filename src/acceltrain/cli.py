@@ -9,7 +9,7 @@ import contextlib
 import json
 import sys
 
-from acceltrain import __version__, backends, ledger, log, preemption, user_model
+from acceltrain import __version__, backends, errors, ledger, log, preemption, user_model
 from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.hardware import PLATFORMS
@@ -123,7 +123,8 @@ def _leave_at_once(code: int) -> None:
 
 def _run_verb(args) -> int:
     try:
-        return args.run(args)
+        with errors.cli_names():  # the CLI's face: messages name the flags typed, not Python's arguments
+            return args.run(args)
     except AcceltrainError as error:
         if log.is_verbose():
             import traceback
@@ -179,13 +180,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"acceltrain {__version__}")
     verbs = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for add_verb in (_add_devices, _add_train, _add_report, _add_doctor, _add_run, _add_launch, _add_bench, _add_plan):
+        add_verb(verbs)
+    return parser
 
+
+def _add_devices(verbs) -> None:
+    """`acceltrain devices`: what connect() finds here."""
     devices = _verb(verbs, "devices", "show the hardware connect() finds and what it would do with it")
     devices.add_argument("--json", action="store_true", help="print Runtime.describe() as JSON")
     _add_connect_flags(devices)
     _add_memory_flag(devices)
     devices.set_defaults(run=_devices)
 
+
+def _add_train(verbs) -> None:
+    """`acceltrain train`: a recipe or --model, its flags also read from --config."""
     train = _verb(verbs, "train", "train a recipe (default: the seed's MNIST MLP) or your own model")
     train.add_argument("recipe", nargs="?", default="mnist-mlp", help="a built-in job (default: mnist-mlp)")
     train.add_argument("--model", metavar="FILE.py:FUNCTION", help="train the Keras model FUNCTION() returns")
@@ -220,10 +230,16 @@ def _parser() -> argparse.ArgumentParser:
     train.set_defaults(run=_train, **{action.dest: None for action in train._actions
                                       if action.dest not in ("help", "quiet", "verbose", "config")})
 
+
+def _add_report(verbs) -> None:
+    """`acceltrain report DIR`: a finished run's report drawn again."""
     report = _verb(verbs, "report", "redraw report.png, report.md and report.html of a finished run from its metrics.json")
     report.add_argument("dir", metavar="DIR", help="the --out folder of an `acceltrain train` run")
     report.set_defaults(run=_report)
 
+
+def _add_doctor(verbs) -> None:
+    """`acceltrain doctor`: this machine checked, or one artifact (--artifact)."""
     doctor = _verb(verbs, "doctor", "check this machine for training and say how to fix what is wrong")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.add_argument("--out", metavar="DIR", default="runs", help="the output folder to check (default: runs)")
@@ -234,7 +250,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_connect_flags(doctor)
     doctor.set_defaults(run=_doctor)
 
-    # `run` and `launch`: a plain script, unchanged, on one or many processes (commands/run.py, commands/launch.py).
+
+def _add_run(verbs) -> None:
+    """`acceltrain run SCRIPT.py`: a plain script, unchanged, on the hardware here (commands/run.py; launch runs it on
+    several processes, commands/launch.py)."""
     run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
     _add_connect_flags(run)
     _add_memory_flag(run)
@@ -247,6 +266,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_autopilot_flags(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
+
+
+def _add_launch(verbs) -> None:
+    """`acceltrain launch`: N local processes as one JAX job, or an engine's artifact (--emit)."""
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job), or "
                                     "print what a cluster engine takes to run it on every host (--emit)")
     launch.add_argument("--processes", type=int, metavar="N",
@@ -261,6 +284,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
+
+def _add_bench(verbs) -> None:
+    """`acceltrain bench`: a recipe timed against plain Keras and the hardware's limit."""
     bench = _verb(verbs, "bench", "measure how fast a recipe trains here, against plain Keras and the hardware's limit")
     bench.add_argument("recipe", nargs="?", default="mnist-mlp", help="a built-in job (default: mnist-mlp)")
     bench.add_argument("--backend", help="acceltrain's backend: jax (default) or tensorflow")
@@ -274,6 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
 
+
+def _add_plan(verbs) -> None:
+    """`acceltrain plan`: the training step compiled for hardware you might rent."""
     plan = _verb(verbs, "plan", "compile the training step for hardware you might rent: does it fit, how fast can it go")
     plan.add_argument("--target", required=True, help="e.g. tpu-v5e-8, v5litepod-16, tpu-v4-128, h100-8, here")
     plan.add_argument("recipe", nargs="?", help="a built-in job (default: mnist-mlp)")
@@ -298,7 +327,6 @@ def _parser() -> argparse.ArgumentParser:
                            "Keras's default everywhere")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
-    return parser
 
 
 def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
@@ -373,22 +401,17 @@ def _add_autopilot_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint_flags(args):
-    """--checkpoint-dir and its companions as given (run_checkpoints.CheckpointFlags): the command checks them."""
-    from acceltrain.commands import run_checkpoints
+    """--checkpoint-dir and its companions as one acceltrain.Checkpoints, checked (None without --checkpoint-dir)."""
+    from acceltrain.options import Checkpoints
 
-    return run_checkpoints.CheckpointFlags(args.checkpoint_dir, args.resume, args.checkpoint_every,
-                                           args.keep_checkpoints)
+    return Checkpoints.of(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints, args.resume)
 
 
 def _settings(args, cluster=None):
-    """connect()'s keywords from the flags run and launch share (runtime.Settings)."""
-    from acceltrain.cluster import Cluster
+    """connect()'s keywords from the flags run, launch and devices share (runtime.Settings.read)."""
     from acceltrain.runtime import Settings
 
-    cluster = Cluster(tpu=args.tpu, flags=True, **(cluster or {}))  # errors name the flags typed
-    return Settings(backend=args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                    platform=args.platform, cluster=cluster, stall_timeout=args.stall_timeout,
-                    device_memory=args.device_memory, precision=args.precision)
+    return Settings.read(args, **(cluster or {}))
 
 
 def _run(args) -> int:
@@ -429,30 +452,22 @@ def _emit(args) -> int:
     if args.target is None:
         raise UsageError(f"Received --emit {args.emit} without --target. Pass the hardware the job runs on, e.g. "
                          "--target tpu-v5e-16, h100-8 or cpu.")
-    # Every `acceltrain run` flag the user set goes into the artifact's command, as given, once checked as `launch`
-    # checks it (the folders aside: the job's are on the cluster).
-    from acceltrain.commands import run_checkpoints
+    # Every `acceltrain run` flag the user set goes into the artifact's command, once checked as `launch` checks it
+    # (the folders aside: the job's are on the cluster), each value writing itself back (as_args).
     from acceltrain.layout import verify
 
-    processes = emit.layout(args.target, args.nodes, args.processes).processes
-    _settings(args).check(processes=processes)
+    processes = emit.hosts(args.target, args.nodes, args.processes).processes
+    settings = _settings(args)
+    settings.check(processes=processes)
     _check_the_scripts_backend(args.script, args.backend, processes)
-    run_checkpoints.check_cadence(args.checkpoint_every, args.keep_checkpoints)
-    verify.check_steps(args.verify, "--verify", processes)
-    run_flags = []
-    for flag, value, default in (("--backend", args.backend, None), ("--simulate-devices", args.simulate_devices, None),
-                                 ("--distribution", args.distribution, "auto"), ("--platform", args.platform, "auto"),
-                                 ("--tpu", args.tpu, None), ("--precision", args.precision, "auto"),
-                                 ("--stall-timeout", args.stall_timeout, None),
-                                 ("--device-memory", args.device_memory, None),
-                                 ("--checkpoint-every", args.checkpoint_every, None),
-                                 ("--keep-checkpoints", args.keep_checkpoints, None), ("--ledger", args.ledger, None),
-                                 ("--verify", args.verify, None)):
-        if value is not None and value != default:
-            run_flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    checkpoints = emit.shared_checkpoints(args.emit, args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints)
+    verify.check_steps(args.verify, processes)
+    run_flags = settings.as_args()
+    run_flags += ["--ledger", args.ledger] if args.ledger is not None else []
+    run_flags += ["--verify", str(args.verify)] if args.verify is not None else []
     run_flags += [] if args.autopilot else ["--no-autopilot"]
     text = emit.emit(args.emit, args.target, args.script, args.script_args, name=args.name, nodes=args.nodes,
-                     processes=args.processes, image=args.image, checkpoint_dir=args.checkpoint_dir,
+                     processes=args.processes, image=args.image, checkpoints=checkpoints,
                      compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags,
                      grace_period=args.grace_period, queue=args.queue, priority_class=args.priority_class,
                      exclusive_topology=args.exclusive_topology, wheel=args.wheel)
@@ -533,13 +548,9 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
 def _devices(args) -> int:
     _check_device_memory(args)
-    from acceltrain.cluster import Cluster
-    from acceltrain.runtime import connect
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
-        runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, cluster=Cluster(tpu=args.tpu), verbose=False,
-                          device_memory=args.device_memory, precision=args.precision)
+        runtime = _settings(args).connect(verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

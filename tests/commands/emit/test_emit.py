@@ -83,8 +83,8 @@ def test_the_issues_jobset_runs_the_script_on_4_hosts_of_4_chips_restarting_on_4
     ("tpu-v4-16", 2, 4, "2x2x2"), ("tpu-v5p-32", 4, 4, "2x2x4"), ("tpu-v3-8", 1, 4, "2x2"),
 ])
 def test_a_slices_hosts_and_chips(target, hosts, chips, topology):
-    layout = emit_job.layout(target)
-    assert (layout.hosts, layout.chips_per_host, layout.topology) == (hosts, chips, topology)
+    where = emit_job.hosts(target)
+    assert (where.count, where.chips_per_host, where.topology) == (hosts, chips, topology)
 
 
 def test_a_jobset_the_schema_refuses_is_named_where():
@@ -215,7 +215,7 @@ def test_skypilot_parses_every_task_acceltrain_emits(tmp_path, capsys):
 ])
 @pytest.mark.parametrize("engine", ["jobset", "sbatch", "skypilot", "ray"])
 def test_emit_refuses_every_flag_launch_refuses(engine, flags, says, capsys, tmp_path):
-    """One check for both paths (runtime.Settings.check, run_checkpoints.check_cadence, verify.check_steps): a flag
+    """One check for both paths (runtime.Settings.check, acceltrain.Checkpoints, verify.check_steps): a flag
     `launch` refuses before its processes start is refused before the artifact is written, not on the cluster."""
     (tmp_path / "ckpt").mkdir()
     code, out, err = _launch(capsys, f"--processes 2 --checkpoint-dir ckpt {flags} train.py")
