@@ -120,7 +120,10 @@ SHAPES = [
           "unseeded draw)", refused_at={"launch-2x2": "tf_random_in_data_map.py, whose line 9 sets its backend"}),
     # A model with no call(): under a strategy Keras builds a model by calling it, which this one cannot answer.
     Shape("vae_two_models.py", "TensorFlow VAE: an encoder and a decoder, no `call()`, its own `train_step` "
-          "(GradientTape)", refused_at={"launch-2x2": "vae_two_models.py, whose line 7 sets its backend"}),
+          "(GradientTape)", refused_at={"launch-2x2": "vae_two_models.py, whose line 7 sets its backend"},
+          # TensorFlow sums an own train_step's gradients over the replicas: said, with the way to step as on one device.
+          notes_at={mode: (f"VAE's own train_step under {REPLICAS_OF[mode]} replicas: TensorFlow sums its gradients",)
+                    for mode in ("run-4", "run-8")}),
     # One bag a step: at several replicas the fits run on one device, said; at one, no batch-size warning.
     Shape("mil_batch_one.py", "multiple-instance learning, one bag a step (`batch_size=1`)",
           notes_at={mode: (f"batch_size=1 does not divide over {replicas} replicas, and another batch would train "

@@ -756,6 +756,22 @@ def test_added_losses_scaled_once_reports_a_layers_own_loss_as_one_device_does()
     assert lines["given back"] == "True"
 
 
+@pytest.mark.tensorflow
+def test_draws_apart_per_replica_gives_each_replica_its_own_noise_and_leaves_other_draws_alone():
+    """Keras's draws in the replicas of MirroredStrategy over 2 replicas (a SeedGenerator's normal, dropout with a
+    fixed seed, a Dropout layer in training): alike in both replicas as Keras draws them (a plain reproduction, no
+    runtime), apart inside; a draw outside the replicas is Keras's own either way; Keras's draw_seed is given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "draws_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "keras: alike [True, True, True]" and lines[2] == "apart: alike [False, False, False]", lines
+    assert lines[1].removeprefix("keras: ") == lines[3].removeprefix("apart: ") and lines[1].startswith("keras: outside")
+    assert lines[4] == "given back: True"
+
+
 def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
     """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
     both Keras's own again after."""

@@ -277,3 +277,30 @@ def test_the_backend_set_in_keras_config_file_is_used_and_the_banner_says_so(tmp
     described = json.loads(result.stdout)
     assert described["backend"] == "tensorflow"
     assert described["decisions"]["backend"] == f"tensorflow (set in {tmp_path / 'keras.json'})"
+
+
+@pytest.mark.tensorflow
+def test_an_own_train_step_steps_replicas_times_as_far_under_mirrored_strategy_and_the_note_says_so():
+    """TensorFlow's own behaviour, shown without acceltrain: an own train_step whose loss is a mean over its batch
+    takes, with SGD, twice one device's step under MirroredStrategy over 2 replicas (the gradients summed over them).
+    The note a script's fit gets names the class, the factor and the way to step as on one device."""
+    done = support.python(support.SCRIPTS / "own_train_step_under_mirrored.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert float(lines["one device"]) != 0 and lines["ratio"] == "2.0000", done.stdout
+    note = tf_backend.own_step_note("VAE", 4)
+    assert note.startswith("VAE's own train_step under 4 replicas") and "a step 4× one device's" in note
+    assert "num_replicas_in_sync" in note
+
+
+@pytest.mark.parametrize("body, own", [({}, False), ({"train_step": lambda self, data: {}}, True),
+                                       ({"call": lambda self, x: x}, False)])
+def test_own_train_step_is_found_on_the_class_or_a_class_between_it_and_keras_model(body, own):
+    import keras
+
+    direct = type("Direct", (keras.Model,), dict(body))
+    below = type("Below", (direct,), {})
+    assert tf_backend.own_train_step(direct.__new__(direct)) is own
+    assert tf_backend.own_train_step(below.__new__(below)) is own
+    assert tf_backend.own_train_step(keras.Sequential.__new__(keras.Sequential)) is False

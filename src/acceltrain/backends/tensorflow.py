@@ -321,20 +321,48 @@ def follow_placement(call, proceed):
     builds its optimizer and metrics, in the strategy's scope. And that symbolic batch is the first replica's slice
     of the first batch, not its mean over the replicas, which a batch of strings does not have
     (keras_internals.built_from_one_replica); and a loss a layer adds, computed by a keras.losses.Loss, is divided by
-    the replicas once, not twice (keras_internals.added_losses_scaled_once)."""
+    the replicas once, not twice (keras_internals.added_losses_scaled_once); and each replica's random draws (dropout,
+    augmentation, a VAE's sampling) are its own, not the first replica's again (keras_internals.draws_apart_per_replica)."""
     from acceltrain.backends import keras_internals
 
     if not tf.distribute.has_strategy():
         return proceed(call)
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if call.name == "fit" and replicas > 1 and own_train_step(call.model) and type(call.model) not in _told_own_step:
+        _told_own_step.add(type(call.model))
+        log.info(own_step_note(type(call.model).__name__, replicas))
     if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
-    with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model):
+    with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model), \
+            keras_internals.draws_apart_per_replica():
         return proceed(call)
 
 
 def steps_one_at_a_time(distribution) -> bool:
     """Never: no step callbacks (step_callbacks)."""
     return False
+
+
+_told_own_step: set = set()  # the model classes whose own train_step was noted in this process, each once
+
+
+def own_train_step(model) -> bool:
+    """Whether `model`'s class (or a class between it and keras.Model) defines its own train_step."""
+    import keras
+
+    return any("train_step" in vars(cls) for cls in type(model).__mro__
+               if issubclass(cls, keras.Model) and cls is not keras.Model)
+
+
+def own_step_note(model_class: str, replicas: int) -> str:
+    """What an own train_step under a strategy of several replicas gets: TensorFlow sums its gradients over the
+    replicas (Keras's optimizer under tf.distribute), so a loss that is a mean over the replica's slice of the batch
+    steps `replicas` times as far as on one device; Keras's own train_step divides its loss by the replicas first
+    (tests/scripts/own_train_step_under_mirrored.py measures 2.0 at 2 replicas with SGD, no acceltrain)."""
+    return (f"{model_class}'s own train_step under {replicas} replicas: TensorFlow sums its gradients over them, so a "
+            f"loss that is a mean over the replica's batch takes a step {replicas}× one device's (Adam and RMSprop "
+            f"scale it away, SGD does not). To step as on one device, divide the loss the tape sees by "
+            f"tf.distribute.get_strategy().num_replicas_in_sync, or train on one device")
 
 
 def step_callbacks(distribution) -> list:

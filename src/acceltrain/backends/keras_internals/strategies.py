@@ -109,3 +109,43 @@ def added_losses_scaled_once(model):
             yield
         finally:
             object.__delattr__(model, "_aggregate_additional_loss")
+
+
+# --- Random draws in the replicas of a strategy (backends/tensorflow.py) ------------------------------------
+
+DRAWING_MODULES = ("keras.src.backend.tensorflow.random", "keras.src.backend.tensorflow.image")
+
+
+@contextlib.contextmanager
+def draws_apart_per_replica():
+    """Within: a random draw of Keras's in a replica of a tf.distribute strategy over several replicas folds the
+    replica's id into its seed, so each replica's slice of a batch gets noise of its own, as each sample of a plain
+    run does. Keras draws with the same seed in every replica (a SeedGenerator's state is a mirrored variable, alike in
+    every replica), so under MirroredStrategy over 4 replicas the samples i, i+16, i+32 and i+48 of a batch of 64 got
+    the same dropout mask, the same augmentation and a VAE's same sampling noise, whether acceltrain ran it or not
+    (issue 45; tests/backends/test_keras_internals.py shows it plainly). At one replica, or outside a replica (a
+    tf.data map), a draw is Keras's own.
+
+    Relies on: backend/tensorflow/random.py's draws (normal, uniform, categorical, randint, truncated_normal, dropout,
+    shuffle, gamma, binomial, beta) and backend/tensorflow/image.py's each calling their module's own name
+    `draw_seed(seed)` (from random/seed_generator.py) and handing its [2] seed to tf.random.stateless_*.
+    """
+    import importlib
+
+    import tensorflow as tf
+
+    def apart(keras_draw_seed):
+        def draw_seed(seed):
+            value = keras_draw_seed(seed)
+            replica = tf.distribute.get_replica_context()
+            if replica is None or replica.num_replicas_in_sync == 1:
+                return value
+            return tf.random.experimental.stateless_fold_in(value, tf.cast(replica.replica_id_in_sync_group,
+                                                                           value.dtype))
+        return draw_seed
+
+    modules = [importlib.import_module(name) for name in DRAWING_MODULES]
+    with contextlib.ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(patched(module, ["draw_seed"], lambda _, keras_draw_seed: apart(keras_draw_seed)))
+        yield
