@@ -270,6 +270,13 @@ class Runtime:
         return self.hardware.process_index
 
     @property
+    def split(self) -> inputs.Split:
+        """What the input path reads of this runtime (inputs.Split): its replicas under the distribution in force, the
+        job's processes, the platform, and the backend's two facts about batches."""
+        return inputs.Split(self.num_replicas, self.num_processes, self.process_index, self.platform,
+                            self.backend_module.SPLITS_UNEVEN_BATCHES, self.backend_module.join_shares)
+
+    @property
     def distribution_name(self) -> str:
         return self._framework.distribution_name(self.distribution)
 
@@ -419,14 +426,14 @@ class Runtime:
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
         tf.data.Dataset brings its own batch, checked the same way; so do a keras.utils.PyDataset (its first batch)
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
-        (streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
+        (inputs/streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
 
         With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
         the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
         training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
         choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch)
         (arrays, a PyDataset's batches), or is restored from where the iterator stood (a tf.data dataset, a Grain
-        DataLoader: dataset_position.py). SIGTERM and
+        DataLoader: inputs/tf_data.py, inputs/grain_loaders.py). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog
@@ -481,7 +488,7 @@ class Runtime:
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
         _check_compiled(model)
-        prepared = inputs.prepare_evaluate(self, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
+        prepared = inputs.prepare_evaluate(self.split, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
                                            sample_weight=evaluate_kwargs.pop("sample_weight", None))
         _tell(prepared.notes)
         x, y, sample_weight = prepared.local()
@@ -535,7 +542,7 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
-        prepared = inputs.prepare_predict(self, x, batch_size=batch_size)
+        prepared = inputs.prepare_predict(self.split, x, batch_size=batch_size)
         _tell(prepared.notes)
         callbacks = predict_kwargs.pop("callbacks", None) or ()
         callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]

@@ -7,7 +7,9 @@ from collections import Counter
 
 import numpy as np
 
-from acceltrain import checks, data, decisions, inputs, log, placement, streams
+from acceltrain import checks, decisions, inputs, log, placement
+from acceltrain.inputs import arrays, kinds, streams
+from acceltrain.inputs.kinds import ARRAYS, kind_of
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.runtime import predict_prepared
 
@@ -129,7 +131,7 @@ class FitGuard:
     """Layer "script_inputs" (interception.LAYERS): each fit, evaluate and predict of the script, checked and
     its inputs prepared.
 
-    Checks the call (each warning printed once), then prepares numpy inputs (inputs.py): the last few
+    Checks the call (each warning printed once), then prepares numpy inputs (inputs/): the last few
     samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
     divides over the replicas, and in a multi-process job each process given its own share, so
     `batch_size` stays the global batch. Tensors are read as numpy; datasets, PyDatasets, generators and Grain
@@ -181,7 +183,7 @@ class FitGuard:
     def _on_one_device(self, call, arguments, why: str, proceed):
         """The call as the script made it, undistributed on one device (in a job of several processes, each
         process the same call with the same, whole inputs): no batch of it divides over the replicas."""
-        if call.name == "fit" and data.is_arrays(arguments.get("x")):
+        if call.name == "fit" and kind_of(arguments.get("x")) == ARRAYS:
             self._check(arguments, inputs.classes_of(call.model), num_replicas=1)
         head, _, advice = why.partition(". ")
         self._tell([(f"one device: {head}", f"{head}: such calls run undistributed, on one device, as the script "
@@ -195,14 +197,14 @@ class FitGuard:
         """(call, its arguments by name), tensors (tf.Tensor, jax.Array) read into numpy arrays, so they take the
         arrays' rules (and predict's outputs are joined from every process as numpy's are)."""
         arguments = call.arguments()
-        names = [name for name in ("x", "y", "sample_weight", "validation_data") if data.has_tensors(arguments.get(name))]
+        names = [name for name in ("x", "y", "sample_weight", "validation_data") if kinds.has_tensors(arguments.get(name))]
         if not names:
             return call, arguments
-        arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in names})
+        arguments.update({name: kinds.tensors_as_numpy(arguments[name]) for name in names})
         return call.replace(args=(), kwargs=arguments), dict(arguments)
 
     def _stream(self, call, arguments, proceed):
-        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs.py's streams): evaluate and
+        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs/streams.py): evaluate and
         predict read it into arrays; fit takes every batch made to divide over the replicas and this process's rows
         of it, or runs on one device where its batch does not divide."""
         runtime = self.runtime
@@ -211,7 +213,7 @@ class FitGuard:
         if call.name != "fit":
             notes = []
             x, y, weights = streams.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes,
-                                                     runtime=runtime)
+                                                     split=runtime.split)
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
@@ -221,7 +223,7 @@ class FitGuard:
         op_by_op = self._op_by_op_in_processes(call.model)
         if op_by_op or split == "one device":
             return self._on_one_device(call, arguments, op_by_op or why, proceed)
-        fit = inputs.prepare_fit(runtime, arguments["x"], arguments.get("y"),
+        fit = inputs.prepare_fit(runtime.split, arguments["x"], arguments.get("y"),
                                  validation_data=arguments.get("validation_data"),
                                  validation_batch_size=arguments.get("validation_batch_size"),
                                  validation_steps=arguments.get("validation_steps"), checked=False,
@@ -245,7 +247,7 @@ class FitGuard:
     @staticmethod
     def _training_samples(arguments) -> int:
         split = arguments.get("validation_split") or 0.0
-        return int(data.num_samples(arguments.get("x")) * (1 - split))
+        return int(arrays.num_samples(arguments.get("x")) * (1 - split))
 
     def _watched(self, call):
         """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
@@ -258,7 +260,7 @@ class FitGuard:
     def _predict(self, call, arguments, proceed):
         """predict: Keras's outputs of exactly the script's samples, joined from every process."""
         self._check_batch(arguments.get("batch_size"))
-        prepared = inputs.prepare_predict(self.runtime, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
+        prepared = inputs.prepare_predict(self.runtime.split, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
         return predict_prepared(self.runtime, call.model,
                                 lambda x, **kwargs: proceed(call.replace(args=(x,), kwargs=kwargs)), prepared, **arguments)
 
@@ -270,7 +272,7 @@ class FitGuard:
         num_samples = self._training_samples(arguments)
         dtypes = {}  # the arrays: the float64 check times their conversion, until it has spoken once
         if "float64_inputs" not in self.warned:
-            leaves = data.leaves(x)
+            leaves = arrays.leaves(x)
             dtypes = {"x" if len(leaves) == 1 else f"x[{i}]": leaf for i, leaf in enumerate(leaves)}
             if isinstance(y, np.ndarray):
                 dtypes["y"] = y
@@ -315,11 +317,11 @@ class FitGuard:
         own = getattr(runtime, "words", "")  # under the script's own distribution (Runtime.as_called)
         log.info(f"fit: {inputs.global_batch(batch_size, runtime.num_replicas, assembly.accumulated(model), own)}{where}")
 
-    # --- Preparation (inputs.py): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
+    # --- Preparation (inputs/): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
 
     def _prepare_fit(self, arguments, classes) -> None:
         fit = inputs.prepare_fit(
-            self.runtime, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"),
+            self.runtime.split, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"),
             classes=classes, sample_weight=arguments.get("sample_weight"),
             validation_data=arguments.get("validation_data"),
             validation_split=arguments.pop("validation_split", 0.0) or 0.0,
@@ -331,7 +333,7 @@ class FitGuard:
             arguments["validation_batch_size"] = fit.validation_batch_size
 
     def _prepare_evaluate(self, arguments) -> None:
-        prepared = inputs.prepare_evaluate(self.runtime, arguments.get("x"), arguments.get("y"),
+        prepared = inputs.prepare_evaluate(self.runtime.split, arguments.get("x"), arguments.get("y"),
                                            batch_size=arguments.get("batch_size"),
                                            sample_weight=arguments.get("sample_weight"), checked=False,
                                            name="evaluate's x")

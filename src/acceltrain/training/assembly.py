@@ -7,7 +7,7 @@
 `FirstFits` (slot "autopilot") is the layout, the one accumulation cut of the batch and --verify: before a model's
 first fit it is weighed and laid out (Runtime.first_fit), each fit's batch is cut for the steps it accumulates,
 and each call runs under the distribution the model was laid out for. `Trained` (slot "trained") is the runtime's
-own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs.py), the
+own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs/), the
 checkpoints, steps per call, the callbacks, the divergence check; each Keras fit it makes (one, or one an epoch
 with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`; the checkpoints' part,
 `Checkpointing`. Imports keras through training/: only after connect().
@@ -121,7 +121,7 @@ class FirstFits:
 
 class Trained:
     """Layer "trained": the fit trained by the runtime's own loop (Runtime.fit's; a script's fit under `run
-    --checkpoint-dir`): the inputs checked and prepared (inputs.py), the checkpoints opened, steps per call chosen,
+    --checkpoint-dir`): the inputs checked and prepared (inputs/), the checkpoints opened, steps per call chosen,
     the callbacks put first, then one Keras fit (or, with checkpoints, one an epoch: training/resumable.py), each
     passing the layers below this one. Raises TrainingDiverged when the loss is NaN or stuck at chance.
     Evaluate and predict pass on."""
@@ -159,10 +159,10 @@ class Trained:
         callbacks, verbose = list(arguments.pop("callbacks", None) or ()), arguments.pop("verbose", "auto")
         validation_data = arguments.pop("validation_data", None)
         placement.report(runtime, model)  # once per model: what was sharded
-        # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs.py).
+        # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs/).
         # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
         classes = inputs.classes_of(model)
-        prepared = inputs.prepare_fit(runtime, x, y, batch_size=batch_size, classes=classes,
+        prepared = inputs.prepare_fit(runtime.split, x, y, batch_size=batch_size, classes=classes,
                                       sample_weight=arguments.pop("sample_weight", None),
                                       validation_data=validation_data,
                                       validation_split=arguments.pop("validation_split", 0.0) or 0.0,
@@ -172,7 +172,7 @@ class Trained:
         for _, message in prepared.notes:
             log.info(message)
         if prepared.shuffles_itself:
-            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (streams.py)
+            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (inputs/py_dataset.py)
         if prepared.is_dataset:
             arguments.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.

@@ -1,0 +1,123 @@
+"""keras.utils.PyDataset: its first batch read once (probe), its share read by groups of batches in a job of several
+processes, and one epoch served from a step on (resume by index). Keras is imported inside the function that makes
+a PyDataset; numpy only at module level.
+"""
+
+import random
+import threading
+import weakref
+
+from acceltrain.errors import UsageError
+from acceltrain.inputs.arrays import batch_part, batch_rows
+from acceltrain.inputs.kinds import tensors_as_numpy
+
+
+_PROBED = weakref.WeakKeyDictionary()  # a PyDataset's batch read by stream_batch_size: (index, batch), read once
+
+
+def read(x, index: int):
+    """Batch `index` of a PyDataset: the one stream_batch_size read, the first time it is asked for."""
+    probed = _PROBED.pop(x, None)
+    return probed[1] if probed and probed[0] == index else x[index]
+
+
+def share(x, index: int, processes: int, replicas: int, shuffle: bool):
+    """A keras.utils.PyDataset read by share (see "Streams" above): as many steps as x has batches; step s of group
+    g = s // processes reads x's batch g·processes + index once (kept until each of its parts is fed) and feeds part
+    q = s % processes of it (batch_part: cut to the replicas, rows q, q + processes, ...).
+
+    `shuffle` (fit's, which the caller then turns off for Keras): the groups come in a new order each epoch, drawn
+    from Python's `random` as Keras's own shuffle of a PyDataset's batches is (the same in every process: a launched
+    job's processes share its seed), each group's steps together, so that its batches are read once and kept
+    briefly. Keras's shuffle would scatter a group's steps over the epoch: each batch read again at each step."""
+    length = len(x)
+    last_group = (length - 1) // processes * processes
+    kept, lock, steps = {}, threading.Lock(), []
+    batch_at = lambda i: read(x, i)  # noqa: E731
+
+    def new_epoch():
+        kept.clear()
+        order = list(range(num_groups(length, processes)))
+        if shuffle:
+            random.shuffle(order)
+        steps[:] = group_steps(length, processes, order)
+
+    def part(position):
+        step = steps[position]
+        group = step // processes * processes
+        if group == last_group:  # the pass's last group: every process reads each batch, keeps its rows
+            return batch_part(tensors_as_numpy(batch_at(step)), replicas, index, processes)
+        mine = group + index
+        with lock:  # Keras's workers ask for steps in threads; its first fit asks for step 0 twice (a peek)
+            if mine not in kept:
+                kept[mine] = (tensors_as_numpy(batch_at(mine)), set())
+            batch, served = kept[mine]
+            served.add(step)
+            if len(served) == processes:
+                del kept[mine]
+        return batch_part(batch, replicas, step - group, processes)
+
+    new_epoch()
+    return serving(x, part, on_epoch_end=new_epoch)
+
+
+def num_groups(length: int, processes: int) -> int:
+    """The groups of `processes` batches of a PyDataset of `length` read by share (the last may be shorter)."""
+    return -(-length // processes)
+
+
+def group_steps(length: int, processes: int, order=None) -> list:
+    """A pass's steps, group by group (each group's steps together, in order), the groups in `order` (a permutation
+    of range(num_groups); None: in order). With one process, each batch its own group."""
+    starts = list(range(0, length, processes))
+    starts = starts if order is None else [starts[int(i)] for i in order]
+    return [start + q for start in starts for q in range(min(processes, length - start))]
+
+
+def steps_from(x, steps):
+    """`x` (a PyDataset) serving its batches `steps`, in that order: one epoch of a resumable fit, from the step it
+    reached on (training/resumable.py); its epoch's end is x's."""
+    steps = list(steps)
+    return serving(x, lambda i: x[steps[i]], length=len(steps))
+
+
+def serving(x, serve, on_epoch_end=None, length=None):
+    """A keras.utils.PyDataset of `length` batches (default: x's) serving `serve(index)` (a batch, None where nothing is
+    left of it), with x's workers and its epoch ends."""
+    import keras
+
+    class Part(keras.utils.PyDataset):
+        def __init__(self):
+            super().__init__(workers=x.workers, use_multiprocessing=x.use_multiprocessing,
+                             max_queue_size=x.max_queue_size)
+
+        def __len__(self):
+            return len(x) if length is None else length
+
+        @property
+        def num_batches(self):
+            return len(self)
+
+        def __getitem__(self, index):
+            cut = serve(index)
+            if cut is None:
+                raise UsageError(f"Batch {index} of the PyDataset has fewer rows than the replicas: serve batches "
+                                 "of at least as many rows as replicas.")
+            return cut
+
+        def on_epoch_end(self):
+            if on_epoch_end:
+                on_epoch_end()
+            x.on_epoch_end()
+
+    return Part()
+
+
+def first_batch_rows(x, index: int, processes: int) -> int | None:
+    """The rows of the batch this process reads first (None: no batches), kept for that read (`read`)."""
+    if (x.num_batches or 0) <= 0:
+        return None
+    index = index if x.num_batches > processes else 0  # its first group is not its last
+    if _PROBED.get(x, (None,))[0] != index:
+        _PROBED[x] = (index, x[index])
+    return batch_rows(tensors_as_numpy(_PROBED[x][1]))
