@@ -54,7 +54,7 @@ def part(x, cut_batch):
                                  "replicas: batch it with drop_remainder=True, or by more rows.")
             return cut
 
-    if not hasattr(x, "_data_source"):
+    if not is_loader(x):
         return x.map(Part())
     options = x._multiprocessing_options
     return grain.DataLoader(data_source=x._data_source, sampler=x._sampler, operations=[*x._operations, Part()],
@@ -131,7 +131,7 @@ def batch_op(x):
     import grain.python as grain
 
     batches = [op for op in getattr(x, "_operations", ()) if isinstance(op, grain.Batch)]
-    return batches[0] if len(batches) == 1 and hasattr(x, "_data_source") else None
+    return batches[0] if len(batches) == 1 and is_loader(x) else None
 
 
 class GrainFeed(DatasetFeed):

@@ -261,7 +261,7 @@ def first_batches(x, y, batch_size: int | None, count: int):
         return [(arrays.as_float32(arrays.take(x, cut)), arrays.take(y, cut)) for cut in cuts], batch
     if kind == TF_DATA:
         elements, what = x.take(count).as_numpy_iterator(), "tf.data.Dataset"
-    elif kind == GRAIN and type(x).__name__ != "DataLoader" and hasattr(x, "__iter__"):
+    elif kind == GRAIN and not grain_loaders.is_loader(x) and hasattr(x, "__iter__"):
         # A grain MapDataset/IterDataset (keras_hub's fit makes one of arrays where grain is installed): each iter()
         # starts again from the first batch, so reading ahead uses up none of fit's. A DataLoader is read once only.
         elements, what = itertools.islice(iter(x), count), "grain dataset"
