@@ -26,7 +26,7 @@ ACCELTRAIN = support.REPO / "src" / "acceltrain"
 LAYERS = (
     ("the CLI and the public names", ("acceltrain", "acceltrain.__main__", "acceltrain.cli")),
     ("commands", ("acceltrain.commands",)),
-    ("the library", ("acceltrain.runtime", "acceltrain.placement", "acceltrain.layout", "acceltrain.training",
+    ("the library", ("acceltrain.runtime", "acceltrain.assembly", "acceltrain.layout", "acceltrain.training",
                      "acceltrain.planning")),
     ("backends", ("acceltrain.backends",)),
     ("the neutral core", ()),

@@ -15,7 +15,7 @@ from tests.support import REPO
 
 # Figures that read like measurements but are the bounds a test asserts: where the test is.
 BOUNDS = {
-    "1/8 + 0.2 %": "tests/test_placement.py (the first device's share of an fsdp model's weights)",
+    "1/8 + 0.2 %": "tests/layout/test_placement.py (the first device's share of an fsdp model's weights)",
     "between 1 and 1.3 x": "tests/commands/test_plan.py (the plan's bytes over the training state)",
 }
 MEASURED_LOOKING = re.compile(r"\d+\.\d+\s?(?:%|×|x\b)")

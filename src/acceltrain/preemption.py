@@ -27,6 +27,9 @@ EXIT_RESTART = 42
 # Signals that mean "you are about to be stopped": GKE's and a TPU VM's SIGTERM, Slurm's `--signal USR1@T`.
 NOTICES = (signal.SIGTERM, signal.SIGUSR1)
 RESTART_MEANING = "preempted, checkpoint saved, restart me"
+# The stall watchdog's floor: a hang is named after at least this many idle seconds (watchdog.stall_bound). Kept
+# here, below backends/, because jax.distributed's heartbeat bound is set above it (backends/jax/processes.py).
+STALL_FLOOR_SECONDS = 60.0
 
 
 def is_notice(signum: int) -> bool:

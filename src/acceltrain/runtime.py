@@ -15,10 +15,11 @@ import weakref
 import platform as _platform
 from pathlib import Path
 
-from acceltrain import backends, decisions, hardware, inputs, ledger, log, placement, watchdog
+from acceltrain import backends, decisions, hardware, inputs, ledger, log, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
+from acceltrain.layout import placement
 from acceltrain.version import __version__
 
 
@@ -211,7 +212,7 @@ class Runtime:
                  precision: str, watchdog: watchdog.Watchdog, decisions: dict[str, str],
                  precision_asked: bool = False):
         from acceltrain.backends import interception, keras_internals
-        from acceltrain.training import assembly
+        from acceltrain import assembly
 
         self._framework = framework
         self.hardware = found
@@ -450,7 +451,7 @@ class Runtime:
         (layout/verify.py raises VerificationFailed).
         """
         from acceltrain.backends import interception, keras_internals
-        from acceltrain.training import assembly
+        from acceltrain import assembly
         from acceltrain.layout import verify as verification
 
         _check_compiled(model)
@@ -572,7 +573,7 @@ _open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime 
 
 def _plain_first_fits(call, proceed):
     """Layer "autopilot" of the interception for a library's plain `model.fit` on a model built in an open runtime's
-    scope(): that runtime's FirstFits (training/assembly.py), as Runtime.fit's. `acceltrain run` fills the slot with
+    scope(): that runtime's FirstFits (assembly.py), as Runtime.fit's. `acceltrain run` fills the slot with
     its own."""
     runtime = _runtime_of(call.model) if call.name == "fit" else None
     if runtime is None:

@@ -46,10 +46,10 @@ CAUSES = ("a process that never reached this collective (it failed, or took anot
           "or unreachable host")
 
 # After the first steps, a step that takes this many times the slowest step seen so far is not a slow step
-# but a hang; never less than FLOOR_SECONDS, so a fast CPU run stuck at 0 % CPU is named in about a minute
+# but a hang; never less than FLOOR_SECONDS (preemption.STALL_FLOOR_SECONDS), so a fast CPU run stuck at 0 % CPU is named in about a minute
 # rather than after DEFAULT_STALL_TIMEOUT (issue 22), and a step that is slow now and then (a GC pause, a
 # loaded machine: steps varied up to ~5× side by side here) stays far inside it.
-FLOOR_SECONDS = 60.0
+FLOOR_SECONDS = preemption.STALL_FLOOR_SECONDS
 STEP_MULTIPLE = 20
 # A process that is working uses its CPU; one waiting in a collective does not: stuck in fit's first
 # collective, a process used 0.3 % of a core (0.07 s of CPU in 20 s, load average ~1); compiling, writing a

@@ -320,7 +320,7 @@ def test_here_agrees_with_the_sharding_measure_and_the_real_arrays(model, distri
     weights: the gradients and one more weight-sized buffer, a quarter of Adam's state) and 1.03 x for fsdp.
     """
     import acceltrain
-    from acceltrain import placement
+    from acceltrain.layout import placement
     from acceltrain import user_model
     from acceltrain.planning import plan, step
 

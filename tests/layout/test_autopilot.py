@@ -17,7 +17,7 @@ MIB = 1024**2
 
 
 def _wide_mlp(gradient_accumulation_steps=None):
-    """2.1M parameters with Adam: 32.1 MiB of training state replicated (tests/test_placement.py's)."""
+    """2.1M parameters with Adam: 32.1 MiB of training state replicated (tests/layout/test_placement.py's)."""
     import keras
 
     model = keras.Sequential([keras.Input((512,)), keras.layers.Dense(1024, activation="relu", name="dense_0"),

@@ -1,6 +1,6 @@
 """Prints, for each of its two fits, the walk of the fit through acceltrain's layers (interception.walking), as
 one JSON line "walk: [[slot, layer], ...]", and what its callback saw; under `acceltrain run --checkpoint-dir` each
-fit keeps its checkpoints in DIR/fit-N. Mirrors tests/training/test_assembly.py's Runtime.fit of the same job."""
+fit keeps its checkpoints in DIR/fit-N. Mirrors tests/test_assembly.py's Runtime.fit of the same job."""
 
 import json
 

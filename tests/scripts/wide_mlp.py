@@ -1,4 +1,4 @@
-"""A 2.1M-parameter MLP with Adam (tests/test_placement.py's WIDE): its training state is 32.1 MiB replicated,
+"""A 2.1M-parameter MLP with Adam (tests/layout/test_placement.py's WIDE): its training state is 32.1 MiB replicated,
 4.0 MiB a device under fsdp over 8. For `acceltrain plan --model` and `acceltrain train --model`."""
 
 

@@ -31,13 +31,13 @@ def patched(owner, names, wrap):
 
 
 # The layers a call passes, outermost first: the order is this list's. Every fit passes them, a script's through the
-# interception, Runtime.fit's through assemble() (training/assembly.py's docstring draws each kind's walk).
+# interception, Runtime.fit's through assemble() (assembly.py's docstring draws each kind's walk).
 LAYERS = (
     "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
     "script_calls",   # acceltrain run: the script's calls counted; one that fails judged (commands/script_layers.py)
-    "autopilot",      # the first fit weighed, laid out, verified; each fit's batch cut (training/assembly.FirstFits)
+    "autopilot",      # the first fit weighed, laid out, verified; each fit's batch cut (assembly.FirstFits)
     "script_inputs",  # acceltrain run: fit-time checks, inputs prepared, the stall watch (commands/script_layers.py)
-    "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (training/assembly.Trained)
+    "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
 SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)

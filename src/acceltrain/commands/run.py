@@ -60,7 +60,8 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         # script that seeds itself overrides this.
         runtime.seed(0)
     from acceltrain.backends import interception
-    from acceltrain.training import assembly, ledger_watch
+    from acceltrain import assembly
+    from acceltrain.training import ledger_watch
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))

@@ -3,7 +3,7 @@
     flags = check_flags("ckpt", resume=False, checkpoint_every="200 steps", keep_checkpoints=None)
 
 Each `model.fit` the script makes is trained by the runtime's own loop (slot "trained" of the one assembly,
-training/assembly.py::Trained, as Runtime.fit(checkpoint_dir=...) is; training/resumable.py) with the script's own
+assembly.py::Trained, as Runtime.fit(checkpoint_dir=...) is; training/resumable.py) with the script's own
 arguments: SIGTERM or SIGINT finishes the step, writes a checkpoint and stops the
 script with the resume hint; the same command plus --resume continues exactly where it stopped.
 
@@ -81,10 +81,10 @@ def check_cadence(checkpoint_every: str | None = None, keep_checkpoints: int | N
 
 
 def checkpointing(flags: CheckpointFlags, resume_command: str):
-    """The flags as the runtime's own loop takes them (training/assembly.py's slot "trained"): each of the script's
+    """The flags as the runtime's own loop takes them (assembly.py's slot "trained"): each of the script's
     fits keeps its checkpoints in DIR/fit-N, and a signal's stop says how to resume (`resume_command`: the user's
     command plus --resume)."""
-    from acceltrain.training import assembly
+    from acceltrain import assembly
 
     again = "the same command, as it is" if flags.resume else "the same command plus --resume"
     return assembly.Checkpointing(flags.folder, resume=flags.resume, every=flags.every, keep=flags.keep, per_fit=True,

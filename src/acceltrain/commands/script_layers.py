@@ -1,16 +1,17 @@
 """`acceltrain run`'s own layers of the interception (interception.SCRIPT_LAYERS), each a `layer(call, proceed)`
 over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
 FitGuard ("script_inputs": checked, inputs prepared). run.py puts them in place around the script, beside the layers
-every fit has (training/assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
+every fit has (assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
 
 from collections import Counter
 
 import numpy as np
 
-from acceltrain import checks, decisions, inputs, log, placement
+from acceltrain import checks, decisions, inputs, log
 from acceltrain.inputs import arrays, kinds, streams
 from acceltrain.inputs.kinds import ARRAYS, kind_of
 from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.layout import placement
 from acceltrain.runtime import predict_prepared
 
 
@@ -307,7 +308,7 @@ class FitGuard:
         if self.placement_told:
             return
         self.placement_told = True
-        from acceltrain.training import assembly
+        from acceltrain import assembly
 
         where = ""
         if model.variables:

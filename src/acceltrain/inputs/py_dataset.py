@@ -12,17 +12,17 @@ from acceltrain.inputs.arrays import batch_part, batch_rows
 from acceltrain.inputs.kinds import tensors_as_numpy
 
 
-_PROBED = weakref.WeakKeyDictionary()  # a PyDataset's batch read by stream_batch_size: (index, batch), read once
+_PROBED = weakref.WeakKeyDictionary()  # a batch read by first_batch_rows: (index, batch), read once
 
 
 def read(x, index: int):
-    """Batch `index` of a PyDataset: the one stream_batch_size read, the first time it is asked for."""
+    """Batch `index` of a PyDataset: the one first_batch_rows read, the first time it is asked for."""
     probed = _PROBED.pop(x, None)
     return probed[1] if probed and probed[0] == index else x[index]
 
 
 def share(x, index: int, processes: int, replicas: int, shuffle: bool):
-    """A keras.utils.PyDataset read by share (see "Streams" above): as many steps as x has batches; step s of group
+    """A keras.utils.PyDataset read by share (see streams.py's rules): as many steps as x has batches; step s of group
     g = s // processes reads x's batch g·processes + index once (kept until each of its parts is fed) and feeds part
     q = s % processes of it (batch_part: cut to the replicas, rows q, q + processes, ...).
 

@@ -20,10 +20,11 @@ off (--no-autopilot, autopilot=False) only the sharding that 'auto' chooses is a
 import weakref
 from dataclasses import dataclass
 
-from acceltrain import decisions, log, placement, sharding
+from acceltrain import decisions, log, sharding
 from acceltrain.inputs import arrays, streams, tf_data
 from acceltrain.inputs.kinds import TF_DATA, kind_of
 from acceltrain.errors import UsageError
+from acceltrain.layout import placement
 from acceltrain.planning import levers
 
 _weighed = weakref.WeakKeyDictionary()  # model -> steps accumulated per weight update, once its first fit is prepared

@@ -50,7 +50,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume.
     `keras_fit(**kwargs)`: each epoch's fit (default: Keras's own, passing no layer)."""
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
-    # Each epoch's Keras fit: through the layers below the assembly's "trained" (training/assembly.py), else Keras's own
+    # Each epoch's Keras fit: through the layers below the assembly's "trained" (assembly.py), else Keras's own
     keras_fit = keras_fit or keras_internals.keras_method(model, "fit")
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")

@@ -183,7 +183,7 @@ def test_batch_hooked_names_callbacks_with_batch_methods_but_not_keras_progress_
                                   keras.callbacks.History()]) == [batch]
     assert resident.batch_hooked([keras.callbacks.TensorBoard()])  # Keras's own with batch methods count
     # A hook set on the instance, as keras.callbacks.LambdaCallback sets its own (it once ran a whole epoch in one
-    # execution, called once: tests/test_placement.py's Gemma losses, recorded each batch, never moved).
+    # execution, called once: tests/layout/test_placement.py's Gemma losses, recorded each batch, never moved).
     lambda_batch = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: None)
     assert resident.batch_hooked([lambda_batch, keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: None)]) \
         == [lambda_batch]

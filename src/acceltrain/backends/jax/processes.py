@@ -6,7 +6,6 @@ import re
 import jax
 
 from acceltrain import preemption
-from acceltrain.watchdog import FLOOR_SECONDS
 
 # Seconds without a heartbeat after which jax.distributed declares a process dead and ends the others, aborting
 # them (JAX's default is 100). A process that exits is noticed at once (its connection closes: 10 s measured); this
@@ -14,7 +13,7 @@ from acceltrain.watchdog import FLOOR_SECONDS
 # inside a fit the watchdog speaks first: it names the process that stopped and ends the job with the restartable
 # exit 42 (watchdog.py), where JAX's abort would end it with SIGABRT, which no engine restarts on. At 30 s (before
 # issue 35) JAX aborted process 0 of a job whose process 1 was SIGSTOPped before a 60 s watchdog bound came.
-HEARTBEAT_TIMEOUT_SECONDS = int(2 * FLOOR_SECONDS + 10)
+HEARTBEAT_TIMEOUT_SECONDS = int(2 * preemption.STALL_FLOOR_SECONDS + 10)
 
 
 def start_processes(processes) -> None:

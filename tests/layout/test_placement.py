@@ -124,7 +124,7 @@ def _top_level_build():
      "FILE.py:FUNCTION returning the compiled model"),
 ])
 def test_the_plan_line_for_this_job_on_this_hardware(hardware, memory, source, job, build, expected):
-    from acceltrain import placement
+    from acceltrain.layout import placement
 
     request = placement.Request(device_memory=memory, memory_source=source)
     assert placement.plan_command(request, _hardware(*hardware), placement.job_of(build, job)) == expected

@@ -1,4 +1,4 @@
-"""The one assembly of a fit (training/assembly.py over interception.LAYERS): every fit walks the same layers in
+"""The one assembly of a fit (assembly.py over interception.LAYERS): every fit walks the same layers in
 the same order, the accumulation cut and the batch arithmetic are made once."""
 
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from acceltrain.backends import interception
-from acceltrain.training import assembly
+from acceltrain import assembly
 from tests import support
 
 WALKER = support.SCRIPTS / "walks_its_fits.py"
@@ -37,7 +37,7 @@ def _without_the_scripts_own(walk) -> list:
     return [step for step in walk if step[0] not in interception.SCRIPT_LAYERS]
 
 
-FIRST_FITS, TRAINED = "acceltrain.training.assembly.FirstFits", "acceltrain.training.assembly.Trained"
+FIRST_FITS, TRAINED = "acceltrain.assembly.FirstFits", "acceltrain.assembly.Trained"
 LEDGER, PLACEMENT = "acceltrain.training.ledger_watch.layer.<locals>.ledger", "acceltrain.backends.jax.op_by_op.follow_placement"
 
 

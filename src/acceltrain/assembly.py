@@ -10,14 +10,12 @@ and each call runs under the distribution the model was laid out for. `Trained` 
 own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs/), the
 checkpoints, steps per call, the callbacks, the divergence check; each Keras fit it makes (one, or one an epoch
 with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`; the checkpoints' part,
-`Checkpointing`. Imports keras through training/: only after connect().
+`Checkpointing`. Beside runtime.py, over training/ and layout/: imported by Runtime and `run` after connect().
 """
 
 import dataclasses
 import weakref
 from pathlib import Path
-
-import keras
 
 from acceltrain import checks, decisions, inputs, log
 from acceltrain.backends import keras_internals
@@ -145,7 +143,7 @@ class Trained:
             raise Interrupted(stopped.signum, stopped.checkpoint, hint) from None
 
     def _fit(self, call, proceed):
-        from acceltrain import placement
+        from acceltrain.layout import placement
         from acceltrain.training.callbacks import DivergenceCheck
 
         runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
@@ -234,6 +232,7 @@ class Trained:
 def _batch_bytes(prepared) -> int | None:
     """A global batch's bytes (x, y and sample weights), where the inputs are arrays; None for a stream (its batches'
     bytes are not known before Keras reads them: the platform's steps_per_execution stays uncapped)."""
+    import keras
     import numpy as np
 
     arrays = [part for part in keras.tree.flatten((prepared.x, prepared.y, prepared.sample_weight))
