@@ -7,22 +7,20 @@ only: the backend names its own array types.
 from acceltrain.inputs.arrays import leaves
 
 
-def resident(arguments: dict, array_types: tuple) -> bool:
-    """A fit's inputs can be kept on the devices: x, y and sample_weight, and validation_data where given, are arrays of
-    numbers (each leaf one of `array_types`, or None; at least one), and no validation_split is left to Keras (it would
-    cut the arrays itself)."""
-    validation = arguments.get("validation_data")
-    if arguments.get("validation_split") and validation is None:
+def resident(parts: tuple, split_by_keras: bool, array_types: tuple) -> bool:
+    """A fit's inputs `parts` (x, y, sample_weight, validation_data) can be kept on the devices: x, y and sample_weight,
+    and validation_data where given, are arrays of numbers (each leaf one of `array_types`, or None; at least one), and
+    `split_by_keras` is False (a validation_split left to Keras: it would cut the arrays itself)."""
+    *training, validation = parts
+    if split_by_keras:
         return False
-    training = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"))
     if validation is not None and not isinstance(validation, (tuple, list)):
         return False  # a dataset or a generator: not read here (tuple() of one would use it up before the fit)
-    return _numbers(training, array_types) and (validation is None or _numbers(tuple(validation), array_types))
+    return _numbers(tuple(training), array_types) and (validation is None or _numbers(tuple(validation), array_types))
 
 
-def nbytes(arguments: dict) -> int:
+def nbytes(parts: tuple) -> int:
     """The bytes of a fit's arrays (validation data included): what one copy on the devices holds."""
-    parts = (arguments.get(name) for name in ("x", "y", "sample_weight", "validation_data"))
     return sum(int(leaf.nbytes) for part in parts for leaf in _leaves(part) if hasattr(leaf, "nbytes"))
 
 

@@ -2,7 +2,7 @@
 (issue 43).
 
 `on_devices(call, distribution)` is the placement layer's part (op_by_op.follow_placement), for a script's fit and
-Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX: inputs/device_arrays.py) and fit a share of the devices' memory
+Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) and fit a share of the devices' memory
 (decisions.choose_device_data), they are placed on the devices once a call (replicated over the distribution's
 devices: each gathers its own rows of a batch), and Keras gets a data adapter that sends only each batch's indices and
 gathers the batch there, in Keras's own order (keras_internals.arrays_on_devices: the same host permutation, so an
@@ -41,10 +41,13 @@ def on_devices(call, distribution):
     if call.name != "fit":  # evaluate and predict read their data once: placing it first saves nothing, and
         return contextlib.nullcontext(call)  # its gather would be one more program to compile per batch shape
     arguments = call.arguments()
-    arrays = device_arrays.resident(arguments, (np.ndarray, jax.Array))
+    validation = arguments.get("validation_data")
+    parts = (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
+    split = bool(arguments.get("validation_split")) and validation is None
+    arrays = device_arrays.resident(parts, split, (np.ndarray, jax.Array))
     device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
-        keras_internals_backend(), arrays, device_arrays.nbytes(arguments) * copies if arrays else 0, device_memory,
+        keras_internals_backend(), arrays, device_arrays.nbytes(parts) * copies if arrays else 0, device_memory,
         jax.process_count(), os.environ.get(ENV_OFF) == "0", keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution))
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
