@@ -8,6 +8,7 @@ UsageError naming the value and the fix, so bad input ends before anything is tr
 import numpy as np
 
 from acceltrain.errors import UsageError, positive_int
+from acceltrain.inputs.kinds import tensors_as_numpy
 
 # Keras's own batch where fit, evaluate or predict is given none (batch_size=None; Keras 3.15.1's data adapters).
 KERAS_DEFAULT_BATCH_SIZE = 32
@@ -172,3 +173,19 @@ def batches_to_arrays(batches, *, name: str = "x"):
         return join_batches(batches), None, None
     parts = [join_batches([b[i] for b in batches]) if first[i] is not None else None for i in range(len(first))]
     return tuple((parts + [None, None, None])[:3])
+
+
+def read_batches(batches, steps: int | None = None) -> list:
+    """The batches an iterable yields (at most `steps`), each a nest of numpy arrays (a framework's tensors read)."""
+    found = []
+    for batch in batches:
+        found.append(tensors_as_numpy(batch))
+        if steps and len(found) == steps:
+            break
+    return found
+
+
+def places_of_every_nth(batches, index: int, processes: int) -> np.ndarray:
+    """The places in the whole stream of the rows of `batches`, read as samples index, index + processes, ..."""
+    rows = sum(batch_rows(batch) for batch in batches)
+    return index + processes * np.arange(rows, dtype=np.int64)

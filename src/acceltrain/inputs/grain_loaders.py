@@ -7,8 +7,10 @@ import itertools
 import re
 from pathlib import Path
 
+import numpy as np
+
 from acceltrain.errors import UsageError
-from acceltrain.inputs.arrays import batch_rows
+from acceltrain.inputs.arrays import batch_rows, places_of_every_nth, read_batches
 from acceltrain.inputs.tf_data import DatasetFeed
 
 
@@ -132,6 +134,41 @@ def batch_op(x):
 
     batches = [op for op in getattr(x, "_operations", ()) if isinstance(op, grain.Batch)]
     return batches[0] if len(batches) == 1 and is_loader(x) else None
+
+
+def batches(x, steps: int | None = None) -> list:
+    """A loader's batches (a new pass: its first `steps`), as numpy arrays."""
+    return read_batches(iter(x), steps)
+
+
+def read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
+    """(this process's share of a training loader, rebuilt with Grain's ShardOptions, and how; or None and why)."""
+    shared = share(x, index, processes)
+    if shared is None:
+        return None, ("Grain shares only a DataLoader with an IndexSampler and one grain.Batch dividing by the "
+                      "processes: build it so, or pass shard_options=grain.sharding.ShardByJaxProcess() with a "
+                      "Batch of 1/processes of the global batch")
+    return shared, (f"rebuilt with Grain's ShardOptions (process p reads shard p of {processes}, as "
+                    f"ShardByJaxProcess) and batches of 1/{processes} of the global batch")
+
+
+def whole_share(x, steps, index: int, processes: int):
+    """((this process's batches of the whole read, each row's place), how); (None, why not): an unsharded loader reads
+    records p, p + processes, ...; one sharded by process already is its share, joined process by process."""
+    if not sharded(x):
+        shared = records_share(x, index, processes)
+        if shared is None:
+            return None, (f"Grain shares only a DataLoader with an IndexSampler of records dividing by {processes} "
+                          f"and one grain.Batch dividing by them")
+        found = batches(shared, steps)
+        return (found, places_of_every_nth(found, index, processes)), (
+            f"process p read records p, p + {processes}, ... (Grain's ShardOptions)")
+    if shard_options(x).shard_count == processes:
+        found = batches(x, steps)
+        rows = sum(batch_rows(batch) for batch in found)
+        return (found, np.int64(index) * 2**40 + np.arange(rows)), ("a Grain loader sharded by process, joined "
+                                                                    "process by process")
+    return None, "a Grain loader has no share to take"
 
 
 class GrainFeed(DatasetFeed):

@@ -7,8 +7,10 @@ import random
 import threading
 import weakref
 
+import numpy as np
+
 from acceltrain.errors import UsageError
-from acceltrain.inputs.arrays import batch_part, batch_rows
+from acceltrain.inputs.arrays import batch_part, batch_rows, read_batches
 from acceltrain.inputs.kinds import tensors_as_numpy
 
 
@@ -121,3 +123,30 @@ def first_batch_rows(x, index: int, processes: int) -> int | None:
     if _PROBED.get(x, (None,))[0] != index:
         _PROBED[x] = (index, x[index])
     return batch_rows(tensors_as_numpy(_PROBED[x][1]))
+
+
+def batches(x, steps: int | None = None) -> list:
+    """A PyDataset's batches by index (its first `steps`), as numpy arrays."""
+    count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
+    if count is None:
+        raise UsageError("Received a PyDataset of unknown length without steps: pass steps=.")
+    return read_batches((x[i] for i in range(count)), steps)
+
+
+def read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
+    """(this process's share of a training PyDataset, read by groups of batches, and how)."""
+    return share(x, index, processes, replicas, shuffle), (
+        f"process p reads whole batches p, p + {processes}, ... (the pass's last group of up to {processes} "
+        f"batches: every process) and feeds 1/{processes} of one a step"
+        f"{f'; shuffled by groups of {processes} batches' if shuffle else ''}")
+
+
+def whole_share(x, steps, index: int, processes: int):
+    """((this process's batches of the whole read: p, p + processes, ...; each row's place), how); (None, why not)."""
+    count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
+    if count is None or count < processes:
+        return None, f"it has fewer batches than processes ({count}), or no length"
+    mine = range(index, count, processes)
+    found = [tensors_as_numpy(read(x, i)) for i in mine]
+    keys = [np.int64(i) * 2**32 + np.arange(batch_rows(batch)) for i, batch in zip(mine, found)]
+    return (found, np.concatenate(keys)), f"process p read batches p, p + {processes}, ..."

@@ -37,6 +37,10 @@ from acceltrain.inputs.kinds import ARRAYS, GENERATOR, GRAIN, PY_DATASET, TF_DAT
 # row put back at its place in the stream: every process holds the whole set, read once in the job.
 
 
+# Each stream kind's module: its share for fit (read_by_share), its share of a whole read (whole_share), its batches.
+_MODULES = {TF_DATA: tf_data, PY_DATASET: py_dataset, GRAIN: grain_loaders}
+
+
 def is_stream(x) -> bool:
     return x is not None and kind_of(x) != ARRAYS
 
@@ -97,35 +101,12 @@ def share_stream(split, x, notes: list, name: str = "x", cut: bool = True, shuff
 
 
 def _read_by_share(x, index: int, processes: int, replicas: int, shuffle: bool):
-    """(this process's share of `x`, read by share, and how; or None and why it cannot be)."""
-    kind = kind_of(x)
-    if kind == TF_DATA:
-        shared = tf_data.source_share(x, index, processes)
-        if shared is None:
-            return None, ("its source is not from_tensor_slices or range, or it has no single batch op of a size "
-                          f"dividing by {processes} before a static shape or a filter: to read each sample once, "
-                          "build it as from_tensor_slices(...)[.map/.shuffle/...].batch(global batch)")
-        return shared, (f"each process's pipeline reads every {_nth(processes)} sample of its source (from its own "
-                        f"index) and batches 1/{processes} of the global batch")
-    if kind == PY_DATASET:
-        return py_dataset.share(x, index, processes, replicas, shuffle), (
-            f"process p reads whole batches p, p + {processes}, ... (the pass's last group of up to {processes} "
-            f"batches: every process) and feeds 1/{processes} of one a step"
-            f"{f'; shuffled by groups of {processes} batches' if shuffle else ''}")
-    if kind == GRAIN:
-        shared = grain_loaders.share(x, index, processes)
-        if shared is None:
-            return None, ("Grain shares only a DataLoader with an IndexSampler and one grain.Batch dividing by the "
-                          "processes: build it so, or pass shard_options=grain.sharding.ShardByJaxProcess() with a "
-                          "Batch of 1/processes of the global batch")
-        return shared, (f"rebuilt with Grain's ShardOptions (process p reads shard p of {processes}, as "
-                        f"ShardByJaxProcess) and batches of 1/{processes} of the global batch")
+    """(this process's share of `x`, read by share, and how; or None and why it cannot be): its kind's way."""
+    module = _MODULES.get(kind_of(x))
+    if module is not None:
+        return module.read_by_share(x, index, processes, replicas, shuffle)
     return None, ("a generator cannot be read by index: pass a keras.utils.PyDataset to read each batch once"
-                  if kind == GENERATOR else f"{type(x).__name__} has no share to take")
-
-
-def _nth(n: int) -> str:
-    return {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+                  if kind_of(x) == GENERATOR else f"{type(x).__name__} has no share to take")
 
 
 def _cut(x, local_replicas: int, cut: bool, name: str, notes: list):
@@ -177,71 +158,21 @@ def stream_to_arrays(x, steps=None, name: str = "x", notes: list | None = None, 
 
 def _share_rows(x, steps, index: int, processes: int):
     """((this process's batches, each row's place in the whole stream), how) of a finite stream read by share, to be
-    joined; (None, why not) where it cannot be. Each way reads a share every process computes from what they all
-    know alike (a source's length, a PyDataset's batches, a Grain sampler's records), so all of them share or none."""
-    kind = kind_of(x)
-    if kind == TF_DATA:
-        shared = tf_data.source_share(x, index, processes, whole=True)
-        if shared is None:
-            return None, ("its source is not from_tensor_slices or range of at least as many samples as processes, "
-                          f"or it has no single batch op of a size dividing by {processes} before a static shape or a "
-                          "filter")
-        batches = stream_batches(shared, steps)
-        return (batches, _every_nth(batches, index, processes)), (
-            f"process p read samples p, p + {processes}, ... of its source")
-    if kind == PY_DATASET:
-        count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
-        if count is None or count < processes:
-            return None, f"it has fewer batches than processes ({count}), or no length"
-        mine = range(index, count, processes)
-        batches = [kinds.tensors_as_numpy(py_dataset.read(x, i)) for i in mine]
-        keys = [np.int64(i) * 2**32 + np.arange(arrays.batch_rows(batch)) for i, batch in zip(mine, batches)]
-        return (batches, np.concatenate(keys)), f"process p read batches p, p + {processes}, ..."
-    if kind == GRAIN and not grain_loaders.sharded(x):
-        shared = grain_loaders.records_share(x, index, processes)
-        if shared is None:
-            return None, (f"Grain shares only a DataLoader with an IndexSampler of records dividing by {processes} "
-                          f"and one grain.Batch dividing by them")
-        batches = stream_batches(shared, steps)
-        return (batches, _every_nth(batches, index, processes)), (
-            f"process p read records p, p + {processes}, ... (Grain's ShardOptions)")
-    if kind == GRAIN and grain_loaders.shard_options(x).shard_count == processes:  # its share already, by process
-        batches = stream_batches(x, steps)
-        rows = sum(arrays.batch_rows(batch) for batch in batches)
-        return (batches, np.int64(index) * 2**40 + np.arange(rows)), ("a Grain loader sharded by process, joined "
-                                                                      "process by process")
-    return None, ("a generator cannot be read by share" if kind == GENERATOR else f"{kinds.named(x)} has no share to take")
-
-
-def _every_nth(batches, index: int, processes: int) -> np.ndarray:
-    """The places in the whole stream of the rows of `batches`, read as samples index, index + processes, ..."""
-    rows = sum(arrays.batch_rows(batch) for batch in batches)
-    return index + processes * np.arange(rows, dtype=np.int64)
+    joined; (None, why not) where it cannot be: its kind's way. Each way reads a share every process computes from what
+    they all know alike (a source's length, a PyDataset's batches, a Grain sampler's records), so all of them share or
+    none."""
+    module = _MODULES.get(kind_of(x))
+    if module is not None:
+        return module.whole_share(x, steps, index, processes)
+    return None, ("a generator cannot be read by share" if kind_of(x) == GENERATOR
+                  else f"{kinds.named(x)} has no share to take")
 
 
 def stream_batches(x, steps: int | None = None):
     """The batches of a finite stream, in order (at most `steps`): a dataset's, a PyDataset's by index, a
     generator's or a Grain loader's, each a nest of numpy arrays."""
-    kind = kind_of(x)
-    if kind == TF_DATA:
-        source = x.take(steps) if steps else x
-        if not steps and int(source.cardinality()) == -1:  # tf.data.INFINITE_CARDINALITY
-            raise UsageError("Received an infinite tf.data.Dataset (repeat()) without steps: it cannot be read "
-                             "whole. Pass steps= (evaluate, predict) or validation_steps= (fit).")
-        batches = source.as_numpy_iterator()
-    elif kind == PY_DATASET:
-        count = x.num_batches if steps is None else min(steps, x.num_batches or steps)
-        if count is None:
-            raise UsageError("Received a PyDataset of unknown length without steps: pass steps=.")
-        batches = (x[i] for i in range(count))
-    else:
-        batches = iter(x)
-    found = []
-    for batch in batches:
-        found.append(kinds.tensors_as_numpy(batch))
-        if steps and len(found) == steps:
-            break
-    return found
+    module = _MODULES.get(kind_of(x))
+    return module.batches(x, steps) if module is not None else arrays.read_batches(iter(x), steps)
 
 
 def first_batches(x, y, batch_size: int | None, count: int):

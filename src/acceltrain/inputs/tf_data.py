@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acceltrain.errors import AcceltrainError, UsageError
-from acceltrain.inputs.arrays import join_batches, leaves, raise_indivisible
+from acceltrain.inputs.arrays import join_batches, leaves, places_of_every_nth, raise_indivisible, read_batches
 
 
 def _batch_dims(dataset) -> list:
@@ -220,6 +220,42 @@ def source_share(dataset, process_index: int, num_processes: int, whole: bool = 
         return None
     shared._acceltrain_pipeline = dataset  # its py_functions stay registered as long as the share is read
     return shared
+
+
+def batches(dataset, steps: int | None = None) -> list:
+    """A finite dataset's batches (its first `steps`), as numpy arrays."""
+    source = dataset.take(steps) if steps else dataset
+    if not steps and int(source.cardinality()) == -1:  # tf.data.INFINITE_CARDINALITY
+        raise UsageError("Received an infinite tf.data.Dataset (repeat()) without steps: it cannot be read "
+                         "whole. Pass steps= (evaluate, predict) or validation_steps= (fit).")
+    return read_batches(source.as_numpy_iterator(), steps)
+
+
+def read_by_share(dataset, index: int, processes: int, replicas: int, shuffle: bool):
+    """(this process's share of a training pipeline, read at its source, and how; or None and why it cannot be)."""
+    shared = source_share(dataset, index, processes)
+    if shared is None:
+        return None, ("its source is not from_tensor_slices or range, or it has no single batch op of a size "
+                      f"dividing by {processes} before a static shape or a filter: to read each sample once, "
+                      "build it as from_tensor_slices(...)[.map/.shuffle/...].batch(global batch)")
+    return shared, (f"each process's pipeline reads every {_nth(processes)} sample of its source (from its own "
+                    f"index) and batches 1/{processes} of the global batch")
+
+
+def whole_share(dataset, steps, index: int, processes: int):
+    """((this process's batches of the whole read, each row's place in the pipeline), how); (None, why not)."""
+    shared = source_share(dataset, index, processes, whole=True)
+    if shared is None:
+        return None, ("its source is not from_tensor_slices or range of at least as many samples as processes, "
+                      f"or it has no single batch op of a size dividing by {processes} before a static shape or a "
+                      "filter")
+    found = batches(shared, steps)
+    return (found, places_of_every_nth(found, index, processes)), (
+        f"process p read samples p, p + {processes}, ... of its source")
+
+
+def _nth(n: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
 # --- Exact resume: where the data stood when each epoch began ---------------------------------------------------------
