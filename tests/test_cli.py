@@ -365,6 +365,9 @@ def _distinctive_flags(parser) -> tuple[list[str], dict]:
         elif action.dest == "device_memory":
             value = f"{1000 + number}MiB"  # checked by the verb before it calls the command
             given = [value]
+        elif action.dest == "checkpoint_every":
+            value = f"{1000 + number} steps"  # checked as the verb makes its acceltrain.Checkpoints
+            given = [value]
         elif action.nargs == "...":
             value, given = ["--the-script's-own", str(number)], ["--the-script's-own", str(number)]
         else:

@@ -64,11 +64,17 @@ def test_choose_processes_refuses_a_broken_job(flags, env, says):
     assert says in str(refused.value)
 
 
-def test_acceltrain_runs_job_is_named_by_its_flags():
-    with pytest.raises(UsageError) as refused:
-        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234"}, {}, False, as_flags=True)
+def test_a_job_is_named_by_its_flags_under_the_cli_and_by_its_arguments_under_python():
+    from acceltrain.errors import cli_names
+
+    with pytest.raises(UsageError) as refused, cli_names():
+        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234"}, {}, False)
     assert "Received --coordinator=10.0.0.1:1234 without --num-processes and --process-id" in str(refused.value)
     assert "e.g. --coordinator 10.0.0.1:1234 --num-processes 2 --process-id 0" in str(refused.value)
+    with pytest.raises(UsageError) as refused:
+        cluster.choose_processes("jax", {"coordinator": "10.0.0.1:1234"}, {}, False)
+    assert "Received coordinator=10.0.0.1:1234 without num_processes and process_id" in str(refused.value)
+    assert "--" not in str(refused.value)
 
 
 @pytest.mark.parametrize("flags, env", [(FLAGS, {}), (NO_FLAGS, LAUNCH), (NO_FLAGS, SLURM)])

@@ -151,7 +151,7 @@ def test_the_size_check_sees_a_long_module():
                                           ("acceltrain.commands.launch", "launch")])
 def test_the_entry_points_take_at_most_10_parameters(module, name):
     """Issue 36: rarer options travel in small frozen dataclasses (cluster.Cluster, runtime.Settings,
-    run_checkpoints.CheckpointFlags), as Accelerate and Keras group theirs, not in long flat signatures."""
+    acceltrain.Checkpoints), as Accelerate and Keras group theirs, not in long flat signatures."""
     import importlib
     import inspect
 

@@ -9,41 +9,33 @@ first fit it is weighed and laid out (Runtime.first_fit), each fit's batch is cu
 and each call runs under the distribution the model was laid out for. `Trained` (slot "trained") is the runtime's
 own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs/), the
 checkpoints, steps per call, the callbacks, the divergence check; each Keras fit it makes (one, or one an epoch
-with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`; the checkpoints' part,
-`Checkpointing`. Beside runtime.py, over training/ and layout/: imported by Runtime and `run` after connect().
+with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`, its checkpoints the one
+public value (options.Checkpoints). Beside runtime.py, over training/ and layout/: imported by Runtime and `run` after
+connect().
 """
 
 import dataclasses
 import weakref
-from pathlib import Path
 
 from acceltrain import checks, decisions, inputs, log
+from acceltrain.errors import option
+from acceltrain.options import Checkpoints
 from acceltrain.backends import keras_internals
 from acceltrain.layout import autopilot as autopilots
 
 
 @dataclasses.dataclass(frozen=True)
-class Checkpointing:
-    """Where and how a fit keeps its checkpoints. `per_fit`: each fit in its own folder/fit-N (a script's fits,
-    resumed in the order it makes them); `resume_hint`: how the user resumes, said when a signal stops the fit."""
+class FitPlan:
+    """What a fit is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags.
+    `per_fit`: each fit keeps its checkpoints in its own folder/fit-N (a script's fits, resumed in the order it makes
+    them); `resume_hint`: how the user resumes, said when a signal stops the fit."""
 
-    folder: Path
-    resume: bool = False
-    every: str = "auto"
-    keep: int = 2
+    checkpoints: Checkpoints | None = None
     per_fit: bool = False
     resume_hint: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FitPlan:
-    """What a fit is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags."""
-
-    checkpoints: Checkpointing | None = None
     stall_timeout: float | None = None  # None: connect()'s watchdog
     steps_per_execution: int | None = None  # the user's; None: the platform's (decisions.choose_steps_per_execution)
     keep_steps_per_execution: bool = False  # the model's own, as a plain fit keeps it (a script's)
-    flags: bool = False  # messages name the CLI's flags, not Python arguments
 
 
 def accumulated(model) -> int:
@@ -68,10 +60,10 @@ class FirstFits:
     """Layer "autopilot": before each model's first fit, the model weighed, laid out and the levers applied
     (Runtime.first_fit), then with `verify` (N steps) compared with one device (layout/verify.py); every later call
     of the model runs under the distribution it was laid out for, and each fit's batch is cut as its first was
-    (gradient accumulation keeps the global batch: the one accumulation cut). `flags`: messages name the CLI's."""
+    (gradient accumulation keeps the global batch: the one accumulation cut)."""
 
-    def __init__(self, runtime, *, autopilot: bool = True, verify: int | None = None, flags: bool = False):
-        self.runtime, self.autopilot, self.verify, self.flags = runtime, autopilot, verify, flags
+    def __init__(self, runtime, *, autopilot: bool = True, verify: int | None = None):
+        self.runtime, self.autopilot, self.verify = runtime, autopilot, verify
         self.placed = weakref.WeakKeyDictionary()  # model -> the distribution it was laid out for
         self.told_own: list = []  # the callers' own distributions said (_tell_own)
 
@@ -94,7 +86,7 @@ class FirstFits:
         if called.distribution in self.told_own:
             return
         self.told_own.append(called.distribution)
-        unverified = f"; {'--verify' if self.flags else 'verify'} compares acceltrain's layouts only: not run" \
+        unverified = f"; {option('verify')} compares acceltrain's layouts only: not run" \
             if self.verify else ""
         log.info(f"distribution: {called.words} is kept: its calls run under it as they do plainly "
                  f"({called.num_replicas} replica(s): its mesh's batch axis), its layout as it set it; acceltrain's "
@@ -106,15 +98,14 @@ class FirstFits:
 
         arguments = call.arguments()
         x, y, batch_size = arguments.get("x"), arguments.get("y"), arguments.get("batch_size")
-        decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot,
-                                          flags=self.flags)
+        decision = self.runtime.first_fit(call.model, x, y, batch_size=batch_size, autopilot=self.autopilot)
         # TensorFlow (SHARDS False): the strategy's scope places everything; nothing to lay out
         self.placed[call.model] = self.runtime.distribution if self.runtime.backend_module.SHARDS else None
         if self.verify:
             x, batch_size = autopilots.per_step(x, batch_size, decision.accumulation)
             with self.runtime.backend_module.scope(self.runtime.distribution):
                 verify.verify(self.runtime, call.model, x, y, batch_size, self.verify,
-                              accumulation=decision.accumulation, flag="--verify" if self.flags else "verify")
+                              accumulation=decision.accumulation)
 
 
 class Trained:
@@ -137,7 +128,7 @@ class Trained:
         try:
             return self._fit(call, proceed)
         except Interrupted as stopped:
-            hint = self.plan.checkpoints.resume_hint
+            hint = self.plan.resume_hint
             if hint is None:
                 raise
             raise Interrupted(stopped.signum, stopped.checkpoint, hint) from None
@@ -149,7 +140,7 @@ class Trained:
         runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
         arguments = call.arguments()
         if plan.checkpoints is not None:
-            arguments = checks.resumable_arguments(arguments, plan.flags)
+            arguments = checks.resumable_arguments(arguments)
         dog = runtime.watchdog_for(plan.stall_timeout)
         model = call.model
         x, y = arguments.pop("x", None), arguments.pop("y", None)
@@ -199,18 +190,15 @@ class Trained:
 
     def _checkpoints(self, prepared):
         """(checkpoints, Every) of the plan, or None without: Orbax's on JAX, .weights.h5 on TensorFlow
-        (resumable.open_checkpoints)."""
+        (resumable.open_checkpoints); the cadence as options.Checkpoints parsed it when it was made."""
         asked = self.plan.checkpoints
         if asked is None:
             return None
-        from acceltrain.training.checkpoint import Every
         from acceltrain.training.resumable import open_checkpoints
 
-        folder = Path(asked.folder) / f"fit-{self.fits}" if asked.per_fit else Path(asked.folder)
+        folder = asked.folder / f"fit-{self.fits}" if self.plan.per_fit else asked.folder
         runtime = self.runtime
-        checkpoints = open_checkpoints(folder, asked.keep, runtime.backend, runtime.process_index)
-        every = Every.parse(asked.every, name="--checkpoint-every" if self.plan.flags else "checkpoint_every")
-        return checkpoints, every
+        return open_checkpoints(folder, asked.keep, runtime.backend, runtime.process_index), asked.cadence
 
     def _tune(self, model, prepared) -> None:
         """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when it

@@ -164,10 +164,13 @@ def check_fit(*, num_samples: int, batch_size: int | None, steps_per_epoch: int 
 
 # --- A checkpointed fit: what exact resume cannot honour, refused naming the argument --------------------
 
-def resumable_arguments(arguments: dict, flags: bool = False) -> dict:
+def resumable_arguments(arguments: dict) -> dict:
     """A fit's arguments (by Keras's names) as the checkpointed loop takes them; what exact resume cannot honour
-    raises UsageError naming it (`flags`: under --checkpoint-dir, else checkpoint_dir=)."""
+    raises UsageError naming it (under the CLI: a script's fit under --checkpoint-dir, else checkpoint_dir=)."""
+    from acceltrain.errors import under_cli
     from acceltrain.inputs import kinds
+
+    flags = under_cli()
 
     arguments = dict(arguments)
     arguments.update({name: kinds.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")

@@ -9,7 +9,7 @@ import contextlib
 import json
 import sys
 
-from acceltrain import __version__, backends, ledger, log, preemption, user_model
+from acceltrain import __version__, backends, errors, ledger, log, preemption, user_model
 from acceltrain.decisions import CHECKPOINT_SHARE, MOST_SECONDS_BETWEEN_CHECKPOINTS, PRECISIONS
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.hardware import PLATFORMS
@@ -123,7 +123,8 @@ def _leave_at_once(code: int) -> None:
 
 def _run_verb(args) -> int:
     try:
-        return args.run(args)
+        with errors.cli_names():  # the CLI's face: messages name the flags typed, not Python's arguments
+            return args.run(args)
     except AcceltrainError as error:
         if log.is_verbose():
             import traceback
@@ -373,22 +374,17 @@ def _add_autopilot_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _checkpoint_flags(args):
-    """--checkpoint-dir and its companions as given (run_checkpoints.CheckpointFlags): the command checks them."""
-    from acceltrain.commands import run_checkpoints
+    """--checkpoint-dir and its companions as one acceltrain.Checkpoints, checked (None without --checkpoint-dir)."""
+    from acceltrain.options import Checkpoints
 
-    return run_checkpoints.CheckpointFlags(args.checkpoint_dir, args.resume, args.checkpoint_every,
-                                           args.keep_checkpoints)
+    return Checkpoints.of(args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints, args.resume)
 
 
 def _settings(args, cluster=None):
-    """connect()'s keywords from the flags run and launch share (runtime.Settings)."""
-    from acceltrain.cluster import Cluster
+    """connect()'s keywords from the flags run, launch and devices share (runtime.Settings.read)."""
     from acceltrain.runtime import Settings
 
-    cluster = Cluster(tpu=args.tpu, flags=True, **(cluster or {}))  # errors name the flags typed
-    return Settings(backend=args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                    platform=args.platform, cluster=cluster, stall_timeout=args.stall_timeout,
-                    device_memory=args.device_memory, precision=args.precision)
+    return Settings.read(args, **(cluster or {}))
 
 
 def _run(args) -> int:
@@ -429,30 +425,22 @@ def _emit(args) -> int:
     if args.target is None:
         raise UsageError(f"Received --emit {args.emit} without --target. Pass the hardware the job runs on, e.g. "
                          "--target tpu-v5e-16, h100-8 or cpu.")
-    # Every `acceltrain run` flag the user set goes into the artifact's command, as given, once checked as `launch`
-    # checks it (the folders aside: the job's are on the cluster).
-    from acceltrain.commands import run_checkpoints
+    # Every `acceltrain run` flag the user set goes into the artifact's command, once checked as `launch` checks it
+    # (the folders aside: the job's are on the cluster), each value writing itself back (as_args).
     from acceltrain.layout import verify
 
     processes = emit.layout(args.target, args.nodes, args.processes).processes
-    _settings(args).check(processes=processes)
+    settings = _settings(args)
+    settings.check(processes=processes)
     _check_the_scripts_backend(args.script, args.backend, processes)
-    run_checkpoints.check_cadence(args.checkpoint_every, args.keep_checkpoints)
-    verify.check_steps(args.verify, "--verify", processes)
-    run_flags = []
-    for flag, value, default in (("--backend", args.backend, None), ("--simulate-devices", args.simulate_devices, None),
-                                 ("--distribution", args.distribution, "auto"), ("--platform", args.platform, "auto"),
-                                 ("--tpu", args.tpu, None), ("--precision", args.precision, "auto"),
-                                 ("--stall-timeout", args.stall_timeout, None),
-                                 ("--device-memory", args.device_memory, None),
-                                 ("--checkpoint-every", args.checkpoint_every, None),
-                                 ("--keep-checkpoints", args.keep_checkpoints, None), ("--ledger", args.ledger, None),
-                                 ("--verify", args.verify, None)):
-        if value is not None and value != default:
-            run_flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    checkpoints = emit.shared_checkpoints(args.emit, args.checkpoint_dir, args.checkpoint_every, args.keep_checkpoints)
+    verify.check_steps(args.verify, processes)
+    run_flags = settings.as_args()
+    run_flags += ["--ledger", args.ledger] if args.ledger is not None else []
+    run_flags += ["--verify", str(args.verify)] if args.verify is not None else []
     run_flags += [] if args.autopilot else ["--no-autopilot"]
     text = emit.emit(args.emit, args.target, args.script, args.script_args, name=args.name, nodes=args.nodes,
-                     processes=args.processes, image=args.image, checkpoint_dir=args.checkpoint_dir,
+                     processes=args.processes, image=args.image, checkpoints=checkpoints,
                      compile_cache_dir=args.compile_cache_dir, max_restarts=args.max_restarts, run_flags=run_flags,
                      grace_period=args.grace_period, queue=args.queue, priority_class=args.priority_class,
                      exclusive_topology=args.exclusive_topology, wheel=args.wheel)
@@ -533,13 +521,9 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
 
 def _devices(args) -> int:
     _check_device_memory(args)
-    from acceltrain.cluster import Cluster
-    from acceltrain.runtime import connect
 
     with log.phase("connecting to the hardware"):  # a TPU can take a minute to answer
-        runtime = connect(args.backend, simulate_devices=args.simulate_devices, distribution=args.distribution,
-                          platform=args.platform, cluster=Cluster(tpu=args.tpu), verbose=False,
-                          device_memory=args.device_memory, precision=args.precision)
+        runtime = _settings(args).connect(verbose=False)
     if args.json:
         print(json.dumps(runtime.describe(), indent=2))
     else:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from acceltrain import environments
-from acceltrain.errors import UsageError
+from acceltrain.errors import UsageError, under_cli
 from acceltrain.hardware import tpu
 
 # What `acceltrain launch` sets in each process it starts, and what a user may set by hand.
@@ -64,19 +64,17 @@ class Cluster:
         num_processes: the processes in the job (one per host).
         process_id: this process's index, 0 to num_processes - 1.
         tpu: the name or address of a TPU to connect to (TensorFlow backend); implies platform="tpu".
-        flags: name these as the CLI's flags (--coordinator ...) in errors, not as these fields: `acceltrain run`.
     """
 
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
     tpu: str | None = None
-    flags: bool = False
 
 
 def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str, str],
                      cloud_tpu_vm: bool, tpu_metadata: Mapping[str, str] | None = None,
-                     started: tuple[int, int] | None = None, as_flags: bool = False) -> tuple[Processes, str]:
+                     started: tuple[int, int] | None = None) -> tuple[Processes, str]:
     """The first source that names a job wins, in the order of the module's docstring.
 
     Args:
@@ -88,10 +86,10 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
             nothing (`accelerator-type`), as `tpu_metadata()` reads it; empty elsewhere.
         started: (process count, this process's index) of a jax.distributed job already started in this
             process, e.g. by Ray Train's JaxTrainer; None where none is.
-        as_flags: name `flags` in errors and reasons as the CLI's flags (`acceltrain run`), not as connect()'s
-            Cluster fields.
+    Errors and reasons name `flags` as the CLI's flags while a CLI verb runs (errors.under_cli), else as
+    connect()'s Cluster fields.
     """
-    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started, as_flags)
+    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started)
     if processes.distributed and backend != "jax" and processes.source == "tpu":
         raise UsageError(
             f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
@@ -109,9 +107,9 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     return processes, reason
 
 
-def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None, as_flags=False) -> tuple[Processes, str]:
+def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None) -> tuple[Processes, str]:
     # 1. Explicit flags (or connect() arguments): the user said so.
-    names = FLAG_NAMES if as_flags else ARGUMENT_NAMES
+    names = FLAG_NAMES if under_cli() else ARGUMENT_NAMES
     given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags", names)
     if given == SINGLE:
         return given, f"{names[1]} 1: one process, whatever the environment says"
@@ -222,7 +220,7 @@ def _engine_job(engine, found: environments.Found) -> tuple[Processes, str]:
     return (SINGLE if job is None else job), found.reason
 
 
-# How a wrong job as given is named back: connect()'s Cluster fields, or `acceltrain run`'s flags (Cluster.flags).
+# How a wrong job as given is named back: connect()'s Cluster fields, or the CLI's flags (errors.under_cli).
 ARGUMENT_NAMES = ("coordinator", "num_processes", "process_id")
 FLAG_NAMES = ("--coordinator", "--num-processes", "--process-id")
 _EXAMPLES = {ARGUMENT_NAMES: "acceltrain.Cluster(coordinator='10.0.0.1:1234', num_processes=2, process_id=0) on the "
@@ -300,10 +298,9 @@ def tpu_metadata(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def detect(backend: str, coordinator=None, num_processes=None, process_id=None,
-           started: tuple[int, int] | None = None, as_flags: bool = False) -> tuple[Processes, str]:
-    """choose_processes() on this host's environment (`started`: see choose_processes; `as_flags`: errors name
-    the CLI's flags)."""
+           started: tuple[int, int] | None = None) -> tuple[Processes, str]:
+    """choose_processes() on this host's environment (`started`: see choose_processes)."""
     flags = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     tpu_vm = on_cloud_tpu_vm()
     metadata = tpu_metadata(os.environ) if tpu_vm else {}
-    return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started, as_flags)
+    return choose_processes(backend, flags, os.environ, tpu_vm, metadata, started)

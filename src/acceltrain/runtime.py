@@ -13,13 +13,13 @@ import dataclasses
 import os
 import weakref
 import platform as _platform
-from pathlib import Path
 
 from acceltrain import backends, decisions, hardware, inputs, ledger, log, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
-from acceltrain.errors import AcceltrainError, UsageError, positive_int
+from acceltrain.errors import AcceltrainError, UsageError, option, positive_int, shown
 from acceltrain.layout import placement
+from acceltrain.options import Checkpoints
 from acceltrain.version import __version__
 
 
@@ -81,8 +81,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     )
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
-                                                  joined.process_id, started=backends.started_processes(),
-                                                  as_flags=joined.flags)
+                                                  joined.process_id, started=backends.started_processes())
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
@@ -146,6 +145,15 @@ class Settings:
     device_memory: str | None = None
     precision: str = "auto"
 
+    @classmethod
+    def read(cls, given, **job) -> "Settings":
+        """connect()'s keywords read by name from `given` (a verb's parsed flags, a TrainConfig): the one place
+        they are spelled out, where each verb once spelled them; a name `given` lacks, or holds as None, keeps its
+        default. `job`: the Cluster's coordinator, num_processes and process_id (`acceltrain run`'s flags)."""
+        names = {field.name for field in dataclasses.fields(cls)} - {"cluster"}
+        found = {name: getattr(given, name) for name in names if getattr(given, name, None) is not None}
+        return cls(**found, cluster=Cluster(tpu=getattr(given, "tpu", None), **job))
+
     def connect(self, verbose: bool = True) -> "Runtime":
         return connect(self.backend, simulate_devices=self.simulate_devices, distribution=self.distribution,
                        platform=self.platform, verbose=verbose, cluster=self.cluster,
@@ -156,26 +164,52 @@ class Settings:
         return self.cluster.tpu if self.cluster is not None else None
 
     def check(self, backend: str | None = None, processes: int = 1) -> "Settings":
-        """These settings checked as the flags they came from, before anything starts or is written: what `launch`
-        checks before its processes start and `launch --emit` before it writes an artifact, so that an engine is
-        never handed a command `acceltrain run` refuses. `backend`: the job's, where known (launch resolves it);
-        `processes`: the job's count. Returns them with stall_timeout in seconds."""
+        """These settings checked before anything starts or is written, named as the user set them (the flags under
+        the CLI: errors.option): what `launch` checks before its processes start and `launch --emit` before it writes
+        an artifact, so that an engine is never handed a command `acceltrain run` refuses. `backend`: the job's,
+        where known (launch resolves it); `processes`: the job's count. Returns them with stall_timeout in seconds."""
         backend = backend if backend is not None else self.backend
         if backend is not None and backend not in decisions.BACKENDS:
-            raise UsageError(f"Received --backend {backend!r}. Valid: {', '.join(decisions.BACKENDS)}.")
+            raise UsageError(f"Received {shown(option('backend'), backend)}. Valid: {', '.join(decisions.BACKENDS)}.")
         if backend == "tensorflow" and processes > 1:
-            raise UsageError(f"Received --backend tensorflow for a job of {processes} processes. A job of several "
-                             "processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
-                             "MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass --backend jax.")
+            raise UsageError(f"Received {shown(option('backend'), backend)} for a job of {processes} processes. A job "
+                             "of several processes trains on JAX only: Keras 3's fit fails under TensorFlow's "
+                             f"MultiWorkerMirroredStrategy (keras-team/keras#20585). Pass {shown(option('backend'), 'jax')}.")
         if self.simulate_devices is not None:
-            positive_int(self.simulate_devices, "--simulate-devices", " (e.g. 8 to try an 8-device run on a CPU)")
+            positive_int(self.simulate_devices, option("simulate_devices"), " (e.g. 8 to try an 8-device run on a CPU)")
         decisions.check_distribution(self.distribution, backend)
-        stall_timeout = watchdog.check_timeout(self.stall_timeout, "--stall-timeout")
+        stall_timeout = watchdog.check_timeout(self.stall_timeout, option("stall_timeout"))
         if self.device_memory is not None:
             from acceltrain import sharding
 
-            sharding.parse_bytes(self.device_memory, "--device-memory")
+            sharding.parse_bytes(self.device_memory, option("device_memory"))
         return dataclasses.replace(self, stall_timeout=stall_timeout)
+
+    def as_args(self) -> list[str]:
+        """These settings as `acceltrain run`'s flags, the defaults left out: what `launch` passes to each of its
+        processes and an emitted job runs (the job itself, coordinator and indices, each engine tells its processes)."""
+        given = (("--backend", self.backend, None), ("--simulate-devices", self.simulate_devices, None),
+                 ("--distribution", self.distribution, "auto"), ("--platform", self.platform, "auto"),
+                 ("--tpu", self.tpu, None), ("--precision", self.precision, "auto"),
+                 ("--stall-timeout", self.stall_timeout, None), ("--device-memory", self.device_memory, None))
+        return [part for flag, value, default in given if value is not None and value != default
+                for part in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+
+
+def _checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoints | None:
+    """Runtime.fit's checkpoints: the one value, or made from its keywords (both: refused)."""
+    if checkpoints is None:
+        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume)
+    if not isinstance(checkpoints, Checkpoints):
+        raise UsageError(f"Received checkpoints={checkpoints!r}. Expected an acceltrain.Checkpoints, e.g. "
+                         "acceltrain.Checkpoints('ckpt', every='200 steps'), or None.")
+    given = {"checkpoint_dir": checkpoint_dir, "resume": resume or None, "checkpoint_every": every != "auto" or None,
+             "keep_checkpoints": keep != 2 or None}
+    also = [name for name, value in given.items() if value is not None]
+    if also:
+        raise UsageError(f"Received checkpoints= and {', '.join(also)}. Pass the one Checkpoints value (its dir, "
+                         "every, keep and resume), or the keywords without it.")
+    return checkpoints
 
 
 def _heartbeats(found):
@@ -366,7 +400,7 @@ class Runtime:
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
                 and self.sharding_request.layout_map is None and self._framework.SHARDS:
             found = autopilots.for_build(self, build_model, positive_int(batch_size, "batch_size"), enabled=autopilot,
-                                         naming=autopilots.BUILDING, job=job)
+                                         job=job)
         if found is not None:
             setting, remat = found
             if self.num_devices > 1:  # the chosen layout for every variable, none born past a budget
@@ -397,26 +431,24 @@ class Runtime:
         if self.num_processes > 1:
             self._framework.shard_inputs_per_process(distribution)
 
-    def first_fit(self, model, x, y=None, *, batch_size: int | None = None, autopilot: bool = True,
-                  flags: bool = False):
+    def first_fit(self, model, x, y=None, *, batch_size: int | None = None, autopilot: bool = True):
         """What Runtime.fit does before a model's first step, for a fit it does not run itself (`acceltrain run`'s
         script calls): with a device memory known, the model weighed by its training step compiled here, laid out
         (the runtime takes the sharding chosen) and, with `autopilot`, the levers applied (layout/autopilot.py).
         Returns the decision: its `batch_size` is the batch of each step (the global batch / its `accumulation`).
-        `flags`: messages name the CLI's flags instead of Python arguments. Once per model; later calls pass."""
+        Its messages name the CLI's flags while a CLI verb runs (errors.under_cli). Once per model; later calls pass."""
         from acceltrain.layout import autopilot as autopilots
 
-        naming = autopilots.FLAGS if flags else autopilots.ARGUMENTS
         with self.scope():  # what is built first is built under the distribution in force, as fit would build it
-            decision = autopilots.first_fit(self, model, x, y, batch_size, naming=naming, enabled=autopilot)
+            decision = autopilots.first_fit(self, model, x, y, batch_size, enabled=autopilot)
         if decision.distribution is not None:
             self._use_distribution(decision.kind, decision.distribution, decision.reason)
         return decision
 
     def fit(self, model, x, y=None, *, batch_size: int | None = None, epochs: int = 1, validation_data=None,
-            callbacks=(), verbose="auto", checkpoint_dir=None, resume: bool = False,
-            checkpoint_every: str = "auto", keep_checkpoints: int = 2, stall_timeout: float | None = None,
-            autopilot: bool = True, verify: int | None = None, **fit_kwargs):
+            callbacks=(), verbose="auto", checkpoints: Checkpoints | None = None, checkpoint_dir=None,
+            resume: bool = False, checkpoint_every: str = "auto", keep_checkpoints: int = 2,
+            stall_timeout: float | None = None, autopilot: bool = True, verify: int | None = None, **fit_kwargs):
         """Keras's `model.fit` with this hardware's settings. Returns Keras's History, whose
         `epoch_seconds` holds the wall time of each epoch and `ledger` where the fit's time went: an
         `acceltrain.ledger.Ledger`, whose `parts` (seconds of start-up, compilation, input wait, device steps,
@@ -429,7 +461,9 @@ class Runtime:
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
         (inputs/streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
 
-        With `checkpoint_dir`, training keeps checkpoints there (`checkpoint_every`: "auto", every epoch unless
+        With `checkpoints` (an `acceltrain.Checkpoints(dir, every=..., keep=..., resume=...)`, or the same as
+        `checkpoint_dir`, `checkpoint_every`, `keep_checkpoints` and `resume`), training keeps checkpoints in its
+        folder (`checkpoint_every`: "auto", every epoch unless
         the first checkpoint's write takes over 2 % of an epoch, then every few epochs, at most 5 minutes of
         training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
         choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch)
@@ -456,8 +490,7 @@ class Runtime:
 
         _check_compiled(model)
         verify = verification.check_steps(verify)
-        checkpoints = None if checkpoint_dir is None else assembly.Checkpointing(
-            Path(checkpoint_dir), resume=resume, every=checkpoint_every, keep=keep_checkpoints)
+        checkpoints = _checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {

@@ -635,13 +635,16 @@ def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
 ])
 def test_launch_refuses_a_verify_it_cannot_do_before_starting_anything(monkeypatch, tmp_path, verify, processes,
                                                                        message):
+    """Named as the flag under the CLI's face (errors.cli_names), as the argument when Python calls launch()."""
     from acceltrain.commands import launch
-    from acceltrain.errors import UsageError
+    from acceltrain.errors import UsageError, cli_names
 
     monkeypatch.setattr(launch.subprocess, "Popen", lambda *args, **kwargs: pytest.fail("a process was started"))
     script = tmp_path / "train.py"
     script.write_text("")
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=message), cli_names():
+        launch.launch(str(script), processes=processes, verify=verify)
+    with pytest.raises(UsageError, match=message.replace("Received --verify ", "Received verify=")):
         launch.launch(str(script), processes=processes, verify=verify)
 
 

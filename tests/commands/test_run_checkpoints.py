@@ -72,7 +72,7 @@ def _assert_stopped_and_resumed_like_uninterrupted(tmp_path, script_args=(), epo
 @pytest.mark.multi_device
 def test_resume_on_a_missing_checkpoint_dir_starts_the_script(tmp_path):
     """An engine reruns the same command (issue 35): --resume before any checkpoint was written starts the run.
-    (An empty folder takes the same path: check_flags finds nothing held, Runtime.fit nothing to restore.)"""
+    (An empty folder takes the same path: Checkpoints.check_folder finds nothing held, Runtime.fit nothing to restore.)"""
     started = _run(tmp_path / "ckpt", tmp_path / "out.npz", script_args=["--epochs", "1"], resume=True)
     assert started.returncode == 0, started.stderr
     assert "no checkpoint in" in started.stderr and "starting from the beginning" in started.stderr
@@ -140,12 +140,11 @@ def test_a_checkpoint_dir_that_is_a_file_or_holds_files_without_resume_is_refuse
 
 
 def test_launch_passes_the_checkpoint_flags_on_to_each_process():
-    from acceltrain.commands.run_checkpoints import check_flags
+    from acceltrain import Checkpoints
 
-    flags = check_flags("ckpt", resume=True, checkpoint_every="20 steps", keep_checkpoints=3)
-
-    assert flags.as_args() == ["--checkpoint-dir", "ckpt", "--checkpoint-every", "20 steps", "--keep-checkpoints", "3",
-                               "--resume"]
+    assert Checkpoints.of("ckpt", "20 steps", 3, resume=True).as_args() == [
+        "--checkpoint-every", "20 steps", "--keep-checkpoints", "3", "--checkpoint-dir", "ckpt", "--resume"]
+    assert Checkpoints.of("ckpt").as_args() == ["--checkpoint-dir", "ckpt"]  # the defaults left out
 
 
 # --- The script's fit arguments, as Runtime.fit's checkpointed path takes them (numpy only) -------------
@@ -165,12 +164,15 @@ def _arrays(n=120):
 )
 def test_what_exact_resume_cannot_honour_is_refused_with_the_way_out(given, says):
     from acceltrain.checks import resumable_arguments
-    from acceltrain.errors import UsageError
+    from acceltrain.errors import UsageError, cli_names
 
     x, y = _arrays()
-    with pytest.raises(UsageError, match="Run without --checkpoint-dir") as error:
-        resumable_arguments({"x": x, "y": y, **given}, flags=True)
+    with pytest.raises(UsageError, match="Run without --checkpoint-dir") as error, cli_names():
+        resumable_arguments({"x": x, "y": y, **given})
     assert says in str(error.value)
+    with pytest.raises(UsageError, match="Leave out checkpoint_dir") as error:  # Runtime.fit's
+        resumable_arguments({"x": x, "y": y, **given})
+    assert says.replace("model.fit", "Runtime.fit").replace(" under --checkpoint-dir", "") in str(error.value)
 
 
 def test_the_scripts_own_arguments_are_kept_for_the_checkpointed_loop():
@@ -180,7 +182,7 @@ def test_the_scripts_own_arguments_are_kept_for_the_checkpointed_loop():
     weights = np.ones(120)
     got = resumable_arguments({"x": x, "y": y, "epochs": 4, "verbose": 2, "shuffle": False, "class_weight": {0: 2.0},
                                "sample_weight": weights, "validation_split": 0.25, "validation_freq": 2,
-                               "callbacks": ("the script's",)}, flags=True)
+                               "callbacks": ("the script's",)})
 
     assert got["x"] is x and got["y"] is y and got["sample_weight"] is weights  # the loop splits and orders them
     assert got["batch_size"] == 32  # Keras's default, made explicit
@@ -190,14 +192,14 @@ def test_the_scripts_own_arguments_are_kept_for_the_checkpointed_loop():
         "validation_freq": 2, "callbacks": ["the script's"]}
 
 
-def test_the_flags_become_per_fit_checkpoints_with_the_resume_hint(tmp_path):
-    from acceltrain.commands.run_checkpoints import CheckpointFlags, checkpointing
+def test_the_resume_hint_says_the_command_plus_resume_or_as_it_is(tmp_path):
+    from acceltrain import Checkpoints
+    from acceltrain.commands.run_checkpoints import resume_hint
 
-    fresh = checkpointing(CheckpointFlags(tmp_path, every="10 steps", keep=3), "acceltrain run ... --resume s.py")
-    assert (fresh.folder, fresh.every, fresh.keep, fresh.per_fit) == (tmp_path, "10 steps", 3, True)
-    assert fresh.resume_hint == "the same command plus --resume (acceltrain run ... --resume s.py)"
-    resumed = checkpointing(CheckpointFlags(tmp_path, resume=True), "acceltrain run ... --resume s.py")
-    assert resumed.resume and resumed.resume_hint.startswith("the same command, as it is (")
+    fresh = resume_hint(Checkpoints(tmp_path, every="10 steps", keep=3), "acceltrain run ... --resume s.py")
+    assert fresh == "the same command plus --resume (acceltrain run ... --resume s.py)"
+    resumed = resume_hint(Checkpoints(tmp_path, resume=True), "acceltrain run ... --resume s.py")
+    assert resumed == "the same command, as it is (acceltrain run ... --resume s.py)"
 
 
 def test_auto_in_a_job_of_two_processes_times_the_steps_and_every_process_takes_process_0s_choice(tmp_path):

@@ -115,13 +115,15 @@ def test_the_plan_line_of_a_stop_keeps_the_precision_asked_for():
 
 
 def test_a_run_users_stop_names_flags_and_the_plan_command_not_python_calls():
-    """Runtime.first_fit(flags=True), as `acceltrain run` calls it: the stop names --precision and the
-    `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
+    """Runtime.first_fit under the CLI (errors.cli_names, as `acceltrain run` calls it): the stop names --precision
+    and the `acceltrain plan` command line, never connect(), acceltrain.plan() or runtime.build."""
+    from acceltrain.errors import cli_names
+
     runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="2MiB", verbose=False)
     with runtime.scope():
         model = _wide_mlp()
-    with pytest.raises(UsageError) as stopped:
-        runtime.first_fit(model, *_wide_data(64), batch_size=64, flags=True)
+    with pytest.raises(UsageError) as stopped, cli_names():
+        runtime.first_fit(model, *_wide_data(64), batch_size=64)
     message = str(stopped.value)
     assert "does not fit 2.0 MiB a device (--device-memory): " in message
     assert "bfloat16 compute (--precision mixed_bfloat16: models built in it)" in message
@@ -147,19 +149,22 @@ def test_the_users_own_gradient_accumulation_is_kept_not_replaced_by_the_lever()
 
 @pytest.fixture
 def run_here(monkeypatch):
-    """`acceltrain run` in this process: its launcher watch (faulthandler on SIGUSR1) left out. The script's
-    keras.utils.set_random_seed imports TensorFlow, which sets environment variables as it starts: put back after
-    the test, so the check for leaked variables looks at acceltrain's."""
+    """`acceltrain run` in this process, at the CLI's face (errors.cli_names: messages name its flags): its launcher
+    watch (faulthandler on SIGUSR1) left out. The script's keras.utils.set_random_seed imports TensorFlow, which sets
+    environment variables as it starts: put back after the test, so the check for leaked variables looks at
+    acceltrain's."""
     import dataclasses
     import os
 
     from acceltrain.commands import run
+    from acceltrain.errors import cli_names
     from acceltrain.runtime import Settings
 
     def run_script(path, **options):  # connect()'s keywords go into the run's Settings
         connecting = {field.name for field in dataclasses.fields(Settings)} & set(options)
         settings = Settings(**{name: options.pop(name) for name in connecting})
-        return run.run_script(path, settings=settings, **options)
+        with cli_names():
+            return run.run_script(path, settings=settings, **options)
 
     monkeypatch.setattr(run, "_never_outlive_the_job", lambda: None)
     before = dict(os.environ)

@@ -263,8 +263,12 @@ def test_verify_must_be_a_whole_number_of_steps():
     from acceltrain.layout.verify import check_steps
 
     assert check_steps(None) is None and check_steps(3) == 3
-    with pytest.raises(UsageError, match=r"Received --verify 0\. Expected a whole number of at least 1"):
-        check_steps(0, "--verify")
+    from acceltrain.errors import cli_names
+
+    with pytest.raises(UsageError, match=r"Received --verify 0\. Expected a whole number of at least 1"), cli_names():
+        check_steps(0)
+    with pytest.raises(UsageError, match=r"Received verify=0\. Expected a whole number of at least 1"):
+        check_steps(0)
 
 
 # --- Under `acceltrain run`, on the corpus's scripts (slow: a process each) ------------------------------

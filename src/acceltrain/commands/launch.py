@@ -10,6 +10,7 @@ cause, not the aborts of the processes that lost their peer.
 
 import collections
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from acceltrain import backends, cluster, decisions, ledger, log, preemption, watchdog
-from acceltrain.commands import run_checkpoints
+from acceltrain.options import Checkpoints
 from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import Settings
 
@@ -37,47 +38,34 @@ ENV_NOTICE_GRACE = "ACCELTRAIN_NOTICE_GRACE_SECONDS"
 
 
 def launch(script: str, argv=(), *, processes: int, settings: Settings = Settings(),
-           checkpoints: run_checkpoints.CheckpointFlags | None = None, autopilot: bool = True,
+           checkpoints: Checkpoints | None = None, autopilot: bool = True,
            verify: int | None = None, ledger_file=None) -> int:
     """Run SCRIPT in `processes` cooperating processes; returns 0 if all succeed, else 1 (2: bad usage;
     42, preemption.EXIT_RESTART: preempted with every process's checkpoint saved, or a process stalled: restart
     the job; 128 + N: stopped by signal N without a saved checkpoint): preemption.choose_job_exit. The connect flags
     (`settings`: platform, tpu, precision ...; the launcher is the job's coordinator), the checkpoint flags
-    (`checkpoints`, as given: checked here by run_checkpoints.check_flags) and `ledger_file` are passed on to each process (`acceltrain run`:
-    each prints its own ledger line, and writes its own FILE.i.json)."""
+    (`checkpoints`: its folder checked here) and `ledger_file` are passed on to each process (`acceltrain run`: each
+    prints its own ledger line, and writes its own FILE.i.json), each value writing itself back (as_args)."""
     from acceltrain.commands import outputs
     from acceltrain.layout import verify as verification
-
-    backend, distribution, platform, precision = (settings.backend, settings.distribution, settings.platform,
-                                                  settings.precision)
-    tpu, simulate_devices, device_memory = settings.tpu, settings.simulate_devices, settings.device_memory
 
     # 1. Everything that can be wrong is refused before a process starts.
     positive_int(processes, "--processes", ", e.g. 2")
     if not Path(script).is_file():
         raise UsageError(f"Received script {script!r}, which is not a file. Pass the path of a Python script.")
-    backend_name = _backend_of_the_job(script, backend, processes)
-    stall_timeout = settings.check(backend_name, processes).stall_timeout  # as `launch --emit` checks them too
-    checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
-                                                                checkpoints.every, checkpoints.keep)
-    verify = verification.check_steps(verify, "--verify", processes)
+    backend_name = _backend_of_the_job(script, settings.backend, processes)
+    settings = dataclasses.replace(settings.check(backend_name, processes), backend=backend_name)  # as --emit checks
+    if checkpoints is not None:
+        checkpoints.check_folder()
+    verify = verification.check_steps(verify, processes)
     outputs.check_file_folder(ledger_file, "--ledger")
 
     # 2. Start the processes: the same command, each told its index.
     coordinator = f"127.0.0.1:{_free_port()}"
-    command = [sys.executable, "-m", "acceltrain", "run", "--backend", backend_name, "--distribution", distribution,
-               "--platform", platform, "--precision", precision]
-    if tpu is not None:
-        command += ["--tpu", tpu]
-    if device_memory is not None:
-        command += ["--device-memory", device_memory]
-    if simulate_devices is not None:
-        command += ["--simulate-devices", str(simulate_devices)]
-    command += ["--stall-timeout", f"{stall_timeout:g}"]
+    command = [sys.executable, "-m", "acceltrain", "run", *settings.as_args()]
     command += [] if autopilot else ["--no-autopilot"]
     command += ["--verify", str(verify)] if verify is not None else []
-    if checkpointing is not None:
-        command += checkpointing.as_args()
+    command += checkpoints.as_args() if checkpoints is not None else []
     if ledger_file is not None:
         command += ["--ledger", str(Path(ledger_file).resolve())]
     command += [script, *argv]

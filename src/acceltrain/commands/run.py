@@ -25,15 +25,17 @@ from acceltrain import decisions, log, user_model
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.commands.script_layers import FitGuard, KerasCalls
 from acceltrain.errors import AcceltrainError, UsageError
+from acceltrain.options import Checkpoints
 from acceltrain.runtime import Settings
 
 
 def run_script(path: str, argv=(), *, settings: Settings = Settings(),
-               checkpoints: run_checkpoints.CheckpointFlags | None = None, autopilot: bool = True,
+               checkpoints: Checkpoints | None = None, autopilot: bool = True,
                verify: int | None = None, started: float | None = None, ledger_file=None) -> int:
     """Run the Python file at `path` as `__main__` with sys.argv = [path, *argv]. Returns its exit code.
-    `settings`: connect()'s (runtime.Settings, from run's flags). With `checkpoints` (the --checkpoint-dir flags as given,
-    checked here by run_checkpoints.check_flags) and a folder in it, its fit calls are checkpointed and resumable (run_checkpoints.py). Before each model's
+    `settings`: connect()'s (runtime.Settings, from run's flags). With `checkpoints` (acceltrain.Checkpoints: the
+    --checkpoint-dir flags; its folder checked here), its fit calls are checkpointed and resumable (run_checkpoints.py),
+    each in its own folder DIR/fit-N. Before each model's
     first fit it is weighed and laid out, the levers applied unless `autopilot` is False, and with `verify` (N
     steps) checked against one device (FirstFits). At the end, one line says where the run's time went
     (acceltrain/ledger.py), counted from `started` (time.time(); the CLI passes the interpreter's start; default: this
@@ -47,9 +49,9 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         raise UsageError(f"Received script {path!r}, which is not a file. Pass the path of a Python "
                          "script, e.g. acceltrain run train.py --epochs 3")
     outputs.check_file_folder(ledger_file, "--ledger")
-    verify = verification.check_steps(verify, "--verify")
-    checkpointing = checkpoints and run_checkpoints.check_flags(checkpoints.folder, checkpoints.resume,
-                                                                checkpoints.every, checkpoints.keep)
+    verify = verification.check_steps(verify)
+    if checkpoints is not None:
+        checkpoints.check_folder()
     _keep_the_scripts_backend(script, settings.backend)
     users_environment = dict(os.environ)  # before connect() sets its variables: what a plain run gets
     runtime = settings.connect()
@@ -76,12 +78,12 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
         watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution, runtime.peak_flops) \
             if runtime.timeline.enabled else None
-        trained = checkpointing and assembly.Trained(runtime, assembly.FitPlan(
-            checkpoints=run_checkpoints.checkpointing(checkpointing, _resume_command(checkpointing, script, argv)),
-            keep_steps_per_execution=True, flags=True))  # the script's own steps_per_execution, as a plain fit keeps it
+        trained = checkpoints and assembly.Trained(runtime, assembly.FitPlan(
+            checkpoints=checkpoints, per_fit=True,
+            resume_hint=run_checkpoints.resume_hint(checkpoints, _resume_command(checkpoints, script, argv)),
+            keep_steps_per_execution=True))  # the script's own steps_per_execution, as a plain fit keeps it
         stack.enter_context(interception.layers(
-            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify,
-                                                                           flags=True),
+            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify),
             script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
         stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
@@ -202,13 +204,13 @@ def _plain_judge(script: Path, argv, runtime, started: float, environment: dict)
     return judge
 
 
-def _resume_command(flags, script: Path, argv) -> str:
+def _resume_command(checkpoints, script: Path, argv) -> str:
     """How the user continues a stopped run: their command plus --resume (launch's, for a launched process)."""
     from acceltrain import cluster
 
     verb = "launch" if cluster.launcher_pid() is not None else "run"
     script_and_args = shlex.join([str(script), *argv])
-    return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(flags.folder))} --resume {script_and_args}"
+    return f"acceltrain {verb} ... --checkpoint-dir {shlex.quote(str(checkpoints.dir))} --resume {script_and_args}"
 
 
 def _never_outlive_the_job() -> None:

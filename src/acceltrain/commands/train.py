@@ -17,14 +17,13 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import datasets, decisions, log, recipes, sharding, user_model
+from acceltrain import datasets, decisions, log, options, recipes, sharding, user_model
 from acceltrain.inputs import arrays
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
-from acceltrain.training.checkpoint import Checkpoints, Every, save_where_nobody_looks
+from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
-from acceltrain.cluster import Cluster
-from acceltrain.runtime import connect
+from acceltrain.runtime import Settings
 
 
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:
@@ -39,9 +38,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
 
     # 2. Connect, then build the model with its weights placed.
     with log.phase("connecting to the hardware"):
-        runtime = connect(config.backend, simulate_devices=config.simulate_devices, distribution=config.distribution,
-                          platform=config.platform, cluster=Cluster(tpu=config.tpu), stall_timeout=config.stall_timeout,
-                          device_memory=config.device_memory, precision=config.precision)
+        runtime = Settings.read(config).connect()
     window = None
     with _ledger_said_when_preempted(lambda: window), \
             runtime.timeline.window(started, start_up_until=time.time()) as window:
@@ -133,6 +130,7 @@ class _Job:
     checkpoints: Checkpoints
     splits: object  # datasets.Splits
     load_model: object = None  # --model FILE.py:FUNCTION, loaded when called
+    asked: object = None  # options.Checkpoints: --out's checkpoints folder, --checkpoint-every, --keep-checkpoints
 
 
 def _check(config: TrainConfig) -> _Job:
@@ -152,15 +150,16 @@ def _check(config: TrainConfig) -> _Job:
     out_dir = Path(config.out) if config.out else outputs.default_out_dir()
     outputs.check_writable(out_dir)
     _check_out_dir_is_free(out_dir, config)
-    checkpoints = Checkpoints(out_dir / "checkpoints", positive_int(config.keep_checkpoints, "--keep-checkpoints"))
-    Every.parse(config.checkpoint_every)
+    asked = options.Checkpoints(out_dir / "checkpoints", config.checkpoint_every, config.keep_checkpoints,
+                                config.resume)
+    checkpoints = Checkpoints(asked.folder, asked.keep)
     if config.tensorboard:
         tensorboard_logs.check_available()
     if config.data is None and hasattr(recipe, "make_splits"):
         splits = recipe.make_splits(config.seed)  # the recipe's own synthetic data
     else:
         splits = datasets.load_npz(config.data or datasets.MNIST_PATH)
-    return _Job(recipe, epochs, batch_size, out_dir, checkpoints, splits, load_model)
+    return _Job(recipe, epochs, batch_size, out_dir, checkpoints, splits, load_model, asked)
 
 
 def _build(runtime, config: TrainConfig, job: _Job):
@@ -220,9 +219,8 @@ def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
         with first_step:
             return runtime.fit(model, x_train, y_train, batch_size=job.batch_size, epochs=job.epochs,
                                validation_split=config.validation_split,
-                               callbacks=callbacks, verbose=_progress_verbosity(), checkpoint_dir=job.checkpoints.folder,
-                               resume=config.resume, checkpoint_every=config.checkpoint_every,
-                               keep_checkpoints=config.keep_checkpoints, autopilot=config.autopilot)
+                               callbacks=callbacks, verbose=_progress_verbosity(), checkpoints=job.asked,
+                               autopilot=config.autopilot)
     except Interrupted as stopped:
         raise Interrupted(stopped.signum, stopped.checkpoint, f"the same command plus --resume (acceltrain train "
                                                               f"... --out {job.out_dir} --resume)") from None

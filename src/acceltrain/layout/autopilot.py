@@ -21,9 +21,9 @@ import weakref
 from dataclasses import dataclass
 
 from acceltrain import decisions, log, sharding
+from acceltrain.errors import UsageError, under_cli
 from acceltrain.inputs import arrays, streams, tf_data
 from acceltrain.inputs.kinds import TF_DATA, kind_of
-from acceltrain.errors import UsageError
 from acceltrain.layout import placement
 from acceltrain.planning import levers
 
@@ -32,7 +32,7 @@ _weighed = weakref.WeakKeyDictionary()  # model -> steps accumulated per weight 
 
 @dataclass(frozen=True)
 class Naming:
-    """How a message names the settings the user can change: `run`'s flags, or a library's arguments."""
+    """How a message names the settings the user can change: the CLI's flags, or a library's arguments."""
 
     off: str
     distribution: str  # .format(kind)
@@ -64,12 +64,13 @@ class FirstFit:
     reason: str = ""
 
 
-def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, naming: Naming = ARGUMENTS,
-              enabled: bool = True) -> FirstFit:
+def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, enabled: bool = True) -> FirstFit:
     """Before `model`'s first fit on `runtime` with inputs x, y at `batch_size` (the global batch): weigh, choose,
     apply (the module's steps). Returns the decision; the caller's runtime takes its distribution
-    (Runtime.first_fit). A model weighed before, or where nothing can be weighed, passes as it is."""
+    (Runtime.first_fit). A model weighed before, or where nothing can be weighed, passes as it is. Its messages
+    name the CLI's flags while a CLI verb runs (errors.under_cli), else the library's arguments."""
     framework, request = runtime.backend_module, runtime.sharding_request
+    naming = FLAGS if under_cli() else ARGUMENTS
     if (model in _weighed or not framework.SHARDS or request.device_memory is None
             or request.kind == "none"):
         return FirstFit(batch_size)
@@ -114,7 +115,7 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, namin
 
 # --- With a build function (Runtime.build): every lever, the model built under the setting chosen ----------------
 
-def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, naming: Naming = ARGUMENTS,
+def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True,
               job: dict | None = None):
     """Before Runtime.build runs `build_model()` for real, under 'auto' with a device memory and the global batch fit
     will take: the training step compiled here from shapes for each sharding and each lever on top (planning's
@@ -123,6 +124,7 @@ def for_build(runtime, build_model, batch_size: int, *, enabled: bool = True, na
     where the model cannot be built from shapes (an unknown input dimension: the estimate decides instead)."""
     from acceltrain.planning import bytes_needed, step, step_compiler
 
+    naming = BUILDING  # Runtime.build's, called by the library and `acceltrain train` alike
     memory = runtime.sharding_request.device_memory
     placement.check_fits_sharded(runtime, build_model, job)  # no lever shrinks the state: no compile is worth it
     job = {**placement.job_of(build_model, job), "batch_size": batch_size}

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import log
+from acceltrain import errors, log
+from acceltrain.errors import AcceltrainError, UsageError, option, positive_int
 from acceltrain.inputs import arrays, streams
-from acceltrain.errors import AcceltrainError, UsageError, positive_int
 
 # The largest relative difference accepted, of the losses and of each weight (the norm of the difference over the
 # norm of the one-device weight), by the precision the model computes in: a sum in another order differs by about
@@ -180,20 +180,21 @@ def _dividing(batches, batch: int, replicas: int, shown: str):
     return [(arrays.take(x, rows), arrays.take(y, rows)) for (x, y), rows in zip(batches, cuts) if rows.stop], cut(batch)
 
 
-def check_steps(steps, name: str = "verify", processes: int = 1) -> int | None:
+def check_steps(steps, processes: int = 1) -> int | None:
     """`verify` as given: None (off) or a whole number of steps, in a job of one process (`processes`)."""
     if steps is None:
         return None
+    name = option("verify")  # --verify under the CLI
     steps = positive_int(steps, name, " (the training steps compared, e.g. 3)")
     if processes > 1:
-        raise UsageError(f"Received {name} {steps} for a job of {processes} processes: the one-device run of the "
+        raise UsageError(f"Received {errors.shown(name, steps)} for a job of {processes} processes: the one-device run of the "
                          "verification needs every batch in one process. Verify with `acceltrain run --verify N` on "
                          "one host first, then launch without it.")
     return steps
 
 
 def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumulation: int = 1,
-           flag: str = "verify") -> Verdict:
+           ) -> Verdict:
     """Run the comparison for `model`'s first fit on `runtime` (module docstring); raise VerificationFailed when the
     difference is over the tolerance. x, y: the fit's inputs (arrays at `batch_size`, the batch of each step, or a
     batched tf.data dataset); with `accumulation` steps per weight update, `steps` updates are compared."""
@@ -203,7 +204,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
     from acceltrain.planning import step
 
     framework = runtime.backend_module
-    shown = f"--verify {steps}" if flag.startswith("--") else f"verify={steps}"
+    shown = errors.shown(option("verify"), steps)
     if not framework.SHARDS:
         raise UsageError(f"Received {shown} on the {runtime.backend} backend: verification runs on JAX. Pass "
                          "--backend jax (backend='jax'), or leave it out.")

@@ -25,6 +25,7 @@ import numpy as np
 
 from acceltrain import log
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
+from acceltrain.options import Every  # noqa: F401  the cadence, parsed once by options.Checkpoints
 
 WEIGHTS = "checkpoint.weights.h5"
 STATE = "state.json"
@@ -52,30 +53,6 @@ class State:
 def epoch_order(seed: int, epoch: int, num_samples: int) -> np.ndarray:
     """The order of the samples in `epoch`: the same for the same (seed, epoch), on any hardware."""
     return np.random.default_rng([seed, epoch]).permutation(num_samples)
-
-
-@dataclass(frozen=True)
-class Every:
-    """How often to checkpoint: every `count` steps, or every `count` epochs; `auto` (the default): every epoch until
-    the first checkpoint's cost is measured, then every decisions.choose_checkpoint_epochs epochs."""
-
-    count: int = 1
-    unit: str = "epochs"  # "epochs" | "steps"
-    auto: bool = False
-
-    @classmethod
-    def parse(cls, text: str, name: str = "--checkpoint-every") -> "Every":
-        """'auto' → Every(auto=True); '2' or '2 epochs' → every 2 epochs; '100 steps' → every 100 steps. `name`: what
-        the user set, the CLI flag or the Python argument (checkpoint_every), named in the error."""
-        if str(text).strip() == "auto":
-            return cls(auto=True)
-        match = re.fullmatch(r"\s*(\d+)\s*(steps?|epochs?)?\s*", str(text))
-        if not match or int(match.group(1)) < 1:
-            shown = f"{name} {text!r}" if name.startswith("--") else f"{name}={text!r}"
-            raise UsageError(f"Received {shown}. Expected 'auto' (the default) or a count and a unit, e.g. "
-                             "'1 epoch', '3 epochs' or '200 steps'.")
-        unit = "steps" if (match.group(2) or "epochs").startswith("step") else "epochs"
-        return cls(int(match.group(1)), unit)
 
 
 class Checkpoints:

@@ -215,7 +215,7 @@ def test_skypilot_parses_every_task_acceltrain_emits(tmp_path, capsys):
 ])
 @pytest.mark.parametrize("engine", ["jobset", "sbatch", "skypilot", "ray"])
 def test_emit_refuses_every_flag_launch_refuses(engine, flags, says, capsys, tmp_path):
-    """One check for both paths (runtime.Settings.check, run_checkpoints.check_cadence, verify.check_steps): a flag
+    """One check for both paths (runtime.Settings.check, acceltrain.Checkpoints, verify.check_steps): a flag
     `launch` refuses before its processes start is refused before the artifact is written, not on the cluster."""
     (tmp_path / "ckpt").mkdir()
     code, out, err = _launch(capsys, f"--processes 2 --checkpoint-dir ckpt {flags} train.py")

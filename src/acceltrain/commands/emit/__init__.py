@@ -13,26 +13,27 @@ finds it: relative to this folder, which SkyPilot syncs and a JobSet's image hol
 as given, relative to the folder `ray job submit --working-dir` sends, or on a file system every node sees).
 """
 
+import dataclasses
 from pathlib import Path
 
 from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
 from acceltrain.commands.emit.job import (DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout,
                                           script_in_folder)
 from acceltrain.errors import UsageError
+from acceltrain.options import Checkpoints
 
 ENGINES = ("jobset", "sbatch", "skypilot", "ray")
 
 
 def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = None, nodes: int | None = None,
-         processes: int | None = None, image: str | None = None, checkpoint_dir: str | None = None,
+         processes: int | None = None, image: str | None = None, checkpoints: Checkpoints | None = None,
          compile_cache_dir: str | None = None, max_restarts: int | None = None, run_flags=(),
          grace_period: int | str | None = None, queue: str | None = None, priority_class: str | None = None,
          exclusive_topology: str | None = None, wheel: str | None = None) -> str:
-    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (the checkpoint cadence ...), checked by
-    the caller as `launch` checks them. The JobSet's own settings (grace_period ... exclusive_topology) and
+    """The artifact's text. `run_flags`: acceltrain run's flags to pass on (its settings ...), checked by the caller as
+    `launch` checks them; `checkpoints`: the job's (its folder: where its engine shares one by default, see
+    shared_checkpoints), always resumed. The JobSet's own settings (grace_period ... exclusive_topology) and
     SkyPilot's wheel are refused with another engine."""
-    if engine not in ENGINES:
-        raise UsageError(f"Received --emit {engine!r}. Valid: {', '.join(ENGINES)}.")
     module = _module(engine)
     own = {("jobset",): {"--grace-period": grace_period, "--queue": queue, "--priority-class": priority_class,
                          "--exclusive-topology": exclusive_topology, "--image": image},
@@ -55,10 +56,10 @@ def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = N
     elif engine == "jobset":
         script = script_in_folder(script, engine, "which the image must hold as its working folder",
                                   image_paths=True)
-    checkpoints = checkpoint_dir or module.SHARED_DEFAULT + "/checkpoints"
+    checkpoints = dataclasses.replace(checkpoints or shared_checkpoints(engine), resume=True)
     cache = compile_cache_dir or module.SHARED_DEFAULT + "/compile-cache"
-    run = ("acceltrain", "run", *run_flags, "--checkpoint-dir", checkpoints, "--resume", script, *argv)
-    job = Job(job_name(name, script), where, run, checkpoints, cache, image or IMAGE_PLACEHOLDER,
+    run = ("acceltrain", "run", *run_flags, *checkpoints.as_args(), script, *argv)
+    job = Job(job_name(name, script), where, run, str(checkpoints.dir), cache, image or IMAGE_PLACEHOLDER,
               DEFAULT_MAX_RESTARTS if max_restarts is None else max_restarts, grace_seconds=grace_seconds,
               grace_reason=grace_reason,
               queue=queue, priority_class=priority_class, exclusive_topology=exclusive_topology, wheel=wheel)
@@ -81,5 +82,14 @@ def check_artifact(path) -> tuple[str, list[str]]:
                      "file `acceltrain launch --emit` wrote, or your edit of one.")
 
 
+def shared_checkpoints(engine: str, folder: str | None = None, every: str | None = None,
+                       keep: int | None = None) -> Checkpoints:
+    """The checkpoints of a job `engine` runs (None: the default), checked as `launch` checks them: in `folder`, else
+    in the folder the engine shares by default (the folder itself aside: it is on the cluster)."""
+    return Checkpoints.of(folder or _module(engine).SHARED_DEFAULT + "/checkpoints", every, keep, resume=True)
+
+
 def _module(engine: str):
+    if engine not in ENGINES:
+        raise UsageError(f"Received --emit {engine!r}. Valid: {', '.join(ENGINES)}.")
     return {"jobset": jobset, "sbatch": sbatch, "skypilot": skypilot, "ray": ray}[engine]
