@@ -2,7 +2,7 @@
 
 import pytest
 
-from acceltrain import cluster
+from acceltrain import cluster, environments
 from acceltrain.errors import UsageError
 
 NO_FLAGS = {}
@@ -56,12 +56,22 @@ def test_choose_processes(flags, env, tpu_vm, source, num, index, coordinator, r
         ({**FLAGS, "num_processes": 0}, {}, "at least 1"),
         (NO_FLAGS, {**LAUNCH, cluster.ENV_PROCESS_ID: "one"}, "ACCELTRAIN_PROCESS_ID='one'"),
         (NO_FLAGS, {k: v for k, v in OMPI.items() if k != "OMPI_MCA_orte_hnp_uri"}, "--coordinator HOST0:PORT"),
+        (NO_FLAGS, {**SLURM, "SLURM_PROCID": "8"}, "SLURM_PROCID=8 with SLURM_NTASKS=8. Valid: 0 to 7"),
+        (NO_FLAGS, {**SLURM, "SLURM_NTASKS": "eight"}, "SLURM_NTASKS='eight'"),
+        (NO_FLAGS, {**OMPI, "OMPI_COMM_WORLD_RANK": "-1"}, "OMPI_COMM_WORLD_RANK='-1'"),
     ],
 )
 def test_choose_processes_refuses_a_broken_job(flags, env, says):
     with pytest.raises(UsageError, match=None) as refused:
         cluster.choose_processes("jax", flags, env, False)
     assert says in str(refused.value)
+
+
+def test_no_reader_answers_a_bare_host():
+    """cluster._detect is a loop over READERS (their order: test_choose_processes's rows where two sources say
+    something); on a host none describes, each says nothing, so the loop ends in one process."""
+    silent = [type(reader).__name__ for reader in cluster.READERS if reader.read(environments.Host({})) is not None]
+    assert not silent, f"readers that answer a bare host: {silent}"
 
 
 def test_a_job_is_named_by_its_flags_under_the_cli_and_by_its_arguments_under_python():
@@ -91,7 +101,7 @@ def test_tensorflow_multi_process_is_refused_with_the_way_out(flags, env):
     ("gpu-8", None), (None, None),
 ])
 def test_slice_hosts(accelerator, hosts):
-    assert cluster.slice_hosts(accelerator) == hosts
+    assert environments.slice_hosts(accelerator) == hosts
 
 
 def test_metadata_names_the_slice_when_the_environment_does_not():

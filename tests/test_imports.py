@@ -104,6 +104,47 @@ def test_the_layer_test_sees_an_upward_import_and_a_circle(monkeypatch):
         test_no_modules_import_each_other_in_a_circle()
 
 
+def _package_graph() -> dict[str, set[str]]:
+    """_import_graph at the granularity of the structure drawing: acceltrain's top-level modules and packages."""
+    def top(module):
+        return ".".join(module.split(".")[:2])
+
+    graph = {}
+    for module, imports in _import_graph().items():
+        graph.setdefault(top(module), set()).update(top(name) for name in imports if top(name) != top(module))
+    return graph
+
+
+def test_training_and_planning_stand_side_by_side_under_layout():
+    """Issue 42: training/assembly.py's imports stacked training/ over layout/ over placement over planning/. The
+    assembly now sits beside the runtime, placement inside layout/: layout/ stands on planning/, and training/ and
+    planning/ import nothing of each other nor of what stands above them."""
+    graph = _package_graph()
+    above = {"acceltrain.assembly", "acceltrain.layout", "acceltrain.runtime"}
+    assert not graph["acceltrain.training"] & (above | {"acceltrain.planning"}), graph["acceltrain.training"]
+    assert not graph["acceltrain.planning"] & (above | {"acceltrain.training"}), graph["acceltrain.planning"]
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of imports down the (circle-free) graph: its floors, top first."""
+    chains = {}
+
+    def chain(module):
+        if module not in chains:
+            chains[module] = [module] + max((chain(name) for name in graph.get(module, ())), key=len, default=[])
+        return chains[module]
+
+    return max((chain(module) for module in graph), key=len)
+
+
+def test_the_structure_stands_on_11_floors():
+    """Issue 42: the structure drawing had 13 floors, two of them for one import each (training/assembly.py's over
+    layout/ and placement; backends/ climbing to watchdog.py, over cluster.py, for one constant). The longest chain of
+    imports between top-level modules and packages is 11 long; one more names its chain here."""
+    chain = _longest_chain(_package_graph())
+    assert len(chain) <= 11, f"{len(chain)} floors: " + " -> ".join(chain)
+
+
 def _imports_at_module_level(path) -> set[str]:
     import ast
 

@@ -94,6 +94,31 @@ def test_a_notice_outside_training_raises_the_restartable_stop_and_the_handlers_
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+class _Stopped(preemption.AcceltrainError):
+    def __init__(self, exit_code):
+        super().__init__(f"stopped with {exit_code}")
+        self.exit_code = exit_code
+
+
+@pytest.mark.parametrize("exit_code, window, told", [
+    (EXIT_RESTART, "open", True),     # a notice: the ledger said, then the stop goes on
+    (130, "open", False),             # Ctrl-C: a stop, but no restart to weigh
+    (1, "open", False),               # a failure
+    (EXIT_RESTART, None, False),      # stopped before the run's window opened: no ledger yet
+    (EXIT_RESTART, "no ledger", False),  # ACCELTRAIN_LEDGER=0
+])
+def test_the_ledger_is_told_once_when_a_notice_stops_the_run(exit_code, window, told):
+    """`train`'s and `run`'s one helper (preemption.ledger_told_when_preempted): the ledger told on exit 42 only."""
+    from types import SimpleNamespace
+
+    ledgers = {"open": SimpleNamespace(ledger="the ledger"), "no ledger": SimpleNamespace(ledger=None), None: None}
+    said = []
+    with pytest.raises(_Stopped):
+        with preemption.ledger_told_when_preempted(lambda: ledgers[window], said.append):
+            raise _Stopped(exit_code)
+    assert said == (["the ledger"] if told else [])
+
+
 # --- Under launch, 2 processes × 2 devices -----------------------------------------------------------------------
 
 SCRIPT = support.SCRIPTS / "plain_checkpointed.py"

@@ -180,13 +180,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"acceltrain {__version__}")
     verbs = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for add_verb in (_add_devices, _add_train, _add_report, _add_doctor, _add_run, _add_launch, _add_bench, _add_plan):
+        add_verb(verbs)
+    return parser
 
+
+def _add_devices(verbs) -> None:
+    """`acceltrain devices`: what connect() finds here."""
     devices = _verb(verbs, "devices", "show the hardware connect() finds and what it would do with it")
     devices.add_argument("--json", action="store_true", help="print Runtime.describe() as JSON")
     _add_connect_flags(devices)
     _add_memory_flag(devices)
     devices.set_defaults(run=_devices)
 
+
+def _add_train(verbs) -> None:
+    """`acceltrain train`: a recipe or --model, its flags also read from --config."""
     train = _verb(verbs, "train", "train a recipe (default: the seed's MNIST MLP) or your own model")
     train.add_argument("recipe", nargs="?", default="mnist-mlp", help="a built-in job (default: mnist-mlp)")
     train.add_argument("--model", metavar="FILE.py:FUNCTION", help="train the Keras model FUNCTION() returns")
@@ -221,10 +230,16 @@ def _parser() -> argparse.ArgumentParser:
     train.set_defaults(run=_train, **{action.dest: None for action in train._actions
                                       if action.dest not in ("help", "quiet", "verbose", "config")})
 
+
+def _add_report(verbs) -> None:
+    """`acceltrain report DIR`: a finished run's report drawn again."""
     report = _verb(verbs, "report", "redraw report.png, report.md and report.html of a finished run from its metrics.json")
     report.add_argument("dir", metavar="DIR", help="the --out folder of an `acceltrain train` run")
     report.set_defaults(run=_report)
 
+
+def _add_doctor(verbs) -> None:
+    """`acceltrain doctor`: this machine checked, or one artifact (--artifact)."""
     doctor = _verb(verbs, "doctor", "check this machine for training and say how to fix what is wrong")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.add_argument("--out", metavar="DIR", default="runs", help="the output folder to check (default: runs)")
@@ -235,7 +250,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_connect_flags(doctor)
     doctor.set_defaults(run=_doctor)
 
-    # `run` and `launch`: a plain script, unchanged, on one or many processes (commands/run.py, commands/launch.py).
+
+def _add_run(verbs) -> None:
+    """`acceltrain run SCRIPT.py`: a plain script, unchanged, on the hardware here (commands/run.py; launch runs it on
+    several processes, commands/launch.py)."""
     run = _verb(verbs, "run", "run a Python training script, unchanged, distributed over the hardware here")
     _add_connect_flags(run)
     _add_memory_flag(run)
@@ -248,6 +266,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_autopilot_flags(run)
     _add_script_args(run)
     run.set_defaults(run=_run)
+
+
+def _add_launch(verbs) -> None:
+    """`acceltrain launch`: N local processes as one JAX job, or an engine's artifact (--emit)."""
     launch = _verb(verbs, "launch", "run a script as N cooperating processes on this machine (one JAX job), or "
                                     "print what a cluster engine takes to run it on every host (--emit)")
     launch.add_argument("--processes", type=int, metavar="N",
@@ -262,6 +284,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_script_args(launch)
     launch.set_defaults(run=_launch)
 
+
+def _add_bench(verbs) -> None:
+    """`acceltrain bench`: a recipe timed against plain Keras and the hardware's limit."""
     bench = _verb(verbs, "bench", "measure how fast a recipe trains here, against plain Keras and the hardware's limit")
     bench.add_argument("recipe", nargs="?", default="mnist-mlp", help="a built-in job (default: mnist-mlp)")
     bench.add_argument("--backend", help="acceltrain's backend: jax (default) or tensorflow")
@@ -275,6 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="also write the full report as JSON to FILE")
     bench.set_defaults(run=_bench)
 
+
+def _add_plan(verbs) -> None:
+    """`acceltrain plan`: the training step compiled for hardware you might rent."""
     plan = _verb(verbs, "plan", "compile the training step for hardware you might rent: does it fit, how fast can it go")
     plan.add_argument("--target", required=True, help="e.g. tpu-v5e-8, v5litepod-16, tpu-v4-128, h100-8, here")
     plan.add_argument("recipe", nargs="?", help="a built-in job (default: mnist-mlp)")
@@ -299,7 +327,6 @@ def _parser() -> argparse.ArgumentParser:
                            "Keras's default everywhere")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(run=_plan)
-    return parser
 
 
 def _add_emit_flags(parser: argparse.ArgumentParser) -> None:
@@ -429,7 +456,7 @@ def _emit(args) -> int:
     # (the folders aside: the job's are on the cluster), each value writing itself back (as_args).
     from acceltrain.layout import verify
 
-    processes = emit.layout(args.target, args.nodes, args.processes).processes
+    processes = emit.hosts(args.target, args.nodes, args.processes).processes
     settings = _settings(args)
     settings.check(processes=processes)
     _check_the_scripts_backend(args.script, args.backend, processes)

@@ -5,8 +5,9 @@
 The order (the first source that names a job wins): the flags; acceltrain's own variables (`launch`); a
 jax.distributed already started in this process (Ray Train's JaxTrainer starts it on every worker); Pathways's
 proxy backend (one process); Kubeflow's JAX_* variables; a Cloud TPU VM or GKE TPU pod; a Kubernetes Indexed
-Job / JobSet pod; a SkyPilot node; a Slurm step; Open MPI. Each engine's variables are read by its class in
-environments.py (the TPU VM, Slurm and Open MPI here).
+Job / JobSet pod; a SkyPilot node; a Slurm step; Open MPI. Each source is a reader (READERS, in that order: the
+engines' in environments.py, acceltrain's own here), asked in turn; the first that answers names the job, and its
+values are checked here as flags are (`_job`).
 
 Plain data in, plain data out, so a table test covers every environment with none of them here. The
 backend then starts jax.distributed from the result (`backends/jax/processes.py::start_processes`).
@@ -38,8 +39,8 @@ def launcher_pid() -> int | None:
 class Processes:
     """One process of a job of `num_processes`. None fields: JAX reads them from the environment itself."""
 
-    source: str  # "single" | "flags" | "env" | "started" | "pathways" | "kubeflow" | "tpu" | "jobset" | "skypilot"
-    #              | "slurm" | "openmpi"
+    source: str  # "single", or the source of the first reader that named the job (READERS: "flags", "env", "started",
+    #              "pathways", "kubeflow", "ray", "tpu", "jobset", "skypilot", "slurm", "openmpi")
     num_processes: int | None = 1
     process_id: int | None = 0
     coordinator: str | None = None  # "host:port" of process 0
@@ -89,7 +90,8 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     Errors and reasons name `flags` as the CLI's flags while a CLI verb runs (errors.under_cli), else as
     connect()'s Cluster fields.
     """
-    processes, reason = _detect(flags, env, cloud_tpu_vm, tpu_metadata, started)
+    host = environments.Host(env, flags, cloud_tpu_vm, tpu_metadata or {}, started)
+    processes, reason = _detect(host)
     if processes.distributed and backend != "jax" and processes.source == "tpu":
         raise UsageError(
             f"Received backend={backend!r} on a multi-host TPU slice ({reason}). TensorFlow's TPUStrategy "
@@ -107,117 +109,87 @@ def choose_processes(backend: str, flags: Mapping[str, object], env: Mapping[str
     return processes, reason
 
 
-def _detect(flags, env, cloud_tpu_vm, tpu_metadata=None, started=None) -> tuple[Processes, str]:
-    # 1. Explicit flags (or connect() arguments): the user said so.
-    names = FLAG_NAMES if under_cli() else ARGUMENT_NAMES
-    given = _explicit(flags.get("coordinator"), flags.get("num_processes"), flags.get("process_id"), "flags", names)
-    if given == SINGLE:
-        return given, f"{names[1]} 1: one process, whatever the environment says"
-    if given is not None:
-        return given, f"set by {names[0]}, {names[1]} and {names[2]}"
-    # 2. acceltrain's own variables: what `acceltrain launch` sets for each process it starts.
-    given = _explicit(env.get(ENV_COORDINATOR), env.get(ENV_NUM_PROCESSES), env.get(ENV_PROCESS_ID), "env")
-    if given is not None:
-        return given, f"set by {ENV_COORDINATOR}, {ENV_NUM_PROCESSES} and {ENV_PROCESS_ID}"
-    # 3. jax.distributed already started here: Ray Train's JaxTrainer calls jax.distributed.initialize on each
-    #    worker before the training function runs; the job it started stands.
-    if started is not None:
-        count, index = started
+class Given(environments.Reader):
+    """The user's own: connect()'s Cluster fields, or a CLI verb's flags (`names`)."""
+
+    source, as_given = "flags", True
+
+    def __init__(self, names):
+        self.names = names
+
+    def read(self, host):
+        coordinator, count, index = (host.flags.get(name) for name in ARGUMENT_NAMES)
+        if coordinator is None and count is None and index is None:
+            return None
+        if str(count).strip() == "1" and coordinator is None and index in (None, 0, "0"):
+            return environments.Found(count, index, coordinator,
+                                      f"{self.names[1]} 1: one process, whatever the environment says")
+        return environments.Found(count, index, coordinator, f"set by {', '.join(self.names[:2])} and {self.names[2]}")
+
+
+class Launched(environments.Reader):
+    """acceltrain's own variables: what `acceltrain launch` sets for each process it starts."""
+
+    source, as_given = "env", True
+    names = (ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID)
+
+    def read(self, host):
+        coordinator, count, index = (host.env.get(name) for name in self.names)
+        if coordinator is None and count is None and index is None:
+            return None
+        return environments.Found(count, index, coordinator, f"set by {', '.join(self.names[:2])} and {self.names[2]}")
+
+
+class Started(environments.Reader):
+    """jax.distributed already started here: Ray Train's JaxTrainer calls jax.distributed.initialize on each
+    worker before the training function runs; the job it started stands."""
+
+    source, jax_finds_coordinator = "started", True
+    names = ("", "the started job's process count", "its process index")
+
+    def read(self, host):
+        if host.started is None:
+            return None
+        count, index = host.started
         if count == 1:
-            return SINGLE, "jax.distributed already started with one process"
-        return (Processes("started", count, index),
-                f"jax.distributed already started (as Ray Train's JaxTrainer does): process {index} of {count}")
-    # 4. Engines that say so explicitly: Pathways's proxy backend, Kubeflow's JAX_* variables.
-    for engine in environments.BEFORE_TPU_VM:
-        if (found := engine.read(env)) is not None:
-            return _engine_job(engine, found)
-    # 5. A Cloud TPU VM (or a GKE TPU pod): one host is one process on either backend; a slice over several
-    #    hosts is a JAX job.
-    if cloud_tpu_vm:
-        return _tpu_vm(env, tpu_metadata or {})
-    # 6. A Kubernetes Indexed Job / JobSet pod, a SkyPilot node.
-    for engine in environments.AFTER_TPU_VM:
-        if (found := engine.read(env)) is not None:
-            return _engine_job(engine, found)
-    # 7. A SLURM job step (srun): JAX's own SLURM support finds the coordinator.
-    if "SLURM_JOB_ID" in env and "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
-        count = _int_env(env, "SLURM_NTASKS")
-        if count == 1:
-            return SINGLE, "a SLURM job with one task"
-        if "SLURM_STEP_NODELIST" not in env:
-            # The batch script or salloc shell itself, not a task of a step: one process, which may be meant.
-            return SINGLE, (f"a SLURM allocation of {count} tasks, but not started by srun: one process "
-                            "(for one per task: srun acceltrain run SCRIPT.py)")
-        return Processes("slurm", count, _int_env(env, "SLURM_PROCID")), f"SLURM: {count} tasks"
-    # 8. Open MPI's mpirun.
-    if "OMPI_COMM_WORLD_SIZE" in env:
-        count = _int_env(env, "OMPI_COMM_WORLD_SIZE")
-        if count == 1:
-            return SINGLE, "Open MPI with one process"
-        if "OMPI_MCA_orte_hnp_uri" not in env:
-            # JAX finds the coordinator through ORTE, which Open MPI 5 (PRRTE) no longer has.
-            raise UsageError(
-                f"Found Open MPI with {count} processes but no OMPI_MCA_orte_hnp_uri (Open MPI 5 and later "
-                "lack it). Pass the job explicitly: acceltrain run --coordinator HOST0:PORT "
-                "--num-processes N --process-id $OMPI_COMM_WORLD_RANK SCRIPT.py"
-            )
-        return Processes("openmpi", count, _int_env(env, "OMPI_COMM_WORLD_RANK")), f"Open MPI: {count} processes"
+            return environments.Found(1, 0, None, "jax.distributed already started with one process")
+        return environments.Found(count, index, None, "jax.distributed already started (as Ray Train's JaxTrainer "
+                                                      f"does): process {index} of {count}")
+
+
+# The order of the module's docstring: the first reader that names a job wins, after the user's own values (Given).
+# Pathways first among the engines (its head pod may run inside a JobSet too), then the explicit JAX_* triple and a
+# Ray worker's (a Ray cluster on TPU VMs or on KubeRay pods: the job is Ray's, of one process a worker), then the
+# TPU VM, what Kubernetes and SkyPilot say of a pod or node, a Slurm step, Open MPI.
+READERS = (Launched(), Started(), environments.Pathways(), environments.Kubeflow(), environments.RayWorker(),
+           environments.CloudTpuVm(), environments.IndexedJob(), environments.SkyPilot(), environments.Slurm(),
+           environments.OpenMPI())
+
+
+def _detect(host: environments.Host) -> tuple[Processes, str]:
+    for reader in (Given(FLAG_NAMES if under_cli() else ARGUMENT_NAMES), *READERS):
+        if (found := reader.read(host)) is not None:
+            return _job(reader, found), found.reason
     return SINGLE, "no cluster environment found"
 
 
-# The largest slice one TPU VM holds, in the unit its accelerator type counts: TensorCores for v2, v3,
-# v4, v5p and tpu7x (8 = 4 chips of 2 cores), chips for v5e (v5litepod) and v6e (8 chips). Cloud TPU's
-# "TPU versions" pages (cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e; read 2026-12-03): v4-8, v5p-8,
-# v5litepod-8 and v6e-8 are one host; v4-16, v5litepod-16 and up span several.
-LARGEST_SINGLE_HOST_SLICE = 8
-
-
-def slice_hosts(accelerator_type: str | None) -> str | None:
-    """"one" or "several" hosts for an accelerator type ("v5litepod-16", "v4-8", "v5e-1"); None if unreadable."""
-    generation, _, size = (accelerator_type or "").strip().rpartition("-")
-    if not size.isdigit() or not generation.startswith(("v", "tpu")):
-        return None
-    return "one" if int(size) <= LARGEST_SINGLE_HOST_SLICE else "several"
-
-
-def _tpu_vm(env: Mapping[str, str], metadata: Mapping[str, str]) -> tuple[Processes, str]:
-    """One process on a single-host TPU VM; a jax.distributed job over a multi-host slice.
-
-    The slice's hosts: TPU_WORKER_HOSTNAMES where set (GKE, Ray), else the accelerator type from
-    TPU_ACCELERATOR_TYPE or the metadata server. JAX itself reads the hosts' addresses when it starts.
-    """
-    worker = _int_or_none(env.get("TPU_WORKER_ID"))
-    hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
-    if len(hosts) == 1:
-        return SINGLE, "a single-host TPU VM (TPU_WORKER_HOSTNAMES names one host)"
-    if hosts:
-        return (Processes("tpu", len(hosts), worker),
-                f"a TPU slice of {len(hosts)} hosts (TPU_WORKER_HOSTNAMES), this is worker {worker}")
-    accelerator, origin = env.get("TPU_ACCELERATOR_TYPE"), "TPU_ACCELERATOR_TYPE"
-    if not accelerator and metadata.get("accelerator-type"):
-        accelerator, origin = metadata["accelerator-type"], "the TPU metadata server"
-    spans = slice_hosts(accelerator)
-    if spans == "one":
-        return SINGLE, f"a single-host TPU VM ({accelerator}, from {origin})"
-    if spans == "several":
-        return (Processes("tpu", None, worker),
-                f"a multi-host TPU slice ({accelerator}, from {origin}; over {LARGEST_SINGLE_HOST_SLICE} "
-                "per host): JAX reads its hosts from the TPU environment")
-    # Neither the environment nor the metadata server says how big the slice is (Colab and Kaggle set
-    # little; the metadata server is off with TPU_SKIP_MDS_QUERY): one process, the common case.
-    return SINGLE, ("a TPU VM whose slice size nothing names (no TPU_WORKER_HOSTNAMES, TPU_ACCELERATOR_TYPE or "
-                    "metadata): one process; on a multi-host slice pass --num-processes, --process-id and "
-                    "--coordinator")
-
-
-def _engine_job(engine, found: environments.Found) -> tuple[Processes, str]:
-    """An engine's answer as Processes, its values checked as flags are."""
-    if engine.source == "pathways":
-        return Processes("pathways"), found.reason
+def _job(reader: environments.Reader, found: environments.Found) -> Processes:
+    """A reader's answer as Processes, its values checked as flags are."""
+    if reader.source == "pathways":
+        return Processes("pathways")
+    if reader.as_given:  # the three checked together, as given
+        return _explicit(found.coordinator, found.num_processes, found.process_id, reader.source, reader.names)
     if str(found.num_processes).strip() == "1":
-        return SINGLE, found.reason  # a job of one: whatever else its variables say
-    job = _explicit(found.coordinator, found.num_processes, found.process_id, engine.source, engine.names)
-    return (SINGLE if job is None else job), found.reason
+        return SINGLE  # a job of one: whatever else its variables say
+    if reader.jax_finds_coordinator:
+        count = None if found.num_processes is None else _whole(reader.names[1], found.num_processes, minimum=1)
+        index = None if found.process_id is None else _whole(reader.names[2], found.process_id, minimum=0)
+        if count is not None and index is not None and index >= count:
+            raise UsageError(f"Received {reader.names[2]}={index} with {reader.names[1]}={count}. "
+                             f"Valid: 0 to {count - 1}.")
+        return Processes(reader.source, count, index)
+    job = _explicit(found.coordinator, found.num_processes, found.process_id, reader.source, reader.names)
+    return SINGLE if job is None else job
 
 
 # How a wrong job as given is named back: connect()'s Cluster fields, or the CLI's flags (errors.under_cli).
@@ -229,9 +201,8 @@ _EXAMPLES = {ARGUMENT_NAMES: "acceltrain.Cluster(coordinator='10.0.0.1:1234', nu
                          "--process-id 1 on the second)"}
 
 
-def _explicit(coordinator, num_processes, process_id, source: str, names=None) -> Processes | None:
-    """The three values given together, checked; None when none is given."""
-    names = names or (ARGUMENT_NAMES if source == "flags" else (ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID))
+def _explicit(coordinator, num_processes, process_id, source: str, names) -> Processes | None:
+    """The three values given together, checked, named back as `names`; None when none is given."""
     values = (coordinator, num_processes, process_id)
     if all(value is None for value in values):
         return None
@@ -262,14 +233,6 @@ def _whole(name: str, value, *, minimum: int) -> int:
     if number is None or isinstance(value, bool) or str(number) != str(value).strip() or number < minimum:
         raise UsageError(f"Received {name}={value!r}. Expected a whole number of at least {minimum}.")
     return number
-
-
-def _int_env(env, name: str) -> int:
-    return _whole(name, env[name], minimum=0)
-
-
-def _int_or_none(value) -> int | None:
-    return int(value) if value is not None and str(value).isdigit() else None
 
 
 # The GCE metadata server, which a Cloud TPU VM answers about itself (JAX reads its TPU settings there).

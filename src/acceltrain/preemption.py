@@ -55,6 +55,19 @@ class PreemptedOutsideTraining(AcceltrainError):
 
 
 @contextlib.contextmanager
+def ledger_told_when_preempted(window, tell):
+    """A run stopped by a notice (exit 42) still says where its time went, the notice's save booked as preemption:
+    the ledger is what an engine's restarts are weighed by. `window()`: the run's timeline window once open (None
+    before); `tell(ledger)`: how the command says its ledger (`train`: its line; `run`: its line and --ledger file)."""
+    try:
+        yield
+    except AcceltrainError as error:
+        if getattr(error, "exit_code", None) == EXIT_RESTART and window() is not None and window().ledger is not None:
+            tell(window().ledger)
+        raise
+
+
+@contextlib.contextmanager
 def notices_outside_training():
     """Inside, a notice (NOTICES) raises PreemptedOutsideTraining, so a run with checkpoints stopped before its first
     step (starting JAX, loading data, compiling) ends with the restartable exit at once, not killed by the signal.

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from acceltrain import decisions, log, user_model
+from acceltrain import decisions, log, preemption, user_model
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.commands.script_layers import FitGuard, KerasCalls
 from acceltrain.errors import AcceltrainError, UsageError
@@ -68,7 +68,9 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))
     window = None
-    with _ledger_told_when_preempted(lambda: window, ledger_file, runtime), contextlib.ExitStack() as stack:
+    told = preemption.ledger_told_when_preempted(lambda: window,
+                                                 lambda ledger: _tell_ledger(ledger, ledger_file, runtime))
+    with told, contextlib.ExitStack() as stack:
         stack.callback(runtime.close)  # last out: Keras's fit is its own again
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
@@ -89,20 +91,6 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)
     return code
-
-
-@contextlib.contextmanager
-def _ledger_told_when_preempted(window, ledger_file, runtime):
-    """A run stopped by a notice (exit 42) still says where its time went, the notice's save booked as preemption:
-    the ledger is what an engine's restarts are weighed by."""
-    from acceltrain import preemption
-
-    try:
-        yield
-    except AcceltrainError as error:
-        if getattr(error, "exit_code", None) == preemption.EXIT_RESTART and window() is not None:
-            _tell_ledger(window().ledger, ledger_file, runtime)
-        raise
 
 
 def _run_main(script: Path, calls) -> int:

@@ -6,7 +6,6 @@ Everything the user can get wrong is checked before training starts, and nothing
 output folder until training has finished.
 """
 
-import contextlib
 import math
 import sys
 import time
@@ -17,12 +16,12 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import datasets, decisions, log, options, recipes, sharding, user_model
+from acceltrain import datasets, decisions, log, options, preemption, recipes, sharding, user_model
 from acceltrain.inputs import arrays
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
-from acceltrain.errors import AcceltrainError, UsageError, positive_int
+from acceltrain.errors import UsageError, positive_int
 from acceltrain.runtime import Settings
 
 
@@ -40,7 +39,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     with log.phase("connecting to the hardware"):
         runtime = Settings.read(config).connect()
     window = None
-    with _ledger_said_when_preempted(lambda: window), \
+    with preemption.ledger_told_when_preempted(lambda: window, lambda ledger: log.info(ledger.line())), \
             runtime.timeline.window(started, start_up_until=time.time()) as window:
         arrays.check_batch_size(job.batch_size, runtime.num_replicas)
         runtime.seed(config.seed)
@@ -104,19 +103,6 @@ def _write_report(process_index: int, metrics: dict, resolved: TrainConfig) -> N
     config_files.write(out_dir / "config.toml", resolved)
     log.debug(f"wrote {', '.join(path.name for path in report.write(out_dir, metrics))}, config.toml and metrics.json")
     log.info(f"outputs in {out_dir}")
-
-
-@contextlib.contextmanager
-def _ledger_said_when_preempted(window):
-    """A run stopped by a notice (exit 42) still says where its time went, the notice's save booked as preemption."""
-    from acceltrain import preemption
-
-    try:
-        yield
-    except AcceltrainError as error:
-        if getattr(error, "exit_code", None) == preemption.EXIT_RESTART and window() is not None and window().ledger:
-            log.info(window().ledger.line())
-        raise
 
 
 @dataclass

@@ -28,7 +28,7 @@ import shlex
 import pytest
 import yaml
 
-from acceltrain import cluster
+from acceltrain import cluster, environments
 from acceltrain.commands import emit
 from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
 from acceltrain.errors import UsageError
@@ -144,8 +144,8 @@ def read_skypilot(text: str, kind: str):
     if kind == "tpu":  # a slice is one node of the task; each of its hosts runs `run`
         assert hosts == 1
         slice_name = accelerators.removeprefix("tpu-")
-        hosts = emit.layout(TARGETS["tpu"]).hosts
-        assert slice_name == emit.layout(TARGETS["tpu"]).slice_name
+        hosts = emit.hosts(TARGETS["tpu"]).count
+        assert slice_name == emit.hosts(TARGETS["tpu"]).slice_name
     ips = [f"10.0.0.{index + 1}" for index in range(hosts)]
     jobs = []
     for rank in range(hosts):
@@ -156,7 +156,7 @@ def read_skypilot(text: str, kind: str):
             found, _ = cluster.choose_processes("jax", {}, seen, cloud_tpu_vm=True,
                                                 tpu_metadata={"accelerator-type": slice_name})
             assert (found.source, found.num_processes) == ("tpu", None), found
-            said = cluster.environments.SkyPilot().read(seen)
+            said = environments.SkyPilot().read(environments.Host(seen))
             found = cluster.Processes("tpu", int(said.num_processes), int(said.process_id), said.coordinator)
         else:
             found, _ = cluster.choose_processes("jax", {}, seen, cloud_tpu_vm=False)
@@ -188,7 +188,7 @@ def read_ray(text: str, kind: str):
     for rank in range(keywords["workers"]):
         seen = ray_job.child_environment({}, keywords.get("env", {}), rank, keywords["workers"], "10.0.0.1:41000")
         found, _ = cluster.choose_processes("jax", {}, seen, cloud_tpu_vm=kind == "tpu",
-                                            tpu_metadata={"accelerator-type": emit.layout(TARGETS["tpu"]).slice_name})
+                                            tpu_metadata={"accelerator-type": emit.hosts(TARGETS["tpu"]).slice_name})
         jobs.append((found, found.coordinator))
     per_process = (keywords.get("resources_per_worker", {}).get("TPU") or keywords.get("gpus_per_worker")
                    or _simulated(shlex.join(command)))

@@ -83,8 +83,8 @@ def test_the_issues_jobset_runs_the_script_on_4_hosts_of_4_chips_restarting_on_4
     ("tpu-v4-16", 2, 4, "2x2x2"), ("tpu-v5p-32", 4, 4, "2x2x4"), ("tpu-v3-8", 1, 4, "2x2"),
 ])
 def test_a_slices_hosts_and_chips(target, hosts, chips, topology):
-    layout = emit_job.layout(target)
-    assert (layout.hosts, layout.chips_per_host, layout.topology) == (hosts, chips, topology)
+    where = emit_job.hosts(target)
+    assert (where.count, where.chips_per_host, where.topology) == (hosts, chips, topology)
 
 
 def test_a_jobset_the_schema_refuses_is_named_where():

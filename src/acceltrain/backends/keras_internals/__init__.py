@@ -211,7 +211,7 @@ def stop_running_train_executions(model) -> None:
 def train_function_wrappers(model) -> int:
     """How many of acceltrain's wrappers stand over the model's train function (at most one: its door)."""
     function, count = getattr(model, "train_function", None), 0
-    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+    while isinstance(function, _TrainFunctionDoor):
         function, count = function.__wrapped__, count + 1
     return count
 
@@ -238,8 +238,8 @@ def unwatch_train_steps(model) -> None:
 
 
 def _keras_own(function):
-    """Keras's train function under acceltrain's door (and any wrapper marked acceltrain_wrapper)."""
-    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+    """Keras's train function under acceltrain's door."""
+    while isinstance(function, _TrainFunctionDoor):
         function = function.__wrapped__
     return function
 

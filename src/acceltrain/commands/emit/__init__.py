@@ -17,7 +17,7 @@ import dataclasses
 from pathlib import Path
 
 from acceltrain.commands.emit import jobset, ray, sbatch, skypilot
-from acceltrain.commands.emit.job import (DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, job_name, layout,
+from acceltrain.commands.emit.job import (DEFAULT_MAX_RESTARTS, IMAGE_PLACEHOLDER, Job, hosts, job_name,
                                           script_in_folder)
 from acceltrain.errors import UsageError
 from acceltrain.options import Checkpoints
@@ -44,8 +44,8 @@ def emit(engine: str, target: str, script: str, argv=(), *, name: str | None = N
                 named = " or ".join(f"--emit {owner}" for owner in owners)
                 raise UsageError(f"Received {flag} {value} with --emit {engine}: it is a setting of {named} only. "
                                  f"Leave it out, or pass {named}.")
-    where = layout(target, nodes, processes)
-    module.check_layout(where)
+    where = hosts(target, nodes, processes)
+    module.check_hosts(where)
     if max_restarts is not None and (isinstance(max_restarts, bool) or not isinstance(max_restarts, int)
                                      or max_restarts < 0):
         raise UsageError(f"Received --max-restarts {max_restarts!r}. Expected a whole number of at least 0.")

@@ -1,4 +1,4 @@
-"""The plain values an artifact is rendered from: where the job runs (Layout, from the plan's hardware table)
+"""The plain values an artifact is rendered from: where the job runs (Hosts, from the plan's hardware table)
 and what it runs (Job). Each engine module renders a Job; none imports another."""
 
 import re
@@ -29,12 +29,13 @@ GKE_GPUS = {"h100": "nvidia-h100-80gb", "a100": "nvidia-a100-80gb", "h200": "nvi
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Where the job runs: `hosts` hosts, `processes_per_host` processes on each, their accelerators."""
+class Hosts:
+    """Where the job runs: `count` hosts (TPU VMs, GPU boxes or CPU nodes), `processes_per_host` processes on each,
+    their accelerators. Not a model's layout (layout/): the machines an artifact asks an engine for."""
 
     target: str
     kind: str  # "tpu" | "gpu" | "cpu"
-    hosts: int
+    count: int
     chips_per_host: int  # TPU chips or GPUs per host; 0 on CPU
     processes_per_host: int = 1
     version: str = ""  # the TPU generation (v5e) or GPU model (h100)
@@ -44,7 +45,7 @@ class Layout:
     @property
     def processes(self) -> int:
         """The job's processes: one a host, or --processes a CPU node."""
-        return self.hosts * self.processes_per_host
+        return self.count * self.processes_per_host
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Job:
     """One artifact's content: plain values an engine module renders."""
 
     name: str
-    layout: Layout
+    hosts: Hosts
     run: tuple[str, ...]  # `acceltrain run ...` with its flags, the script and its arguments
     checkpoint_dir: str
     compile_cache_dir: str
@@ -80,8 +81,8 @@ class Job:
     def devices_per_process(self) -> int:
         """The accelerators one process drives: a host's chips or GPUs; on CPU, JAX's one CPU device a process, or
         --simulate-devices N of them."""
-        if self.layout.kind != "cpu":
-            return self.layout.chips_per_host
+        if self.hosts.kind != "cpu":
+            return self.hosts.chips_per_host
         flags = list(self.run)
         return int(flags[flags.index("--simulate-devices") + 1]) if "--simulate-devices" in flags else 1
 
@@ -92,11 +93,11 @@ ACCELTRAIN_THERE = ('command -v acceltrain > /dev/null || { echo "acceltrain: er
                     f'exit {EXIT_NOT_FOUND}; }}')
 
 
-def layout(target: str, nodes: int | None = None, processes: int | None = None) -> Layout:
+def hosts(target: str, nodes: int | None = None, processes: int | None = None) -> Hosts:
     """The hosts and accelerators of --target (the plan's hardware table), `nodes` boxes of a GPU or CPU target."""
     if str(target).strip().lower() == "cpu":
-        return Layout("cpu", "cpu", positive_int(1 if nodes is None else nodes, "--nodes"), 0,
-                      positive_int(1 if processes is None else processes, "--processes"))
+        return Hosts("cpu", "cpu", positive_int(1 if nodes is None else nodes, "--nodes"), 0,
+                     positive_int(1 if processes is None else processes, "--processes"))
     found = targets.resolve(target)
     if found.kind == "here":
         raise UsageError("Received --target here with --emit: an artifact runs elsewhere. Pass the hardware it "
@@ -106,8 +107,8 @@ def layout(target: str, nodes: int | None = None, processes: int | None = None) 
                          "host, which drives all its chips. Leave --processes out (it is for --target cpu).")
     if found.kind == "gpu":
         model = next(name for name, family in targets.GPU_FAMILIES.items() if family.device_kind == found.device_kind)
-        return Layout(found.name, "gpu", positive_int(1 if nodes is None else nodes, "--nodes"), found.devices,
-                      version=model)
+        return Hosts(found.name, "gpu", positive_int(1 if nodes is None else nodes, "--nodes"), found.devices,
+                     version=model)
     if nodes not in (None, 1):
         raise UsageError(f"Received --nodes {nodes} with --target {target}: a TPU slice's hosts follow from its "
                          "size. Pass a bigger slice instead (e.g. tpu-v5e-32).")
@@ -115,13 +116,13 @@ def layout(target: str, nodes: int | None = None, processes: int | None = None) 
     family = targets.TPU_FAMILIES[version]
     chips = found.devices // family.devices_per_chip
     # One host holds 4 chips (v2, v3, v4, v5p), or up to 8 on v5e and v6e, whose slices of more than 8 chips
-    # have 4 a host (Cloud TPU's v5e and v6e pages; cluster.LARGEST_SINGLE_HOST_SLICE).
+    # have 4 a host (Cloud TPU's v5e and v6e pages; environments.LARGEST_SINGLE_HOST_SLICE).
     per_host = min(chips, 8 if version in ("v5e", "v6e") and chips <= 8 else 4)
     topology = found.topology.partition(":")[2] if chips > 1 else ("1x1" if family.topology_dims == 2 else "1x1x1")
     size = chips * 2 if family.cores_in_name else chips
     slice_name = f"{'v5litepod' if version == 'v5e' else version}-{size}"
-    return Layout(found.name, "tpu", chips // per_host, per_host, version=version, topology=topology,
-                  slice_name=slice_name)
+    return Hosts(found.name, "tpu", chips // per_host, per_host, version=version, topology=topology,
+                 slice_name=slice_name)
 
 
 def script_in_folder(script: str, engine: str, where: str, image_paths: bool = False) -> str:

@@ -78,29 +78,29 @@ _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0
 _LABEL_KEY = re.compile(rf"({_DNS_SUBDOMAIN.pattern}/)?{_LABEL_VALUE.pattern}")
 
 
-def check_layout(layout: emit.Layout) -> None:
-    if layout.kind == "tpu" and layout.version not in emit.GKE_TPU_ACCELERATORS:
-        raise UsageError(f"Received --target {layout.target} with --emit jobset: GKE offers TPU "
-                         f"{', '.join(emit.GKE_TPU_ACCELERATORS)} (and newer), not {layout.version}, which runs on "
+def check_hosts(hosts: emit.Hosts) -> None:
+    if hosts.kind == "tpu" and hosts.version not in emit.GKE_TPU_ACCELERATORS:
+        raise UsageError(f"Received --target {hosts.target} with --emit jobset: GKE offers TPU "
+                         f"{', '.join(emit.GKE_TPU_ACCELERATORS)} (and newer), not {hosts.version}, which runs on "
                          "Cloud TPU VMs only. Pass a GKE generation (e.g. tpu-v5e-16), or --emit skypilot.")
-    if layout.kind == "tpu" and layout.topology == "1x2":
-        raise UsageError(f"Received --target {layout.target} with --emit jobset: GKE has no {layout.version} node "
+    if hosts.kind == "tpu" and hosts.topology == "1x2":
+        raise UsageError(f"Received --target {hosts.target} with --emit jobset: GKE has no {hosts.version} node "
                          "of 2 chips (its topologies are 1x1, 2x2, 2x4, 4x4 ...). Pass tpu-v5e-1 or tpu-v5e-4.")
 
 
 def document(job: emit.Job) -> dict:
     """The JobSet as plain data (the YAML is its dump)."""
-    layout = job.layout
-    pods = layout.processes  # one process a pod: JOB_COMPLETION_INDEX is the process's id
+    hosts = job.hosts
+    pods = hosts.processes  # one process a pod: JOB_COMPLETION_INDEX is the process's id
     resources, selector, tolerations = {}, {}, []
-    if layout.kind == "tpu":
-        resources = {"google.com/tpu": layout.chips_per_host}
-        selector = {"cloud.google.com/gke-tpu-accelerator": emit.GKE_TPU_ACCELERATORS[layout.version],
-                    "cloud.google.com/gke-tpu-topology": layout.topology}
+    if hosts.kind == "tpu":
+        resources = {"google.com/tpu": hosts.chips_per_host}
+        selector = {"cloud.google.com/gke-tpu-accelerator": emit.GKE_TPU_ACCELERATORS[hosts.version],
+                    "cloud.google.com/gke-tpu-topology": hosts.topology}
         tolerations = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}]
-    elif layout.kind == "gpu":
-        resources = {"nvidia.com/gpu": layout.chips_per_host}
-        selector = {"cloud.google.com/gke-accelerator": emit.GKE_GPUS[layout.version]}
+    elif hosts.kind == "gpu":
+        resources = {"nvidia.com/gpu": hosts.chips_per_host}
+        selector = {"cloud.google.com/gke-accelerator": emit.GKE_GPUS[hosts.version]}
         tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     env = [
         # What connect() reads in a JobSet pod (environments.IndexedJob); Kubernetes sets JOB_COMPLETION_INDEX.
@@ -164,14 +164,14 @@ def document(job: emit.Job) -> dict:
 
 
 def render(job: emit.Job) -> str:
-    layout = job.layout
-    if layout.kind == "cpu":
-        where = (f"{layout.processes} pod(s) x {job.devices_per_process} CPU device(s), one process a pod "
-                 f"({layout.hosts} node(s) x {layout.processes_per_host} process(es))")
+    hosts = job.hosts
+    if hosts.kind == "cpu":
+        where = (f"{hosts.processes} pod(s) x {job.devices_per_process} CPU device(s), one process a pod "
+                 f"({hosts.count} node(s) x {hosts.processes_per_host} process(es))")
     else:
-        where = (f"{layout.hosts} host(s) x {layout.chips_per_host} {'chips' if layout.kind == 'tpu' else 'GPUs'}, "
-                 f"one pod a host{f' ({layout.slice_name}, topology {layout.topology})' if layout.kind == 'tpu' else ''}")
-    head = (f"# acceltrain launch --emit jobset --target {layout.target}: {where}.\n"
+        where = (f"{hosts.count} host(s) x {hosts.chips_per_host} {'chips' if hosts.kind == 'tpu' else 'GPUs'}, "
+                 f"one pod a host{f' ({hosts.slice_name}, topology {hosts.topology})' if hosts.kind == 'tpu' else ''}")
+    head = (f"# acceltrain launch --emit jobset --target {hosts.target}: {where}.\n"
             f"# Exit 42 or 128-255 restarts the JobSet (at most {job.max_restarts} times); any other failure is "
             "final, 127 (no acceltrain in the image) included.\n"
             f"# On SIGTERM each process saves a checkpoint and exits 42 within the pods' grace: {job.grace_reason}.\n"

@@ -17,35 +17,35 @@ SHARED_DEFAULT = "/mnt/shared"
 DRIVER = "acceltrain.commands.ray_job"
 
 
-def check_layout(layout: emit.Layout) -> None:
+def check_hosts(hosts: emit.Hosts) -> None:
     return None  # Ray schedules workers by resources: TPU hosts, GPU boxes and CPU nodes alike
 
 
 def arguments(job: emit.Job) -> dict:
     """run_job's keyword arguments for `job`."""
-    layout = job.layout
-    values = {"workers": layout.hosts * layout.processes_per_host, "max_failures": job.max_restarts,
+    hosts = job.hosts
+    values = {"workers": hosts.count * hosts.processes_per_host, "max_failures": job.max_restarts,
               "name": job.name}
-    if layout.kind == "tpu":
-        values["resources_per_worker"] = {"TPU": layout.chips_per_host}
-    elif layout.kind == "gpu":
-        values["gpus_per_worker"] = layout.chips_per_host
+    if hosts.kind == "tpu":
+        values["resources_per_worker"] = {"TPU": hosts.chips_per_host}
+    elif hosts.kind == "gpu":
+        values["gpus_per_worker"] = hosts.chips_per_host
     values["env"] = {"JAX_COMPILATION_CACHE_DIR": job.compile_cache_dir}
     return values
 
 
 def render(job: emit.Job) -> str:
-    layout = job.layout
-    workers = layout.hosts * layout.processes_per_host
-    devices = (f"{layout.chips_per_host} chips" if layout.kind == "tpu" else f"{layout.chips_per_host} GPUs"
-               if layout.kind == "gpu" else f"{_simulated(job.run)} CPU device(s)")
-    where = (f"one on each host of a {layout.slice_name} slice" if layout.kind == "tpu" else
-             "one a GPU box" if layout.kind == "gpu" else
-             f"{layout.hosts} node(s) x {layout.processes_per_host} process(es)")
+    hosts = job.hosts
+    workers = hosts.count * hosts.processes_per_host
+    devices = (f"{hosts.chips_per_host} chips" if hosts.kind == "tpu" else f"{hosts.chips_per_host} GPUs"
+               if hosts.kind == "gpu" else f"{_simulated(job.run)} CPU device(s)")
+    where = (f"one on each host of a {hosts.slice_name} slice" if hosts.kind == "tpu" else
+             "one a GPU box" if hosts.kind == "gpu" else
+             f"{hosts.count} node(s) x {hosts.processes_per_host} process(es)")
     where = f"{workers} process(es) x {devices}, one Ray Train worker each ({where})"
     keywords = "".join(f"    {name}={pprint.pformat(value, width=100)},\n" for name, value in arguments(job).items())
     command = pprint.pformat(list(job.run), width=96, compact=True).replace("\n", "\n    ")
-    return (f"# acceltrain launch --emit ray --target {layout.target}: {where}; one JAX job.\n"
+    return (f"# acceltrain launch --emit ray --target {hosts.target}: {where}; one JAX job.\n"
             "# Submit: ray job submit --working-dir . -- python THIS.py (or `python THIS.py` on the head node).\n"
             f"# Ray Train restarts the whole job on any failure, up to max_failures times; each restart resumes\n"
             f"# from the newest checkpoint. {SHARED_DEFAULT} must be one folder every node sees (NFS, a bucket).\n"

@@ -19,29 +19,29 @@ NOTICE_SECONDS = 120
 RESTART_CODE = 42  # preemption.EXIT_RESTART: every process saved its checkpoint of one agreed step
 
 
-def check_layout(layout: emit.Layout) -> None:
-    if layout.kind == "tpu":
-        raise UsageError(f"Received --target {layout.target} with --emit sbatch: Slurm runs GPU and CPU clusters "
+def check_hosts(hosts: emit.Hosts) -> None:
+    if hosts.kind == "tpu":
+        raise UsageError(f"Received --target {hosts.target} with --emit sbatch: Slurm runs GPU and CPU clusters "
                          "here. For a TPU slice pass --emit jobset (GKE) or --emit skypilot.")
 
 
 def render(job: emit.Job) -> str:
-    layout = job.layout
+    hosts = job.hosts
     lines = [
         "#!/bin/bash",
-        f"# acceltrain launch --emit sbatch --target {layout.target}: {layout.hosts} node(s) x "
-        + (f"{layout.chips_per_host} GPUs, one process a node." if layout.kind == "gpu"
-           else f"{layout.processes_per_host} process(es) a node: {layout.processes} process(es) x "
+        f"# acceltrain launch --emit sbatch --target {hosts.target}: {hosts.count} node(s) x "
+        + (f"{hosts.chips_per_host} GPUs, one process a node." if hosts.kind == "gpu"
+           else f"{hosts.processes_per_host} process(es) a node: {hosts.processes} process(es) x "
                 f"{job.devices_per_process} CPU device(s)."),
         "# SIGTERM (the time limit's notice, a preemption, scontrol requeue): each process checkpoints and stops;",
         "# exit 42 requeues the job, which resumes from the newest checkpoint; any other failure ends it.",
         "# Submit: sbatch THIS.sh",
         f"#SBATCH --job-name={job.name}",
-        f"#SBATCH --nodes={layout.hosts}",
-        f"#SBATCH --ntasks-per-node={layout.processes_per_host}",
+        f"#SBATCH --nodes={hosts.count}",
+        f"#SBATCH --ntasks-per-node={hosts.processes_per_host}",
     ]
-    if layout.kind == "gpu":
-        lines.append(f"#SBATCH --gpus-per-node={layout.chips_per_host}")
+    if hosts.kind == "gpu":
+        lines.append(f"#SBATCH --gpus-per-node={hosts.chips_per_host}")
     lines += [
         f"#SBATCH --signal=TERM@{NOTICE_SECONDS}",
         "#SBATCH --requeue",
@@ -50,8 +50,8 @@ def render(job: emit.Job) -> str:
         "",
         f'export JAX_COMPILATION_CACHE_DIR="{job.compile_cache_dir}"',
         *([ "# JAX's Slurm detection gives a task only the GPU of its SLURM_LOCALID (one task a GPU); one task a node",
-            f"export JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(layout.chips_per_host)))}  # drives all {layout.chips_per_host}"]
-          if layout.kind == "gpu" else []),
+            f"export JAX_LOCAL_DEVICE_IDS={','.join(map(str, range(hosts.chips_per_host)))}  # drives all {hosts.chips_per_host}"]
+          if hosts.kind == "gpu" else []),
         f'mkdir -p "{job.checkpoint_dir}" "$JAX_COMPILATION_CACHE_DIR"',
         emit.ACCELTRAIN_THERE,
         f"srun --kill-on-bad-exit=1 {job.command}",

@@ -21,15 +21,15 @@ from acceltrain.errors import UsageError
 SHARED_DEFAULT = "/shared"
 WHEELS = "/tmp/acceltrain-wheel"  # where file_mounts puts --wheel on each host
 RESTART_CODES = (42,)  # preemption.EXIT_RESTART
-EXTRAS = {"tpu": "tpu", "gpu": "gpu", "cpu": None}  # acceltrain's extras (pyproject.toml) by the layout's kind
+EXTRAS = {"tpu": "tpu", "gpu": "gpu", "cpu": None}  # acceltrain's extras (pyproject.toml) by the hosts' kind
 
 
-def check_layout(layout: emit.Layout) -> None:
+def check_hosts(hosts: emit.Hosts) -> None:
     # SkyPilot runs every generation of the table (TPU VMs, GPU and CPU nodes), `run` once a node (a host of a slice).
-    if layout.processes_per_host > 1:
-        raise UsageError(f"Received --processes {layout.processes_per_host} with --emit skypilot: SkyPilot runs `run` "
+    if hosts.processes_per_host > 1:
+        raise UsageError(f"Received --processes {hosts.processes_per_host} with --emit skypilot: SkyPilot runs `run` "
                          "once a node, so a node holds one process. Pass --nodes "
-                         f"{layout.hosts * layout.processes_per_host} for that many processes, one a node, or --emit "
+                         f"{hosts.count * hosts.processes_per_host} for that many processes, one a node, or --emit "
                          "jobset or sbatch, which start several a node.")
 
 
@@ -52,19 +52,19 @@ def installs(wheel: str | None, here: Path | None = None) -> tuple[str, dict]:
 
 
 def document(job: emit.Job, here: Path | None = None) -> dict:
-    layout = job.layout
-    if layout.kind == "tpu":
-        resources = {"accelerators": f"tpu-{layout.slice_name}"}
+    hosts = job.hosts
+    if hosts.kind == "tpu":
+        resources = {"accelerators": f"tpu-{hosts.slice_name}"}
         nodes = 1
-    elif layout.kind == "gpu":
-        resources = {"accelerators": f"{emit.SKYPILOT_GPUS[layout.version]}:{layout.chips_per_host}"}
-        nodes = layout.hosts
+    elif hosts.kind == "gpu":
+        resources = {"accelerators": f"{emit.SKYPILOT_GPUS[hosts.version]}:{hosts.chips_per_host}"}
+        nodes = hosts.count
     else:
         resources = {"cpus": "4+"}
-        nodes = layout.hosts
+        nodes = hosts.count
     resources["job_recovery"] = {"recover_on_exit_codes": emit.Flow(RESTART_CODES)}
     source, mounts = installs(job.wheel, here)
-    extra = EXTRAS[layout.kind]
+    extra = EXTRAS[hosts.kind]
     # The project's own extras only where it is acceltrain (a user's project brings acceltrain as it declares it).
     if extra is not None and (source != "." or _project_name(here or Path.cwd()) == "acceltrain"):
         source = f"{source}[{extra}]"
@@ -95,11 +95,11 @@ def _project_name(here: Path) -> str | None:
 def render(job: emit.Job) -> str:
     document_ = document(job)
     document_["setup"], document_["run"] = emit.Literal(document_["setup"]), emit.Literal(document_["run"])
-    layout = job.layout
-    head = (f"# acceltrain launch --emit skypilot --target {layout.target}: "
-            + (f"a {layout.slice_name} slice, `run` on each of its {layout.hosts} host(s) x {layout.chips_per_host} chips"
-               if layout.kind == "tpu" else f"{layout.hosts} node(s) x {job.devices_per_process} "
-               f"{'GPUs' if layout.kind == 'gpu' else 'CPU device(s)'}, one process a node")
+    hosts = job.hosts
+    head = (f"# acceltrain launch --emit skypilot --target {hosts.target}: "
+            + (f"a {hosts.slice_name} slice, `run` on each of its {hosts.count} host(s) x {hosts.chips_per_host} chips"
+               if hosts.kind == "tpu" else f"{hosts.count} node(s) x {job.devices_per_process} "
+               f"{'GPUs' if hosts.kind == 'gpu' else 'CPU device(s)'}, one process a node")
             + ".\n# Submit: sky jobs launch THIS.yaml (recovers preemptions, and exit 42: a checkpoint saved on a notice; "
             "`run` resumes from the newest checkpoint; any other failure is final).\n"
             f"# `setup` installs acceltrain from {'the wheel of --wheel' if job.wheel else 'this folder (workdir)'}.\n"
