@@ -83,6 +83,7 @@ def test_the_split_the_input_path_reads_is_the_runtimes_as_it_stands(runtime):
     assert (split.num_replicas, split.num_processes, split.process_index, split.platform) == (8, 1, 0, "cpu")
     assert split.splits_uneven_batches is runtime.backend_module.SPLITS_UNEVEN_BATCHES is False
     assert split.join_shares is runtime.backend_module.join_shares
+    assert split.static_shapes is False  # CPU devices: a batch of any size compiles
 
 
 def test_simulate_devices_after_jax_started_with_another_count_is_an_error(runtime):

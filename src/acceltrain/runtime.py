@@ -309,7 +309,8 @@ class Runtime:
         """What the input path reads of this runtime (inputs.Split): its replicas under the distribution in force, the
         job's processes, the platform, and the backend's two facts about batches."""
         return inputs.Split(self.num_replicas, self.num_processes, self.process_index, self.platform,
-                            self.backend_module.SPLITS_UNEVEN_BATCHES, self.backend_module.join_shares)
+                            self.backend_module.SPLITS_UNEVEN_BATCHES, self.backend_module.join_shares,
+                            static_shapes=hardware.kind(self.platform).STATIC_SHAPES)
 
     @property
     def distribution_name(self) -> str:

@@ -3,8 +3,8 @@
     prepared = inputs.prepare_fit(runtime.split, x, y, batch_size=1024, classes=inputs.classes_of(model))
     model.fit(*prepared.local(), batch_size=prepared.local_batch_size, ...)
 
-Each prepare_* takes a Split (the runtime's replicas and processes: `runtime.split`), checks and reshapes the inputs, and returns a
-small dataclass; printing is the caller's (`notes`), so a script's guard can say each thing once. The rules:
+Each prepare_* takes a Split (the runtime's replicas and processes: `runtime.split`), checks and reshapes the inputs,
+and returns a small dataclass; printing is the caller's (`notes`), so a script's guard can say each thing once. The rules:
 - fit: the last few samples left out so the final batch divides over the replicas;
 - evaluate: the whole set repeated k times instead (every sample counts k times: metrics unchanged);
 - predict: the set padded with its own first samples, and the outputs cut back to it;
@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import hardware
 from acceltrain.errors import UsageError
 from acceltrain.inputs import arrays, kinds, streams, tf_data
 from acceltrain.inputs.kinds import ARRAYS, GRAIN, PY_DATASET, TF_DATA, kind_of
@@ -31,8 +30,8 @@ from acceltrain.inputs.kinds import ARRAYS, GRAIN, PY_DATASET, TF_DATA, kind_of
 @dataclass(frozen=True)
 class Split:
     """What the input path reads of a runtime: how a global batch is split (its replicas, the job's processes and this
-    one's index), the platform (static shapes), and the backend's two facts about batches (whether it splits an
-    uneven batch itself; how the processes' shares are joined). Runtime.split gives the one in force."""
+    one's index), the platform and whether it compiles one shape, and the backend's two facts about batches (whether
+    it splits an uneven batch itself; how the processes' shares are joined). Runtime.split gives the one in force."""
 
     num_replicas: int = 1
     num_processes: int = 1
@@ -40,6 +39,7 @@ class Split:
     platform: str = "cpu"
     splits_uneven_batches: bool = False
     join_shares: object = None  # (local arrays, each row's place) → the whole set in every process
+    static_shapes: bool = False  # the platform compiles one shape: every batch full (hardware.kind(...).STATIC_SHAPES)
 
 
 # --- What the model says about its classes ------------------------------------------------------
@@ -329,7 +329,7 @@ def _batch_training_dataset(split, fit: Fit, checked: bool) -> None:
     fit.steps_per_epoch = tf_data.num_batches(fit.x)
     if split.num_processes > 1:  # this process's share first (read at the source where it can be), then made full
         fit.x = streams.share_stream(split, fit.x, fit.notes, cut=False)
-    if split.num_replicas > 1 or hardware.kind(split.platform).STATIC_SHAPES:
+    if split.num_replicas > 1 or split.static_shapes:
         fit.x, changed = tf_data.drop_remainder(fit.x, fit.batch_size // split.num_processes)
         if changed:
             fit.notes.append(("dropped", f"training batches all full ({fit.batch_size}): at most "
