@@ -1,19 +1,22 @@
-"""The layers acceltrain itself puts in the one assembly of a fit (interception.LAYERS), for every fit alike.
+"""The layers acceltrain itself puts in the one assembly of a call (interception.LAYERS), for every call alike.
 
-    Runtime.fit                 ledger → autopilot → trained → placement (each epoch's Keras fit)
-    a script's fit under run    ledger → script_calls → autopilot → script_inputs → [trained →] placement
+    Runtime.fit                 ledger → autopilot → inputs → trained → placement (each epoch's Keras fit)
+    Runtime.evaluate/predict    ledger → autopilot → inputs → trained (passes them on) → placement
+    a script's call under run   ledger → script_calls → autopilot → script_inputs → inputs → [trained →] placement
     a library's plain fit       autopilot → placement
 
 `FirstFits` (slot "autopilot") is the layout, the one accumulation cut of the batch and --verify: before a model's
 first fit it is weighed and laid out (Runtime.first_fit), each fit's batch is cut for the steps it accumulates,
-and each call runs under the distribution the model was laid out for. `Trained` (slot "trained") is the runtime's
-own loop: Runtime.fit's, and a script's fit under `run --checkpoint-dir`: the inputs prepared (inputs/), the
-checkpoints, steps per call, the callbacks, the divergence check; each Keras fit it makes (one, or one an epoch
-with checkpoints) passes the layers below it. What a fit is asked to be is its `FitPlan`, its checkpoints the one
-public value (options.Checkpoints). Beside runtime.py, over training/ and layout/: imported by Runtime and `run` after
-connect().
+and each call runs under the distribution the model was laid out for. `Inputs` (slot "inputs") prepares what Keras
+is called with (inputs/), fit, evaluate and predict alike, whoever calls: a script's call reaches it through run's
+door (commands/script_layers.py::FitGuard), translated once. `Trained` (slot "trained") is the runtime's own loop:
+Runtime.fit's, and a script's fit under `run --checkpoint-dir`: over the prepared inputs, the checkpoints, steps
+per call, the divergence check; each Keras fit it makes (one, or one an epoch with checkpoints) passes the layers
+below it. What a call is asked to be is its `FitPlan`, its checkpoints the one public value (options.Checkpoints). Beside
+runtime.py, over training/ and layout/: imported by Runtime and `run` after connect().
 """
 
+import contextlib
 import dataclasses
 import weakref
 
@@ -26,16 +29,23 @@ from acceltrain.layout import autopilot as autopilots
 
 @dataclasses.dataclass(frozen=True)
 class FitPlan:
-    """What a fit is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags.
+    """What a call is asked to be, beside Keras's own arguments: Runtime.fit's extra arguments, or run's flags.
     `per_fit`: each fit keeps its checkpoints in its own folder/fit-N (a script's fits, resumed in the order it makes
     them); `resume_hint`: how the user resumes, said when a signal stops the fit."""
 
     checkpoints: Checkpoints | None = None
     per_fit: bool = False
     resume_hint: str | None = None
-    stall_timeout: float | None = None  # None: connect()'s watchdog
+    watchdog: object = None  # the stall watchdog its calls beat (Runtime.fit's stall_timeout=); None: the runtime's
     steps_per_execution: int | None = None  # the user's; None: the platform's (decisions.choose_steps_per_execution)
     keep_steps_per_execution: bool = False  # the model's own, as a plain fit keeps it (a script's)
+    script: bool = False  # a script's calls (acceltrain run), checked at its door (commands/script_layers.py)
+
+    def checks_inputs(self, name: str) -> bool:
+        """Whether a call's inputs are checked here as Runtime's are (inputs.py's `checked`: a wrong one is an error,
+        each note said), not at run's door (the script's own calls: warned once each, as a plain run would go on). A
+        script's fit the runtime's own loop trains (with checkpoints) is checked as Runtime.fit's."""
+        return not self.script or (name == "fit" and self.checkpoints is not None)
 
 
 def accumulated(model) -> int:
@@ -110,8 +120,8 @@ class FirstFits:
 
 class Trained:
     """Layer "trained": the fit trained by the runtime's own loop (Runtime.fit's; a script's fit under `run
-    --checkpoint-dir`): the inputs checked and prepared (inputs/), the checkpoints opened, steps per call chosen,
-    the callbacks put first, then one Keras fit (or, with checkpoints, one an epoch: training/resumable.py), each
+    --checkpoint-dir`) over the inputs the layer above prepared (`call.prepared`): the checkpoints opened, steps per
+    call chosen, then one Keras fit (or, with checkpoints, one an epoch: training/resumable.py), each
     passing the layers below this one. Raises TrainingDiverged when the loss is NaN or stuck at chance.
     Evaluate and predict pass on."""
 
@@ -134,34 +144,17 @@ class Trained:
             raise Interrupted(stopped.signum, stopped.checkpoint, hint) from None
 
     def _fit(self, call, proceed):
-        from acceltrain.layout import placement
         from acceltrain.training.callbacks import DivergenceCheck
 
         runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
+        prepared = call.prepared  # the inputs, prepared by the layer above (Inputs)
         arguments = call.arguments()
-        if plan.checkpoints is not None:
-            arguments = checks.resumable_arguments(arguments)
-        dog = runtime.watchdog_for(plan.stall_timeout)
+        dog = plan.watchdog or runtime.watchdog  # the one the stall watch of the call beats (Inputs)
         model = call.model
-        x, y = arguments.pop("x", None), arguments.pop("y", None)
-        batch_size, epochs = arguments.pop("batch_size", None), arguments.pop("epochs", 1)
+        for name in _PREPARED:  # what the prepared inputs give Keras (prepared.local(), prepared.epoch())
+            arguments.pop(name, None)
+        epochs = arguments.pop("epochs", 1)
         callbacks, verbose = list(arguments.pop("callbacks", None) or ()), arguments.pop("verbose", "auto")
-        validation_data = arguments.pop("validation_data", None)
-        placement.report(runtime, model)  # once per model: what was sharded
-        # 1. Inputs: checked, cast once, cut so every batch divides over the replicas (inputs/).
-        # With checkpoints, each epoch leaves out its own few samples, after its shuffle (inputs.Fit.epoch).
-        classes = inputs.classes_of(model)
-        prepared = inputs.prepare_fit(runtime.split, x, y, batch_size=batch_size, classes=classes,
-                                      sample_weight=arguments.pop("sample_weight", None),
-                                      validation_data=validation_data,
-                                      validation_split=arguments.pop("validation_split", 0.0) or 0.0,
-                                      validation_batch_size=arguments.pop("validation_batch_size", None),
-                                      trim=plan.checkpoints is None,
-                                      shuffle=plan.checkpoints is None and arguments.get("shuffle", True) is not False)
-        for _, message in prepared.notes:
-            log.info(message)
-        if prepared.shuffles_itself:
-            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (inputs/py_dataset.py)
         if prepared.is_dataset:
             arguments.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.
@@ -169,8 +162,8 @@ class Trained:
         # 3. Steps per compiled call.
         self._tune(model, prepared)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
-        divergence = DivergenceCheck(classes.num_classes)
-        watched = [*runtime.watched_callbacks(dog, callbacks), *callbacks, divergence]  # the stall watch first
+        divergence = DivergenceCheck(inputs.classes_of(model).num_classes)
+        watched = [*callbacks, divergence]  # acceltrain's own first: the stall watch (Inputs), the ledger's watch
 
         def keras_fit(**kwargs):  # each Keras fit of the loop, through the layers below this one
             return proceed(call.replace(args=(), kwargs=kwargs))
@@ -215,6 +208,118 @@ class Trained:
         own = getattr(runtime, "words", "")  # under the caller's own distribution (Runtime.as_called)
         log.info(f"{inputs.global_batch(prepared.batch_size, runtime.num_replicas, accumulated(model), own)}; steps_per_execution "
                  f"{steps} ({steps_reason})")
+
+
+# A fit's arguments the prepared inputs stand for: the runtime's own loop gives Keras prepared.local() or each epoch's
+_PREPARED = ("x", "y", "sample_weight", "batch_size", "validation_data", "validation_split", "validation_batch_size")
+
+
+class Inputs:
+    """Layer "inputs": what Keras is called with, prepared once by inputs.py for fit, evaluate and predict alike,
+    whoever calls (Runtime's calls, a script's under `acceltrain run`, after its door): the last few samples trimmed
+    (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch divides over the replicas the
+    call runs on (Runtime.as_called), and in a job of several processes each process given its own share, so
+    `batch_size` stays the global batch. Checked as `plan.checks_inputs` says: strictly (Runtime's calls), or as run's
+    door checked them (its notes said once each). A call an outer layer runs on one device (`call.undistributed`:
+    run's door) passes as the script made it. A fit goes on with its prepared inputs in `call.prepared` (the
+    runtime's own loop, slot "trained", trains from them) and this process's share in its arguments."""
+
+    def __init__(self, runtime, plan: FitPlan = FitPlan()):
+        self.runtime, self.plan = runtime, plan
+        self.told: set[str] = set()  # the notes said, by key (a script's: once a run)
+
+    def __call__(self, call, proceed):
+        call = self._watched(call)
+        if call.undistributed:
+            return proceed(call)
+        from acceltrain.inputs import streams
+        from acceltrain.layout import placement
+
+        as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
+        runtime = as_called() if as_called is not None else self.runtime
+        checked = self.plan.checks_inputs(call.name)
+        arguments = call.arguments()
+        if not checked and streams.is_stream(arguments.get("x")) and not splits(runtime):
+            return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
+        classes = inputs.classes_of(call.model)
+        if call.name == "fit":
+            if runtime is self.runtime:
+                placement.report(runtime, call.model)  # once per model: what was sharded
+            return self._fit(call, arguments, runtime, classes, checked, proceed)
+        if call.name == "evaluate":
+            prepared = inputs.prepare_evaluate(runtime.split, arguments.pop("x", None), arguments.pop("y", None),
+                                               batch_size=arguments.pop("batch_size", None), classes=classes,
+                                               sample_weight=arguments.pop("sample_weight", None), checked=checked,
+                                               name="x" if checked else "evaluate's x")
+            self._tell([(f"evaluate {key}", message) for key, message in prepared.notes], checked)
+            x, y, weights = prepared.local()
+            return proceed(call.replace(args=(), kwargs={**arguments, "x": x, "y": y, "sample_weight": weights,
+                                                         "batch_size": prepared.local_batch_size}))
+        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None), batch_size=arguments.pop("batch_size", None))
+        self._tell(prepared.notes, checked)
+        if prepared.num_samples is None:  # not arrays: Keras takes them as they are
+            return proceed(call.replace(args=(), kwargs={**arguments, "x": prepared.x,
+                                                         "batch_size": prepared.batch_size}))
+        x, _, _ = prepared.local()
+        gathered = runtime.num_processes > 1  # every process holds the whole result, as a plain predict does
+        with runtime.backend_module.gathering_predictions(call.model) if gathered else contextlib.nullcontext():
+            outputs = proceed(call.replace(args=(), kwargs={**arguments, "x": x,
+                                                            "batch_size": prepared.local_batch_size}))
+        return prepared.finish(outputs, gathered=gathered)
+
+    def _fit(self, call, arguments, runtime, classes, checked, proceed):
+        from acceltrain.inputs import streams
+
+        if self.plan.checkpoints is not None:  # what exact resume cannot honour, refused before anything is cut
+            arguments = checks.resumable_arguments(arguments)
+        x, validation_data = arguments.get("x"), arguments.get("validation_data")
+        fit = inputs.prepare_fit(runtime.split, x, arguments.get("y"), batch_size=arguments.get("batch_size"),
+                                 classes=classes, sample_weight=arguments.get("sample_weight"),
+                                 validation_data=validation_data,
+                                 validation_split=arguments.pop("validation_split", 0.0) or 0.0,
+                                 validation_batch_size=arguments.get("validation_batch_size"),
+                                 validation_steps=arguments.get("validation_steps"), checked=checked,
+                                 trim=self.plan.checkpoints is None,
+                                 shuffle=self.plan.checkpoints is None and arguments.get("shuffle", True) is not False)
+        self._tell(fit.notes, checked)  # said in every process, as in a one-process run
+        if fit.shuffles_itself:
+            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (inputs/py_dataset.py)
+        if streams.is_stream(x):  # its batches: Keras's; this process's rows of each (share_stream)
+            if fit.validation_data is not validation_data:
+                arguments.pop("validation_steps", None)  # read into memory: its steps are its batches
+                arguments["validation_batch_size"] = fit.validation_batch_size
+            arguments.update(x=fit.x, validation_data=fit.validation_data)
+        else:
+            arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
+            arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)
+            if fit.validation_batch_size is not None:
+                arguments["validation_batch_size"] = fit.validation_batch_size
+        return proceed(call.replace(args=(), kwargs=arguments, prepared=fit))
+
+    def _watched(self, call):
+        """The call with the stall watch first among its callbacks (training/callbacks.py::StallWatch), beating the
+        plan's watchdog, where it is on: the one place it is made. (The ledger's watch is the ledger layer's, the
+        steps one at a time the placement layer's: each of acceltrain's callbacks is made in one place.)"""
+        dog = self.plan.watchdog or self.runtime.watchdog
+        if not dog.enabled:
+            return call
+        from acceltrain.training.callbacks import StallWatch
+
+        return call.with_callback(StallWatch(dog))
+
+    def _tell(self, notes, every: bool) -> None:
+        """Each note said: every one (Runtime's calls), or once a key (a script's: each call would repeat it)."""
+        for key, message in notes:
+            if every or key not in self.told:
+                self.told.add(key)
+                log.info(message)
+
+
+def splits(runtime) -> bool:
+    """Whether a batch is split here by acceltrain: several processes, or several replicas on a backend that cannot
+    split an uneven batch itself (TensorFlow can)."""
+    return runtime.num_processes > 1 or (runtime.num_replicas > 1
+                                         and not runtime.backend_module.SPLITS_UNEVEN_BATCHES)
 
 
 def _batch_bytes(prepared) -> int | None:

@@ -247,6 +247,7 @@ class Runtime:
                  precision_asked: bool = False):
         from acceltrain.backends import interception, keras_internals
         from acceltrain import assembly
+        from acceltrain.training import ledger_watch
 
         self._framework = framework
         self.hardware = found
@@ -260,6 +261,9 @@ class Runtime:
         # open; Runtime.fit opens one (history.ledger), and so do the commands, over the whole run.
         self.timeline = ledger.Timeline.from_environment(framework.watch_compiles)
         self.seeded = 0  # seed()'s: the data order of a checkpointed fit's epochs
+        # Slot "ledger" of every call this runtime runs (a script's under `run`, its own): the time ledger's watch,
+        # reading the distribution as each call arrives (training/ledger_watch.py); None where the ledger is off.
+        self.ledger_layer = ledger_watch.layer(self) if self.timeline.enabled else None
         # Slot "autopilot" for a library's plain model.fit on a model built in this runtime's scope (_plain_first_fits)
         self.plain_first_fits = assembly.FirstFits(self)
         # Open: Keras's fit/evaluate/predict pass the layers (interception.LAYERS) until the last runtime closes.
@@ -492,7 +496,7 @@ class Runtime:
         _check_compiled(model)
         verify = verification.check_steps(verify)
         checkpoints = _checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
-        plan = assembly.FitPlan(checkpoints=checkpoints, stall_timeout=stall_timeout,
+        plan = assembly.FitPlan(checkpoints=checkpoints, watchdog=self.watchdog_for(stall_timeout),
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
@@ -500,52 +504,20 @@ class Runtime:
         window = None
         try:
             with self.timeline.window() as window:
-                # The one assembly every fit passes (interception.LAYERS), with this runtime's layers in its slots.
-                history = interception.assemble(
-                    call, ledger=self._ledger_layer(), autopilot=assembly.FirstFits(self, autopilot=autopilot,
-                                                                                    verify=verify),
-                    trained=assembly.Trained(self, plan), placement=self._framework.follow_placement)
+                history = self._assemble(call, plan, autopilot=autopilot, verify=verify)
         except AcceltrainError as stopped:  # resumable.Interrupted: where the time went, the notice's save booked
             stopped.ledger = window.ledger if window is not None else None
             raise
         history.ledger = window.ledger
         return history
 
-    def _ledger_layer(self):
-        """Slot "ledger" of this runtime's fits: the time ledger's watch (training/ledger_watch.py), where it is on."""
-        if not self.timeline.enabled:
-            return None
-        from acceltrain.training import ledger_watch
-
-        return ledger_watch.layer(self.timeline, self._framework, self.distribution, self.peak_flops)
-
     def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
                  **evaluate_kwargs) -> dict:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
         _check_compiled(model)
-        prepared = inputs.prepare_evaluate(self.split, x, y, batch_size=batch_size, classes=inputs.classes_of(model),
-                                           sample_weight=evaluate_kwargs.pop("sample_weight", None))
-        _tell(prepared.notes)
-        x, y, sample_weight = prepared.local()
-        callbacks = evaluate_kwargs.pop("callbacks", None) or ()
-        callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope(), \
-                self.timeline.timed("evaluation"):
-            return self._placed(model, "evaluate")(
-                x, y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, verbose=verbose,
-                return_dict=True, callbacks=callbacks, **evaluate_kwargs)
-
-    def watched_callbacks(self, dog, callbacks=()) -> list:
-        """The callbacks each of this runtime's calls puts first: the stall watch beating `dog` (armed by the
-        caller around the whole call), the time ledger's watch (unless `callbacks` hold one: a fit's, which the
-        ledger layer put there), and one step at a time where steps must not overlap."""
-        from acceltrain.training.callbacks import StallWatch
-        from acceltrain.training.ledger_watch import LedgerWatch
-
-        syncs = self._framework.step_callbacks(self.distribution)
-        watch = [] if not self.timeline.enabled or any(isinstance(c, LedgerWatch) for c in callbacks) else \
-            [LedgerWatch(self.timeline, self._framework, syncs=bool(syncs))]
-        return [StallWatch(dog), *watch, *syncs]
+        with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
+            return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
+                                             return_dict=True, **evaluate_kwargs))
 
     def peak_flops(self, model) -> float | None:
         """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);
@@ -555,17 +527,26 @@ class Runtime:
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
 
-    def _placed(self, model, name: str):
-        """Keras's own evaluate/predict of `model` through the placement layer alone (interception.assemble), as
-        every fit's Keras call passes it: the distribution in force, and a step Keras would run op by op on several
-        CPU devices made safe (backend's follow_placement)."""
+    def _call(self, name: str, model, args: tuple, **kwargs):
+        """Runtime's evaluate or predict as a Call of the assembly, its callbacks a list (acceltrain's are put first
+        by the layers that make them)."""
         from acceltrain.backends import interception, keras_internals
 
-        def call(*args, **kwargs):
-            return interception.assemble(interception.Call(name, model, args, kwargs, keras_internals.keras_own(name)),
-                                         placement=self._framework.follow_placement)
+        kwargs["callbacks"] = list(kwargs.get("callbacks") or ())
+        return interception.Call(name, model, args, kwargs, keras_internals.keras_own(name))
 
-        return call
+    def _assemble(self, call, plan=None, *, autopilot: bool = True, verify: int | None = None):
+        """`call` through the one assembly (interception.LAYERS) with this runtime's layers in its slots, as a
+        script's calls pass them under `acceltrain run` less the script's own: the ledger's watch, the layout
+        (FirstFits), the inputs prepared (Inputs), the runtime's own loop (Trained: a fit's), the placement."""
+        from acceltrain.backends import interception
+        from acceltrain import assembly
+
+        plan = plan or assembly.FitPlan()
+        return interception.assemble(call, ledger=self.ledger_layer,
+                                     autopilot=assembly.FirstFits(self, autopilot=autopilot, verify=verify),
+                                     inputs=assembly.Inputs(self, plan), trained=assembly.Trained(self, plan),
+                                     placement=self._framework.follow_placement)
 
     def watchdog_for(self, stall_timeout) -> "watchdog.Watchdog":
         """connect()'s watchdog, or one with `stall_timeout` in its place."""
@@ -577,14 +558,9 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
-        prepared = inputs.prepare_predict(self.split, x, batch_size=batch_size)
-        _tell(prepared.notes)
-        callbacks = predict_kwargs.pop("callbacks", None) or ()
-        callbacks = [*self.watched_callbacks(self.watchdog, callbacks), *callbacks]
-        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope(), \
-                self.timeline.timed("evaluation"):
-            return predict_prepared(self, model, self._placed(model, "predict"), prepared, verbose=verbose,
-                                    callbacks=callbacks, **predict_kwargs)
+        with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
+            return self._assemble(self._call("predict", model, (x,), batch_size=batch_size, verbose=verbose,
+                                             **predict_kwargs))
 
     # --- Closing --------------------------------------------------------------------------------
 
@@ -627,27 +603,6 @@ def _runtime_of(model):
                                          and runtime.backend_module.distribution_of(model) is distribution):
             return runtime
     return None
-
-
-def predict_prepared(runtime, model, predict, prepared, **predict_kwargs):
-    """Call `predict(x, batch_size=..., **predict_kwargs)` (`model`'s Keras predict) on prepared inputs and give
-    back exactly the set's outputs.
-
-    In a job of several processes each process's outputs are joined from all of them (every process holds
-    the whole result, as a plain predict does).
-    """
-    if prepared.num_samples is None:  # not arrays: Keras takes them as they are
-        return predict(prepared.x, batch_size=prepared.batch_size, **predict_kwargs)
-    x, _, _ = prepared.local()
-    gathered = runtime.num_processes > 1
-    with runtime.backend_module.gathering_predictions(model) if gathered else contextlib.nullcontext():
-        outputs = predict(x, batch_size=prepared.local_batch_size, **predict_kwargs)
-    return prepared.finish(outputs, gathered=gathered)
-
-
-def _tell(notes) -> None:
-    for _, message in notes:
-        log.info(message)
 
 
 def _check_compiled(model) -> None:

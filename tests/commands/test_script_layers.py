@@ -1,6 +1,6 @@
 """commands/script_layers.py: `acceltrain run`'s layers over the script's calls, each on its own with stand-ins for
-Keras's method and the layers below: FitGuard (what each process hands Keras, plain numpy) and KerasCalls (whose error
-a failed call's is, and the closing line)."""
+Keras's method and the layers below: FitGuard, the door, with the inputs layer below it (assembly.Inputs:
+what each process hands Keras, plain numpy) and KerasCalls (whose error a failed call's is, and the closing line)."""
 
 from types import SimpleNamespace
 
@@ -52,15 +52,19 @@ class _Guard:
         framework = SimpleNamespace(SPLITS_UNEVEN_BATCHES=False, devices_spanned=lambda variable: num_replicas,
                                     op_by_op_in_processes=lambda model: op_by_op,
                                     on_one_device=lambda model: contextlib.nullcontext())
-        self.layer = FitGuard(_Runtime(num_replicas=num_replicas, num_processes=num_processes,
-                                       watchdog=Watchdog(0), process_index=process_index, platform="cpu",
-                                       backend_module=framework))
+        from acceltrain.assembly import FitPlan, Inputs
+
+        runtime = _Runtime(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
+                                  process_index=process_index, platform="cpu", backend_module=framework)
+        plan = FitPlan(script=True)
+        self.layer, self.inputs = FitGuard(runtime, plan), Inputs(runtime, plan)  # the door, and the layer below it
         self.runtime = self.layer.runtime
 
     def __call__(self, name, model, args, kwargs):
         from acceltrain.backends.interception import Call
 
-        passed = self.layer(Call(name, model, args, kwargs, getattr(_FakeModel, name)), lambda call: call)
+        passed = self.layer(Call(name, model, args, kwargs, getattr(_FakeModel, name)),
+                            lambda call: self.inputs(call, lambda prepared: prepared))
         return passed.args, passed.kwargs
 
 

@@ -1,6 +1,7 @@
 """Prints, for each of its two fits, the walk of the fit through acceltrain's layers (interception.walking), as
 one JSON line "walk: [[slot, layer], ...]", and what its callback saw; under `acceltrain run --checkpoint-dir` each
-fit keeps its checkpoints in DIR/fit-N. Mirrors tests/test_assembly.py's Runtime.fit of the same job."""
+fit keeps its checkpoints in DIR/fit-N. Then the walks of an evaluate and a predict ("evaluate walk: ...").
+Mirrors tests/test_assembly.py's Runtime.fit, evaluate and predict of the same job."""
 
 import json
 
@@ -30,3 +31,9 @@ for epochs in (2, 1):
         model.fit(x, y, batch_size=16, epochs=epochs, verbose=0, callbacks=[seen])
     print("walk:", json.dumps(walk), flush=True)
     print("epochs seen:", seen.epochs, flush=True)
+
+for name, call in [("evaluate", lambda: model.evaluate(x, y, batch_size=16, verbose=0)),
+                   ("predict", lambda: model.predict(x, batch_size=16, verbose=0))]:
+    with interception.walking() as walk:
+        call()
+    print(f"{name} walk:", json.dumps(walk), flush=True)

@@ -53,7 +53,6 @@ def test_a_slow_generator_in_a_scripts_fit_is_input_wait_and_the_line_says_what_
     import keras
 
     from acceltrain.backends import interception
-    from acceltrain.training import ledger_watch
 
     class Batches(keras.utils.PyDataset):
         def __init__(self, delay):
@@ -73,8 +72,7 @@ def test_a_slow_generator_in_a_scripts_fit_is_input_wait_and_the_line_says_what_
     # Compiled here, on the same kind of input: a fit on arrays traces another step than one on a PyDataset, and
     # on a loaded machine that second compile outweighed the waits this test is about.
     model.fit(Batches(delay=0), epochs=1, verbose=0)
-    watch = ledger_watch.layer(one_device.timeline, one_device.backend_module, one_device.distribution)
-    with one_device.timeline.window() as window, interception.layers(ledger=watch):
+    with one_device.timeline.window() as window, interception.layers(ledger=one_device.ledger_layer):
         model.fit(Batches(delay=0.1), epochs=1, verbose=0)
     run = window.ledger
     _parts_sum_to_the_wall(run)
@@ -138,9 +136,7 @@ def test_steps_run_again_after_a_resume_are_preemption(one_device, tmp_path):
 def test_the_ledger_off_gives_no_ledger_and_adds_no_callback(monkeypatch):
     monkeypatch.setenv("ACCELTRAIN_LEDGER", "0")
     with acceltrain.connect(distribution="none", verbose=False) as runtime:
-        from acceltrain.training.ledger_watch import LedgerWatch
-
-        assert not any(isinstance(c, LedgerWatch) for c in runtime.watched_callbacks(runtime.watchdog))
+        assert runtime.ledger_layer is None  # the one maker of a LedgerWatch (training/ledger_watch.py::layer)
         with runtime.scope():
             model = _mlp()
         x, y = _toy_data(64)
@@ -169,11 +165,8 @@ def test_the_mfu_is_the_steps_flops_over_their_time_as_a_share_of_the_devices_pu
     # A script's own fit (acceltrain run without --checkpoint-dir: the ledger layer alone) has its MFU too: on the
     # H200, the LoRA fine-tune's ledger had the step's FLOPs and no peak, so no MFU.
     from acceltrain.backends import interception
-    from acceltrain.training import ledger_watch
 
-    watch = ledger_watch.layer(one_device.timeline, one_device.backend_module, one_device.distribution,
-                               one_device.peak_flops)
-    with one_device.timeline.window() as window, interception.layers(ledger=watch):
+    with one_device.timeline.window() as window, interception.layers(ledger=one_device.ledger_layer):
         model.fit(x, y, batch_size=32, epochs=1, verbose=0)
     script_run = window.ledger
     assert script_run.facts["peak_flops_per_second"] == 1e12 and script_run.mfu == pytest.approx(

@@ -253,7 +253,7 @@ INTERFACE = (
     "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
     # distribution, and the layer of Keras's fit/evaluate/predict that follows it (interception.LAYERS)
     "make_distribution", "distribution_name", "num_replicas", "scope", "release", "follow_placement",
-    "step_callbacks", "op_by_op_made_safe",
+    "step_callbacks", "steps_one_at_a_time", "op_by_op_made_safe",
     # unmodified scripts
     "devices_spanned", "gathering_predictions", "join_shares",
     # the time ledger (acceltrain/ledger.py): compile events, a step's FLOPs

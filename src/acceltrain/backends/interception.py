@@ -1,13 +1,13 @@
-"""The one interception of Keras's fit/evaluate/predict, and the one assembly every fit passes: no Keras here.
+"""The one interception of Keras's fit/evaluate/predict, and the one assembly every call passes: no Keras here.
 
 While any runtime is open, each call of the trainer class's fit/evaluate/predict (keras_internals.trainer_class)
 passes LAYERS, outermost first, then Keras's own method. Each name in LAYERS is a slot, filled by the code it belongs
 to while it applies (`layers(name=layer)`); an empty one is passed by. A layer is `layer(call, proceed)`: it reads
 the Call and returns `proceed(call)`, `proceed(call.replace(...))`, or a result of its own. To add one: name its slot
-in LAYERS at its place and fill it where it is made; no other layer changes. acceltrain's own fits (Runtime.fit)
-pass the same LAYERS with the layers they name (`assemble`); its other calls (Runtime.evaluate/predict, a failed
-call's plain rerun) call `keras_internals.keras_method(model, name)`, Keras's own, and pass no layer: nothing enters
-twice. `walking()` records the layers a call enters, in order: what tests compare between two kinds of fit.
+in LAYERS at its place and fill it where it is made; no other layer changes. acceltrain's own calls (Runtime.fit,
+evaluate and predict) pass the same LAYERS with the layers they name (`assemble`); a failed call's plain rerun calls
+`keras_internals.keras_method(model, name)`, Keras's own, and passes no layer: nothing enters twice. `walking()` records the layers a call enters, in
+order: what tests compare between a script's call and the library's.
 """
 
 import contextlib
@@ -30,13 +30,14 @@ def patched(owner, names, wrap):
 
 
 
-# The layers a call passes, outermost first: the order is this list's. Every fit passes them, a script's through the
-# interception, Runtime.fit's through assemble() (assembly.py's docstring draws each kind's walk).
+# The layers a call passes, outermost first: the order is this list's. Every call passes them, a script's through the
+# interception, Runtime's through assemble() (assembly.py's docstring draws each kind's walk).
 LAYERS = (
     "ledger",         # the time ledger: the call's steps and evaluations booked (training/ledger_watch.py)
     "script_calls",   # acceltrain run: the script's calls counted; one that fails judged (commands/script_layers.py)
     "autopilot",      # the first fit weighed, laid out, verified; each fit's batch cut (assembly.FirstFits)
-    "script_inputs",  # acceltrain run: fit-time checks, inputs prepared, the stall watch (commands/script_layers.py)
+    "script_inputs",  # acceltrain run's door: tensors read, fit-time checks warned once, one device or not (commands/)
+    "inputs",         # the inputs prepared, fit, evaluate and predict alike, whoever calls (assembly.Inputs)
     "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
@@ -60,6 +61,7 @@ class Call:
     # Why an inner layer ran this call undistributed, on one device (shared by every replace(), so the outer
     # layers read it once the call returns: run's closing line says where each call ran).
     undistributed: list = dataclasses.field(default_factory=list)
+    prepared: object = None  # the inputs as layer "inputs" prepared them (inputs.Fit): the runtime's own loop's
 
     def replace(self, **changes) -> "Call":
         return dataclasses.replace(self, **changes)

@@ -328,6 +328,11 @@ def follow_placement(call, proceed):
         return proceed(call)
 
 
+def steps_one_at_a_time(distribution) -> bool:
+    """Never: no step callbacks (step_callbacks)."""
+    return False
+
+
 def step_callbacks(distribution) -> list:
     """None needed: tf.distribute runs the steps of several CPU devices as one program."""
     return []

@@ -63,7 +63,6 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         runtime.seed(0)
     from acceltrain.backends import interception
     from acceltrain import assembly
-    from acceltrain.training import ledger_watch
 
     calls = KerasCalls(runtime, _plain_command(script, argv, runtime.backend),
                        judge=_plain_judge(script, argv, runtime, started, users_environment))
@@ -78,15 +77,14 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.
-        watch = ledger_watch.layer(runtime.timeline, runtime.backend_module, runtime.distribution, runtime.peak_flops) \
-            if runtime.timeline.enabled else None
-        trained = checkpoints and assembly.Trained(runtime, assembly.FitPlan(
-            checkpoints=checkpoints, per_fit=True,
-            resume_hint=run_checkpoints.resume_hint(checkpoints, _resume_command(checkpoints, script, argv)),
-            keep_steps_per_execution=True))  # the script's own steps_per_execution, as a plain fit keeps it
+        plan = assembly.FitPlan(  # the script's own steps_per_execution, as a plain fit keeps it
+            checkpoints=checkpoints, per_fit=True, keep_steps_per_execution=True, script=True,
+            resume_hint=checkpoints and run_checkpoints.resume_hint(checkpoints, _resume_command(checkpoints, script, argv)))
         stack.enter_context(interception.layers(
-            ledger=watch, script_calls=calls, autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify),
-            script_inputs=FitGuard(runtime, fits=not trained), trained=trained or None))
+            ledger=runtime.ledger_layer, script_calls=calls,
+            autopilot=assembly.FirstFits(runtime, autopilot=autopilot, verify=verify),
+            script_inputs=FitGuard(runtime, plan), inputs=assembly.Inputs(runtime, plan),
+            trained=assembly.Trained(runtime, plan) if checkpoints else None))
         stack.enter_context(_saving(runtime))
         code = _run_main(script, calls)
     _tell_ledger(window.ledger, ledger_file, runtime)

@@ -1,7 +1,8 @@
 """`acceltrain run`'s own layers of the interception (interception.SCRIPT_LAYERS), each a `layer(call, proceed)`
 over the script's fit, evaluate and predict calls: KerasCalls ("script_calls": counted, a failed one judged) and
-FitGuard ("script_inputs": checked, inputs prepared). run.py puts them in place around the script, beside the layers
-every fit has (assembly.py: FirstFits in "autopilot", Trained in "trained" with --checkpoint-dir)."""
+FitGuard ("script_inputs": the door, where a script's call is translated once into the library's: tensors read,
+checks warned once, one device or not). run.py puts them in place around the script, beside the layers every call
+of a runtime has (assembly.py: FirstFits in "autopilot", Inputs in "inputs", Trained in "trained")."""
 
 from collections import Counter
 
@@ -11,8 +12,6 @@ from acceltrain import checks, decisions, inputs, log
 from acceltrain.inputs import arrays, kinds, streams
 from acceltrain.inputs.kinds import ARRAYS, kind_of
 from acceltrain.errors import AcceltrainError, UsageError
-from acceltrain.layout import placement
-from acceltrain.runtime import predict_prepared
 
 
 class KerasCalls:
@@ -129,19 +128,19 @@ def _listed(counts) -> str:
 
 
 class FitGuard:
-    """Layer "script_inputs" (interception.LAYERS): each fit, evaluate and predict of the script, checked and
-    its inputs prepared.
+    """Layer "script_inputs" (interception.LAYERS): the door of the script's fit, evaluate and predict calls, each
+    translated once into what the library's own path takes (slot "inputs" below prepares them, as Runtime's calls).
 
-    Checks the call (each warning printed once), then prepares numpy inputs (inputs/): the last few
-    samples trimmed (fit), the set repeated (evaluate) or padded and cut back (predict) so every batch
-    divides over the replicas, and in a multi-process job each process given its own share, so
-    `batch_size` stays the global batch. Tensors are read as numpy; datasets, PyDatasets, generators and Grain
-    loaders take the same rules batch by batch (_stream).
+    Tensors (tf.Tensor, jax.Array) are read as numpy arrays; a fit's pitfalls (checks.py) are warned once each, as
+    a plain run would go on where Runtime's calls stop; a call no batch of which divides over the replicas
+    (decisions.choose_batch_split) runs on one device, as the script made it. Datasets, PyDatasets, generators and
+    Grain loaders take the same rules batch by batch (_stream): evaluate and predict read them into arrays.
     """
 
-    def __init__(self, runtime, fits: bool = True):
-        """fits: False where the runtime's own loop prepares each fit (slot "trained": --checkpoint-dir)."""
-        self._runtime, self.fits = runtime, fits
+    def __init__(self, runtime, plan=None):
+        """plan: the run's assembly.FitPlan; a call it has checked strictly (FitPlan.checks_inputs: a fit the runtime's
+        own loop trains, with --checkpoint-dir) passes this door as it came, checked below as Runtime.fit's is."""
+        self._runtime, self.plan = runtime, plan
         self.warned: set[str] = set()
         self.placement_told = False
 
@@ -153,11 +152,8 @@ class FitGuard:
         return as_called() if as_called is not None else self._runtime
 
     def __call__(self, call, proceed):
-        if call.name == "fit" and not self.fits:
+        if self.plan is not None and self.plan.checks_inputs(call.name):
             return proceed(call)
-        if call.name == "fit" and self.runtime is self._runtime:
-            placement.report(self.runtime, call.model)  # what acceltrain sharded, once per model
-        call = self._watched(call)
         call, arguments = self._tensors_as_arrays(call)
         if streams.is_stream(arguments.get("x")):
             return self._stream(call, arguments, proceed)
@@ -169,17 +165,12 @@ class FitGuard:
             split, why = "one device", op_by_op
         if split == "one device":
             return self._on_one_device(call, arguments, why, proceed)
-        if call.name == "predict":
-            return self._predict(call, arguments, proceed)
         if call.name == "fit":
-            classes = inputs.classes_of(call.model)
-            self._check(arguments, classes)
+            self._check(arguments, inputs.classes_of(call.model))
             self._tell_placement(call.model, arguments.get("batch_size"))
-            self._prepare_fit(arguments, classes)
         else:
             self._check_batch(arguments.get("batch_size"))
-            self._prepare_evaluate(arguments)
-        return proceed(call.replace(args=(), kwargs=arguments))
+        return proceed(call)  # its inputs prepared below (slot "inputs"), as Runtime's calls' are
 
     def _on_one_device(self, call, arguments, why: str, proceed):
         """The call as the script made it, undistributed on one device (in a job of several processes, each
@@ -206,10 +197,12 @@ class FitGuard:
 
     def _stream(self, call, arguments, proceed):
         """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs/streams.py): evaluate and
-        predict read it into arrays; fit takes every batch made to divide over the replicas and this process's rows
-        of it, or runs on one device where its batch does not divide."""
+        predict read it into arrays; a fit runs on one device where its batch does not divide, else goes on to have
+        every batch made to divide over the replicas and this process's rows of it (slot "inputs")."""
+        from acceltrain import assembly
+
         runtime = self.runtime
-        if runtime.num_processes == 1 and (runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES):
+        if not assembly.splits(runtime):
             return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
         if call.name != "fit":
             notes = []
@@ -224,19 +217,7 @@ class FitGuard:
         op_by_op = self._op_by_op_in_processes(call.model)
         if op_by_op or split == "one device":
             return self._on_one_device(call, arguments, op_by_op or why, proceed)
-        fit = inputs.prepare_fit(runtime.split, arguments["x"], arguments.get("y"),
-                                 validation_data=arguments.get("validation_data"),
-                                 validation_batch_size=arguments.get("validation_batch_size"),
-                                 validation_steps=arguments.get("validation_steps"), checked=False,
-                                 shuffle=arguments.get("shuffle", True) is not False)
-        self._tell(fit.notes)
-        if fit.shuffles_itself:
-            arguments["shuffle"] = False
-        if fit.validation_data is not arguments.get("validation_data"):
-            arguments.pop("validation_steps", None)  # read whole into memory: its steps are its batches
-            arguments["validation_batch_size"] = fit.validation_batch_size
-        arguments.update(x=fit.x, validation_data=fit.validation_data)
-        return proceed(call.replace(args=(), kwargs=arguments))
+        return proceed(call)
 
     def _op_by_op_in_processes(self, model) -> str | None:
         """Why Keras's op-by-op step of `model` must run on one device in this job of several processes, if it must
@@ -249,21 +230,6 @@ class FitGuard:
     def _training_samples(arguments) -> int:
         split = arguments.get("validation_split") or 0.0
         return int(arrays.num_samples(arguments.get("x")) * (1 - split))
-
-    def _watched(self, call):
-        """The call with the watchdog's StallWatch among its callbacks, where the watchdog is on."""
-        if not self.runtime.watchdog.enabled:
-            return call
-        from acceltrain.training.callbacks import StallWatch
-
-        return call.with_callback(StallWatch(self.runtime.watchdog))
-
-    def _predict(self, call, arguments, proceed):
-        """predict: Keras's outputs of exactly the script's samples, joined from every process."""
-        self._check_batch(arguments.get("batch_size"))
-        prepared = inputs.prepare_predict(self.runtime.split, arguments.pop("x"), batch_size=arguments.pop("batch_size", None))
-        return predict_prepared(self.runtime, call.model,
-                                lambda x, **kwargs: proceed(call.replace(args=(x,), kwargs=kwargs)), prepared, **arguments)
 
     # --- Checks ---------------------------------------------------------------------------------
 
@@ -317,27 +283,3 @@ class FitGuard:
         runtime = self.runtime
         own = getattr(runtime, "words", "")  # under the script's own distribution (Runtime.as_called)
         log.info(f"fit: {inputs.global_batch(batch_size, runtime.num_replicas, assembly.accumulated(model), own)}{where}")
-
-    # --- Preparation (inputs/): the same path as Runtime.fit/evaluate, unchecked (checks.py warned) --
-
-    def _prepare_fit(self, arguments, classes) -> None:
-        fit = inputs.prepare_fit(
-            self.runtime.split, arguments.get("x"), arguments.get("y"), batch_size=arguments.get("batch_size"),
-            classes=classes, sample_weight=arguments.get("sample_weight"),
-            validation_data=arguments.get("validation_data"),
-            validation_split=arguments.pop("validation_split", 0.0) or 0.0,
-            validation_batch_size=arguments.get("validation_batch_size"), checked=False)
-        self._tell(fit.notes)  # said in every process, as in a one-process run
-        arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
-        arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)
-        if fit.validation_batch_size is not None:
-            arguments["validation_batch_size"] = fit.validation_batch_size
-
-    def _prepare_evaluate(self, arguments) -> None:
-        prepared = inputs.prepare_evaluate(self.runtime.split, arguments.get("x"), arguments.get("y"),
-                                           batch_size=arguments.get("batch_size"),
-                                           sample_weight=arguments.get("sample_weight"), checked=False,
-                                           name="evaluate's x")
-        self._tell([(f"evaluate {key}", message) for key, message in prepared.notes])  # a repeated set: once a run
-        arguments["x"], arguments["y"], arguments["sample_weight"] = prepared.local()
-        arguments["batch_size"] = prepared.local_batch_size

@@ -1,6 +1,6 @@
 """The time ledger's eyes inside Keras (acceltrain/ledger.py says what each part is and how instants are booked):
-LedgerWatch, the callback every fit, evaluate and predict of a runtime carries (Runtime.watched_callbacks), and `layer`,
-its slot "ledger" of the interception for a script's own calls (acceltrain run). Imports keras: import only after
+LedgerWatch, the callback every fit of a runtime carries, and `layer`, its slot "ledger" of the interception, one a
+runtime (Runtime.ledger_layer): the one place a LedgerWatch is made. Imports keras: import only after
 connect().
 
 What the callback records into the runtime's timeline:
@@ -133,18 +133,19 @@ class _TimedIterator:
         return batch
 
 
-def layer(timeline, framework, distribution, peak_flops=None):
-    """Slot "ledger" of the interception (interception.LAYERS), for a script's own calls under `distribution` (or the
-    script's own, where it set one: Runtime.own_distribution): a fit carries a LedgerWatch (told whether acceltrain
-    makes it wait for each step) and notes the devices' published peak for its model's compute dtype (`peak_flops(model)`: the MFU's denominator, Runtime.peak_flops); an evaluate
-    or predict is booked whole as evaluation."""
+def layer(runtime):
+    """Slot "ledger" of the interception (interception.LAYERS) for every call `runtime` runs (built once, by its
+    constructor: Runtime.ledger_layer), reading the runtime when each call arrives: its distribution then (the one its
+    first fit laid the model out for, or the caller's own: Runtime.as_called). A fit carries a LedgerWatch (told whether
+    acceltrain makes it wait for each step) and notes the devices' published peak for its model's compute dtype
+    (Runtime.peak_flops: the MFU's denominator); an evaluate or predict is booked whole as evaluation."""
 
     def ledger(call, proceed):
+        timeline = runtime.timeline
         if call.name == "fit":
-            if peak_flops is not None:
-                timeline.note("peak_flops_per_second", peak_flops(call.model))
-            own = framework.own_distribution() if framework.SHARDS else None  # the script's, which the call keeps
-            syncs = bool(framework.step_callbacks(own or distribution))
+            timeline.note("peak_flops_per_second", runtime.peak_flops(call.model))
+            framework = runtime.backend_module
+            syncs = framework.steps_one_at_a_time(runtime.as_called().distribution)
             return proceed(call.with_callback(LedgerWatch(timeline, framework, syncs=syncs)))
         with timeline.timed("evaluation"):
             return proceed(call)

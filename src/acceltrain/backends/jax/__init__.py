@@ -25,7 +25,7 @@ from acceltrain.backends.jax.op_by_op import (follow_placement, on_one_device, o
 from acceltrain.backends.jax.processes import (HEARTBEAT_TIMEOUT_SECONDS, devices_spanned, gathering_predictions,
                                                join_shares, shard_inputs_per_process, split_over_processes,
                                                start_processes)
-from acceltrain.backends.jax.steps import step_callbacks, steps_on_one_device, verify_steps
+from acceltrain.backends.jax.steps import step_callbacks, steps_on_one_device, steps_one_at_a_time, verify_steps
 
 NAME = "jax"
 

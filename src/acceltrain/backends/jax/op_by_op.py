@@ -115,13 +115,9 @@ def on_one_device(model, distribution=None):
                          f"split over {jax.process_count()} processes ({distribution_name(distribution)}; e.g. "
                          f"{split[0]}): no process holds them whole. Pass --distribution data, or a batch that "
                          "divides over the replicas.")
-    previous = keras.distribution.distribution()
-    with keras_internals.variables_on_one_device(model, jax.local_devices()[0], distribution.get_variable_layout):
-        keras.distribution.set_distribution(None)
-        try:
-            yield
-        finally:
-            keras.distribution.set_distribution(previous)
+    with keras_internals.variables_on_one_device(model, jax.local_devices()[0], distribution.get_variable_layout), \
+            keras_internals.no_distribution():
+        yield
 
 
 def _keras_class_name(layer) -> str:

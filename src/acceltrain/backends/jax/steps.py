@@ -55,6 +55,12 @@ def _one_step_at_a_time():
 _told = set()  # what this process has said once
 
 
+def steps_one_at_a_time(distribution) -> bool:
+    """Whether Keras is made to wait for each step under `distribution` (step_callbacks' one step at a time): what the
+    ledger's watch books as host syncs, asked without making the callbacks."""
+    return distribution is not None and _steps_must_not_overlap(distribution)
+
+
 def step_callbacks(distribution) -> list:
     """The callbacks every fit, evaluate and predict under `distribution` needs: one step at a time over several
     CPU devices (_steps_must_not_overlap), said once; and, once a process, the step timed again on one device
@@ -122,30 +128,25 @@ def _timed_on_one_device():
 
 
 def _compare(model, batch, several: float) -> None:
-    import keras
-
     from acceltrain import decisions, log
     from acceltrain.backends import keras_internals
 
-    previous = keras.distribution.distribution()
-    keras.distribution.set_distribution(None)  # Keras's own step, traced undistributed
     try:
-        here = jax.tree.map(_here_whole, (keras_internals.training_state(model), batch))
-        state, batch = jax.device_put(here, jax.local_devices()[0])
-        step = jax.jit(model.train_step)
-        started = time.perf_counter()
-        state = jax.block_until_ready(step(state, batch)[1])
-        compiled = time.perf_counter() - started
-        seconds = []
-        for _ in range(COMPARE_STEPS):
+        with keras_internals.no_distribution():  # Keras's own step, traced undistributed
+            here = jax.tree.map(_here_whole, (keras_internals.training_state(model), batch))
+            state, batch = jax.device_put(here, jax.local_devices()[0])
+            step = jax.jit(model.train_step)
             started = time.perf_counter()
             state = jax.block_until_ready(step(state, batch)[1])
-            seconds.append(time.perf_counter() - started)
+            compiled = time.perf_counter() - started
+            seconds = []
+            for _ in range(COMPARE_STEPS):
+                started = time.perf_counter()
+                state = jax.block_until_ready(step(state, batch)[1])
+                seconds.append(time.perf_counter() - started)
     except Exception as error:  # noqa: BLE001  (a measurement that cannot be made says nothing)
         log.debug(f"the step was not timed on one device: {type(error).__name__}: {error}")
         return
-    finally:
-        keras.distribution.set_distribution(previous)
     devices = len(jax.devices())
     line = decisions.slower_on_several_devices(devices, several, statistics.median(seconds), compiled, COMPARE_STEPS,
                                                processes=jax.process_count())

@@ -354,7 +354,8 @@ def slot_references(optimizer, trainable_variables) -> dict:
 @contextlib.contextmanager
 def no_distribution():
     """Inside, Keras sees no distribution (a step traced here runs on the device of its arrays); the one in force
-    is back on exit. Public API, here beside its one user's other Keras calls (layout/verify.py)."""
+    is back on exit: the one way acceltrain sets none (layout/verify.py, a call on one device in
+    backends/jax/op_by_op.py, the step timed on one device in backends/jax/steps.py). Public API."""
     before = keras.distribution.distribution()
     keras.distribution.set_distribution(None)
     try:
