@@ -4,8 +4,9 @@ that rests on a slow test with no recorded pass, "not run yet".
 
 A run that selects slow tests records them in tests/slow-runs.json as it ends (this plugin, registered by
 tests/conftest.py; with xdist, only the controller writes). `python -m tests.slow_runs` rewrites the table
-between docs/validation.md's `<!-- slow-runs -->` markers from that record; tests/docs/test_pages.py fails
-when the page differs from it. Commit both after a slow run, as benchmark records are.
+between docs/validation.md's `<!-- slow-runs -->` markers from that record, and "not run yet" beside each slow test
+it or another page (README.md, docs/) cites with no recorded pass; tests/docs/test_pages.py fails when a page
+differs from it. Commit both after a slow run, as benchmark records are.
 """
 
 import json
@@ -88,8 +89,17 @@ def rendered(page_text: str, record: dict) -> str:
     return (annotated(before, record) + opening + table(page_text, record) + closing + annotated(after, record))
 
 
+def other_pages() -> list[Path]:
+    """README.md and the manual's pages besides the validation page that name a slow test: each claim there resting
+    on one with no recorded pass says so too."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    return [page for page in pages if page != VALIDATION and SLOW_REFERENCE.search(page.read_text())]
+
+
 if __name__ == "__main__":
     text = VALIDATION.read_text()
     if not SECTION.search(text):
         sys.exit(f"{VALIDATION} has no <!-- slow-runs --> ... <!-- /slow-runs --> markers to fill")
     VALIDATION.write_text(rendered(text, load()))
+    for page in other_pages():
+        page.write_text(annotated(page.read_text(), load()))

@@ -161,10 +161,14 @@ def test_the_notebook_runs_in_a_jupyter_kernel_with_cells_run_twice_and_a_stoppe
     seen = {name: re.sub(r"\x1b\[[0-9;]*m", "", shown) for name, shown in ran.items()}  # no colour
     everything = json.dumps(seen, indent=1)
     assert seen["keras first"].splitlines()[-1] == "tensorflow"  # Keras's own default, before acceltrain's import
-    banner = [line for line in seen["connect"].splitlines() if line.startswith("acceltrain: tensorflow on cpu")]
-    assert banner == [line for line in seen["connect again"].splitlines() if line.startswith("acceltrain: tensorflow")]
+    [banner] = [line for line in seen["connect"].splitlines() if line.startswith("acceltrain: tensorflow on cpu")]
     assert "(backend: Keras was imported before acceltrain, with Keras's own default; import acceltrain first" in \
-        banner[0], everything  # said the same the second time: acceltrain's own KERAS_BACKEND is not the user's
+        banner, everything  # acceltrain's own KERAS_BACKEND is not the user's
+    # Run again: the runtime it opened given back (runtime.seed(0) again on it), not a second one beside it.
+    [again] = [line for line in seen["connect again"].splitlines() if line.startswith("acceltrain: tensorflow")]
+    assert again == banner.split(" (backend: ")[0] + " (given back: connect() opened this runtime earlier in this " \
+        "process with the same options; its devices, distribution, seed and the models built in its scope are as " \
+        "they were. runtime.close(), then connect(), for a new one)", everything
     stopped = seen["stopped"]
     assert "acceltrain: global batch 200 = 200 × 1 replica(s); steps_per_execution" in stopped, everything
     assert "Epoch 1/6" in stopped and re.search(r"\d+/20 .*step - accuracy", stopped), everything  # Keras's progress

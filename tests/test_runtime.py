@@ -54,7 +54,8 @@ def test_connect_builds_the_runtime_whole(monkeypatch):
                      for name, value in vars(self).items()})
 
     monkeypatch.setattr(acceltrain.Runtime, "__init__", recording)
-    with acceltrain.connect(simulate_devices=8, verbose=False) as runtime:
+    with acceltrain.connect(simulate_devices=8, distribution="data", verbose=False) as runtime:  # a new one: options
+        # no other test's open runtime was opened with
         assert set(vars(runtime)) == set(made)
         for name, value in vars(runtime).items():
             assert value is made[name][0], f"{name} was replaced after the constructor"
@@ -63,7 +64,8 @@ def test_connect_builds_the_runtime_whole(monkeypatch):
 
 
 def test_connect_prints_its_decision_with_the_reason(capsys):
-    acceltrain.connect(simulate_devices=8)
+    with acceltrain.connect(simulate_devices=8, stall_timeout=0):  # options no other open runtime has: a new one
+        pass
     line = capsys.readouterr().err.strip()
     assert line.count("\n") == 0
     assert ("DataParallel over 8 replicas (backend: Keras was already loaded with it, from KERAS_BACKEND; 8 devices: "
@@ -323,12 +325,50 @@ def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime
 
     meshes = len(distribution._distributions_by_mesh)
     patched_fit = JAXTrainer.fit
-    with acceltrain.connect(simulate_devices=8, verbose=False) as again:
-        assert len(distribution._distributions_by_mesh) == meshes  # the same devices: the same entry
+    with acceltrain.connect(simulate_devices=8, distribution="data", verbose=False) as again:  # a second runtime
+        assert again is not runtime and len(distribution._distributions_by_mesh) == meshes  # the same devices: the same entry
         with again.scope():
             model = _mlp()
     assert JAXTrainer.fit is patched_fit  # the session's runtime is still open: its models still follow
     assert jax_backend.distribution_of(model) is not None
+
+
+def test_connect_again_with_the_same_options_gives_back_the_open_runtime_and_says_so(runtime, capsys):
+    """A notebook cell run again (issue 41): the runtime it opened, not a second one beside it, as Keras's distribution
+    and Accelerate's state are one per process; a `with` block's end gives back only its own hold, and close()
+    closes it outright, after which connect() opens a new one."""
+    from acceltrain import runtime as runtimes
+    from acceltrain.backends import interception
+
+    opened, seed = interception.runtimes_opened(), runtime.seeded
+    with acceltrain.connect(simulate_devices=8) as again:  # the session runtime's options
+        assert again is runtime and interception.runtimes_opened() == opened
+    said = capsys.readouterr().err.strip()
+    assert said.count("\n") == 0 and said.startswith(f"acceltrain: {runtime} (given back: connect() opened this "
+                                                      "runtime earlier in this process with the same options")
+    assert runtime in runtimes._open_runtimes and runtime.seeded == seed  # the block's end left it open: the session's
+
+    fresh = acceltrain.connect(simulate_devices=8, precision="float32", verbose=False)  # not yet opened: a new one
+    assert fresh is not runtime and acceltrain.connect(simulate_devices=8, precision="float32") is fresh
+    fresh.close()  # outright: both connect() calls' holds
+    assert fresh not in runtimes._open_runtimes
+    newer = acceltrain.connect(simulate_devices=8, precision="float32", verbose=False)
+    try:
+        assert newer is not fresh and interception.runtimes_opened() == opened + 2
+    finally:
+        newer.close()
+
+
+def test_a_runtime_opened_beside_one_with_other_options_says_which_differ(runtime, capsys):
+    """Options changed in the connect cell and run: a second runtime, said with what differs from the open one."""
+    with acceltrain.connect(simulate_devices=8, distribution="fsdp") as other:
+        assert other is not runtime
+    line = capsys.readouterr().err.strip()
+    beside = line.split("; opened beside ", 1)[1]  # and how many other tests left open before this one: not counted
+    assert "runtime(s) connect() opened with other options, still open in this process (" in beside, line
+    assert "distribution='auto' there, 'fsdp' here" in beside, line  # the session runtime's: what differs from it
+    assert beside.endswith("); the models built in each one's scope keep its layout: runtime.close() the one you no "
+                           "longer use"), line
 
 
 def test_fit_trims_sample_weights_with_the_samples(runtime):

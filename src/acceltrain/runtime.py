@@ -14,7 +14,7 @@ import os
 import weakref
 import platform as _platform
 
-from acceltrain import backends, decisions, hardware, inputs, ledger, log, watchdog
+from acceltrain import backends, decisions, hardware, inputs, ledger, log, opened, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
 from acceltrain.errors import AcceltrainError, UsageError, option, positive_int, shown
@@ -28,6 +28,11 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
             stall_timeout: float | None = None, device_memory: str | int | None = None,
             mesh_shape: tuple[int, int] | None = None, precision: str = "auto") -> "Runtime":
     """Find the hardware, start the backend on it, and choose the distribution.
+
+    Called again in the same process and job with the same arguments while the runtime it opened is open (a notebook
+    cell run again), it gives that runtime back and says so; with other arguments it opens a second one and names
+    the arguments that differ. close() closes a runtime however many calls gave it; a `with` block's end, only where
+    no other call holds it.
 
     Args:
         backend: "jax" or "tensorflow". Default: the backend Keras already loaded, else KERAS_BACKEND,
@@ -82,6 +87,19 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     decisions.check_distribution(sharding_request.kind, backend_name)  # fsdp/model: JAX only
     processes, processes_reason = clusters.detect(backend_name, joined.coordinator, joined.num_processes,
                                                   joined.process_id, started=backends.started_processes())
+    # A runtime connect() opened with these options in this job and still open (a notebook cell run again): that one.
+    options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
+               "platform": platform, "cluster": cluster, "stall_timeout": stall_timeout,
+               "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
+               "job": f"{processes_reason} ({processes})"}
+    again, others = opened.opened_with(options, _open_runtimes)
+    if again is not None:
+        opened.HOLDS[again] += 1
+        if verbose:
+            log.info(f"{again} (given back: connect() opened this runtime earlier in this process with the same "
+                     "options; its devices, distribution, seed and the models built in its scope are as they were. "
+                     "runtime.close(), then connect(), for a new one)")
+        return again
     framework = backends.load(backend_name)
     framework.prepare(simulate_devices, platform, tpu)
     if processes.distributed:
@@ -122,13 +140,15 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                       precision_asked=precision != "auto",
                       watchdog=watchdog.Watchdog(stall_timeout, found.process_index, heartbeats=_heartbeats(found)),
                       decisions={name: f"{choice} ({reason})" for name, (choice, reason) in said.items()})
+    opened.OPTIONS[runtime], opened.HOLDS[runtime] = options, 1
     if verbose:
         origin = f"; processes: {processes_reason}" if processes.source != "single" else ""
         changed = policies.override_note(runtime.precision, precision_reason, keras_policy) if precision == "auto" else None
         # The banner also says what models built in scope compute in, and in how many processes (one too).
         told = f"; dtype policy {runtime.precision}; {runtime.num_processes} process{'es' * (runtime.num_processes > 1)}"
+        beside = f"; {opened.beside(others)}" if others else ""
         log.info(f"{runtime} (backend: {backend_reason}; {distribution_reason}{origin}){told}"
-                 f"{'; ' + changed if changed else ''}")
+                 f"{'; ' + changed if changed else ''}{beside}")
     return runtime
 
 
@@ -566,7 +586,9 @@ class Runtime:
 
     def close(self) -> None:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
-        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them."""
+        fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
+        Closes it however many connect() calls gave it back; a later connect() opens a new one."""
+        opened.HOLDS.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
             _open_runtimes.discard(self)
@@ -575,12 +597,15 @@ class Runtime:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self.close()
+        """The end of `with connect(...) as runtime:` gives back what that connect() took: the runtime closes
+        unless another connect() call gave it back too and holds it still (close() closes it outright)."""
+        if opened.HOLDS.get(self, 1) > 1:
+            opened.HOLDS[self] -= 1
+        else:
+            self.close()
 
 
 _open_runtimes = weakref.WeakSet()  # for a plain model.fit to find the runtime its model was built under
-
-
 def _plain_first_fits(call, proceed):
     """Layer "autopilot" of the interception for a library's plain `model.fit` on a model built in an open runtime's
     scope(): that runtime's FirstFits (assembly.py), as Runtime.fit's. `acceltrain run` fills the slot with

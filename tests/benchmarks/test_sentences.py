@@ -245,11 +245,23 @@ def test_stress_counts_what_finished_and_the_load_it_saw():
         stress_simulated.AUGMENTING_JOB: {"one_device": {"outcome": "finished", "seconds": 9.0, "accuracy": 0.70},
                                           "runs": [run("finished", 0.70, 0.6), run("finished", 0.71, 0.7)]}}}
     text, said = rendered("stress-simulated", raw)
-    assert ("a small convnet (2 epochs on 6,400 MNIST images) and a convnet with RandomCrop inside the model (2 epochs "
-            "on 1,280 MNIST images)") in text and "5 of 6 runs" in text
+    assert ("a small convnet (2 epochs on 6,400 MNIST images) and a convnet of three convolutions with RandomCrop "
+            "inside the model (2 epochs on 1,280 MNIST images)") in text and "5 of 6 runs" in text
     assert "| default job (`acceltrain train`) | 1/2 | exit 134 | 91.00 (91.00–91.00) | 90.00 | +1.00 | 20 |" in text
     assert "a load average (1 min) of 0.5 to 3.5, above the machine's 2 cores" in text
     assert "finished 1 of 2 runs, test accuracy 91.00 % (90.00 % on 1 device)" in said["summary"]
+    assert "finished 2 of 2 runs, test accuracy 70.00-71.00 % (70.00 % on 1 device)" in said["summary"]
+    assert "Not what the scripts hold now" not in text
+
+    # A record from before the RandomCrop script learned (issue 41: it trained to chance, 12.7 %, on 1 and 8 devices):
+    # its job's figures are of another model, so no quote gives them and the section says so.
+    [old] = stress_simulated.SUPERSEDED
+    raw["jobs"][old] = raw["jobs"].pop(stress_simulated.AUGMENTING_JOB)
+    text, said = rendered("stress-simulated", raw)
+    assert f"| {old} | 2/2 | none | 70.50 (70.00–71.00) |" in text  # the record's row, as measured
+    assert f"Not what the scripts hold now: the {old} row is of the RandomCrop convnet of two convolutions" in text
+    assert "70" not in said["summary"].split(old)[1] and "finished 1 of 2 runs, test accuracy 91.00 %" in said["summary"]
+    assert f"the {old}'s figures are of a model its script no longer trains" in said["summary"]
 
 
 def test_simulated_devices_reads_each_time_against_one_device_judged_by_its_noise():

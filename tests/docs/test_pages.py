@@ -309,6 +309,10 @@ def test_a_claim_whose_slow_test_has_no_recorded_pass_says_not_run_yet():
         passed = slow_runs.load().get(name, {}).get("outcome") == "passed"
         assert (f"`{name}` (slow) — not run yet" in on_the_page or f"`{name}` (partly slow) — not run yet" in
                 on_the_page) is not passed, name
+    for page in slow_runs.other_pages():  # README.md and the guides cite slow tests too: the same words there
+        text = page.read_text()
+        assert text == slow_runs.annotated(text, slow_runs.load()), \
+            f"{page.relative_to(REPO)} cites a slow test its record disagrees with: run `python -m tests.slow_runs`"
 
 
 def test_a_slow_run_is_recorded_by_its_controller_with_how_each_test_ended(tmp_path, monkeypatch):

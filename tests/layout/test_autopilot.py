@@ -341,8 +341,10 @@ def test_accumulation_cuts_the_batch_once_under_checkpoints(capfd, run_here, tmp
     """With --checkpoint-dir each fit is trained by the runtime's own loop (slot "trained", below the autopilot's),
     and the batch is cut once, by the autopilot layer, as without: the same 2 updates in 4 steps, not a batch cut
     twice."""
+    from acceltrain.options import Checkpoints
+
     code = run_here(str(support.SCRIPTS / "wide_tokens.py"), simulate_devices=DEVICES, device_memory="88MiB",
-                    checkpoint_dir=tmp_path / "checkpoints")
+                    checkpoints=Checkpoints(tmp_path / "checkpoints"))  # was checkpoint_dir=: a keyword gone since 75ac4c7
     out, err = capfd.readouterr()
     assert code == 0, err
     assert "updates: 2 steps: 4" in out

@@ -215,7 +215,7 @@ def test_verify_passes_batchnorm_after_a_biased_layer_naming_the_bias_it_does_no
                                                                                          skipped, capsys):
     import keras
 
-    runtime = acceltrain.connect(simulate_devices=8, verbose=False)
+    runtime = acceltrain.connect(simulate_devices=8, distribution="data", verbose=False)  # its own: seeded here
     runtime.seed(0)
     model = runtime.build(_batchnorm_after(layer, keras.optimizers.Adam(1e-2) if optimizer == "adam_1e-2" else "adam",
                                            policy))
@@ -246,7 +246,7 @@ def _loss_divided_by_replicas():
 
 
 def test_verify_fails_on_a_loss_divided_by_the_replica_count_by_hand_saying_so():
-    runtime = acceltrain.connect(simulate_devices=8, verbose=False)
+    runtime = acceltrain.connect(simulate_devices=8, distribution="data", verbose=False)  # its own: seeded here
     runtime.seed(0)
     model = runtime.build(_loss_divided_by_replicas)
     x, y = _data()

@@ -70,7 +70,8 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
     told = preemption.ledger_told_when_preempted(lambda: window,
                                                  lambda ledger: _tell_ledger(ledger, ledger_file, runtime))
     with told, contextlib.ExitStack() as stack:
-        stack.callback(runtime.close)  # last out: Keras's fit is its own again
+        stack.enter_context(runtime)  # last out: its connect()'s hold given back (closed unless another call holds
+        # the same runtime: connect() in this process with the same options gives it back), Keras's fit its own
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
