@@ -137,7 +137,7 @@ SHAPES = [
     Shape("multi_input_weighted_losses.py", "three inputs, two outputs, losses weighted 1.0 and 0.2 (the functional "
           "API guide's ticket model)", warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
     # Issue 33's input shapes: every stream by the arrays' rules, batch by batch; under launch each process reads its
-    # share (streams.py), and a batch of each process is cut to its 2 replicas.
+    # share (inputs/streams.py), and a batch of each process is cut to its 2 replicas.
     Shape("tf_data_remainder.py", "`tf.data` with a last batch that divides over no device count, `class_weight` on "
           "the dataset, evaluate on a dataset, predict on a `tf.Tensor` and a dataset",
           notes_at={**{mode: (f"x (a tf.data.Dataset): a batch that does not divide over {replicas} replicas",

@@ -42,7 +42,7 @@ def _import_graph() -> dict[str, set[str]]:
         parts = path.relative_to(ACCELTRAIN.parent).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
 
-    def known(name):  # "acceltrain.data.take" → "acceltrain.data"
+    def known(name):  # "acceltrain.inputs.arrays.take" → "acceltrain.inputs.arrays"
         while name not in modules:
             name = name.rpartition(".")[0]
         return name

@@ -75,6 +75,17 @@ def test_connect_prints_its_decision_with_the_reason(capsys):
 def test_connect_distribution_none_uses_one_replica():
     single = acceltrain.connect(distribution="none", verbose=False)
     assert single.num_replicas == 1 and single.distribution is None
+    assert single.split.num_replicas == 1
+
+
+def test_the_split_the_input_path_reads_is_the_runtimes_as_it_stands(runtime):
+    """inputs.prepare_* read a Split, not the runtime: its replicas under the distribution in force (none: one), the
+    job's processes, the platform and the backend's batch facts."""
+    split = runtime.split
+    assert (split.num_replicas, split.num_processes, split.process_index, split.platform) == (8, 1, 0, "cpu")
+    assert split.splits_uneven_batches is runtime.backend_module.SPLITS_UNEVEN_BATCHES is False
+    assert split.join_shares is runtime.backend_module.join_shares
+    assert split.static_shapes is False  # CPU devices: a batch of any size compiles
 
 
 def test_simulate_devices_after_jax_started_with_another_count_is_an_error(runtime):

@@ -8,7 +8,7 @@
 `FirstFits` (slot "autopilot") is the layout, the one accumulation cut of the batch and --verify: before a model's
 first fit it is weighed and laid out (Runtime.first_fit), each fit's batch is cut for the steps it accumulates,
 and each call runs under the distribution the model was laid out for. `Inputs` (slot "inputs") prepares what Keras
-is called with (inputs.py), fit, evaluate and predict alike, whoever calls: a script's call reaches it through run's
+is called with (inputs/), fit, evaluate and predict alike, whoever calls: a script's call reaches it through run's
 door (commands/script_layers.py::FitGuard), translated once. `Trained` (slot "trained") is the runtime's own loop:
 Runtime.fit's, and a script's fit under `run --checkpoint-dir`: over the prepared inputs, the checkpoints, steps
 per call, the divergence check; each Keras fit it makes (one, or one an epoch with checkpoints) passes the layers
@@ -232,7 +232,7 @@ class Inputs:
         call = self._watched(call)
         if call.undistributed:
             return proceed(call)
-        from acceltrain import streams
+        from acceltrain.inputs import streams
         from acceltrain.layout import placement
 
         as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
@@ -247,7 +247,7 @@ class Inputs:
                 placement.report(runtime, call.model)  # once per model: what was sharded
             return self._fit(call, arguments, runtime, classes, checked, proceed)
         if call.name == "evaluate":
-            prepared = inputs.prepare_evaluate(runtime, arguments.pop("x", None), arguments.pop("y", None),
+            prepared = inputs.prepare_evaluate(runtime.split, arguments.pop("x", None), arguments.pop("y", None),
                                                batch_size=arguments.pop("batch_size", None), classes=classes,
                                                sample_weight=arguments.pop("sample_weight", None), checked=checked,
                                                name="x" if checked else "evaluate's x")
@@ -255,7 +255,7 @@ class Inputs:
             x, y, weights = prepared.local()
             return proceed(call.replace(args=(), kwargs={**arguments, "x": x, "y": y, "sample_weight": weights,
                                                          "batch_size": prepared.local_batch_size}))
-        prepared = inputs.prepare_predict(runtime, arguments.pop("x", None), batch_size=arguments.pop("batch_size", None))
+        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None), batch_size=arguments.pop("batch_size", None))
         self._tell(prepared.notes, checked)
         if prepared.num_samples is None:  # not arrays: Keras takes them as they are
             return proceed(call.replace(args=(), kwargs={**arguments, "x": prepared.x,
@@ -268,12 +268,12 @@ class Inputs:
         return prepared.finish(outputs, gathered=gathered)
 
     def _fit(self, call, arguments, runtime, classes, checked, proceed):
-        from acceltrain import streams
+        from acceltrain.inputs import streams
 
         if self.plan.checkpoints is not None:  # what exact resume cannot honour, refused before anything is cut
             arguments = checks.resumable_arguments(arguments)
         x, validation_data = arguments.get("x"), arguments.get("validation_data")
-        fit = inputs.prepare_fit(runtime, x, arguments.get("y"), batch_size=arguments.get("batch_size"),
+        fit = inputs.prepare_fit(runtime.split, x, arguments.get("y"), batch_size=arguments.get("batch_size"),
                                  classes=classes, sample_weight=arguments.get("sample_weight"),
                                  validation_data=validation_data,
                                  validation_split=arguments.pop("validation_split", 0.0) or 0.0,
@@ -283,7 +283,7 @@ class Inputs:
                                  shuffle=self.plan.checkpoints is None and arguments.get("shuffle", True) is not False)
         self._tell(fit.notes, checked)  # said in every process, as in a one-process run
         if fit.shuffles_itself:
-            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (streams.py)
+            arguments["shuffle"] = False  # a PyDataset read by share shuffles its groups itself (inputs/py_dataset.py)
         if streams.is_stream(x):  # its batches: Keras's; this process's rows of each (share_stream)
             if fit.validation_data is not validation_data:
                 arguments.pop("validation_steps", None)  # read into memory: its steps are its batches

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from acceltrain import hardware
-from acceltrain.data import keras_batch
+from acceltrain.inputs.arrays import keras_batch
 from acceltrain.errors import UsageError
 
 # Below this many samples per replica a step is too small to keep the device busy (each hardware kind
@@ -167,20 +167,20 @@ def check_fit(*, num_samples: int, batch_size: int | None, steps_per_epoch: int 
 def resumable_arguments(arguments: dict) -> dict:
     """A fit's arguments (by Keras's names) as the checkpointed loop takes them; what exact resume cannot honour
     raises UsageError naming it (under the CLI: a script's fit under --checkpoint-dir, else checkpoint_dir=)."""
-    from acceltrain import data
     from acceltrain.errors import under_cli
+    from acceltrain.inputs import kinds
 
     flags = under_cli()
 
     arguments = dict(arguments)
-    arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")
-                      if data.has_tensors(arguments.get(name))})  # a tf.Tensor: numpy arrays, rewound as they are
+    arguments.update({name: kinds.tensors_as_numpy(arguments[name]) for name in ("x", "y", "sample_weight")
+                      if kinds.has_tensors(arguments.get(name))})  # a tf.Tensor: numpy arrays, rewound as they are
     x = arguments.get("x")
     # A script's model.fit under `run --checkpoint-dir`, or Runtime.fit(checkpoint_dir=...)
     under = "model.fit({}) under --checkpoint-dir" if flags else "Runtime.fit({}) with checkpoint_dir"
     without = "Run without --checkpoint-dir to train as the script says" if flags else \
         "Leave out checkpoint_dir to train as the call says"
-    if not (data.is_arrays(x) or data.is_dataset(x) or data.is_py_dataset(x) or _is_grain_loader(x)):
+    if not (kinds.kind_of(x) in (kinds.ARRAYS, kinds.TF_DATA, kinds.PY_DATASET) or _is_grain_loader(x)):
         _refuse(f"x of type {type(x).__name__}", "exact resume rewinds numpy arrays, a tf.data.Dataset, a "
                 "keras.utils.PyDataset or a Grain DataLoader to the step a checkpoint was written at; a generator or a "
                 "Grain dataset (MapDataset, IterDataset) cannot be rewound by acceltrain: pass one of those", under,
@@ -195,7 +195,7 @@ def resumable_arguments(arguments: dict) -> dict:
         _refuse("shuffle='batch'", "each epoch's order is drawn whole from (seed, epoch)", under, without)
     for name in ("steps_per_epoch", "initial_epoch"):
         arguments.pop(name, None)
-    if data.is_arrays(x) and arguments.get("batch_size") is None:
+    if kinds.kind_of(x) == kinds.ARRAYS and arguments.get("batch_size") is None:
         arguments["batch_size"] = keras_batch(None)  # Keras's default, made explicit
     arguments["callbacks"] = list(arguments.get("callbacks") or ())
     return arguments
@@ -203,9 +203,9 @@ def resumable_arguments(arguments: dict) -> dict:
 
 
 def _is_grain_loader(x) -> bool:
-    from acceltrain import data
+    from acceltrain.inputs import grain_loaders, kinds
 
-    return data.is_grain(x) and hasattr(x, "_data_source")  # a DataLoader (its checkpointable iterator), not a dataset
+    return kinds.kind_of(x) == kinds.GRAIN and grain_loaders.is_loader(x)  # its checkpointable iterator, not a dataset
 
 
 _WHY = {

@@ -4,7 +4,8 @@ and the reason, so a table-driven test covers it and the CLI can print it in one
 
 import math
 
-from acceltrain import data, hardware
+from acceltrain import hardware
+from acceltrain.inputs.arrays import keras_batch
 from acceltrain.errors import UsageError
 
 BACKENDS = ("jax", "tensorflow")
@@ -230,7 +231,7 @@ def choose_batch_split(call: str, num_samples: int, batch_size: int | None, num_
     weighted 0 or not (tests/test_decisions.py: two samples padded to four halve the loss). So such a call runs on
     one device, whole, as it runs plainly. TensorFlow splits uneven batches itself.
     """
-    batch = data.keras_batch(batch_size)
+    batch = keras_batch(batch_size)
     if num_replicas <= 1 or splits_unevenly:
         return "split", "one replica" if num_replicas <= 1 else "the backend splits uneven batches"
     if batch % num_replicas:

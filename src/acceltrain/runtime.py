@@ -14,7 +14,7 @@ import os
 import weakref
 import platform as _platform
 
-from acceltrain import backends, decisions, hardware, ledger, log, opened, watchdog
+from acceltrain import backends, decisions, hardware, inputs, ledger, log, opened, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
 from acceltrain.errors import AcceltrainError, UsageError, option, positive_int, shown
@@ -347,6 +347,14 @@ class Runtime:
         return self.hardware.process_index
 
     @property
+    def split(self) -> inputs.Split:
+        """What the input path reads of this runtime (inputs.Split): its replicas under the distribution in force, the
+        job's processes, the platform, and the backend's two facts about batches."""
+        return inputs.Split(self.num_replicas, self.num_processes, self.process_index, self.platform,
+                            self.backend_module.SPLITS_UNEVEN_BATCHES, self.backend_module.join_shares,
+                            static_shapes=hardware.kind(self.platform).STATIC_SHAPES)
+
+    @property
     def distribution_name(self) -> str:
         return self._framework.distribution_name(self.distribution)
 
@@ -494,7 +502,7 @@ class Runtime:
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
         tf.data.Dataset brings its own batch, checked the same way; so do a keras.utils.PyDataset (its first batch)
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
-        (streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
+        (inputs/streams.py). Raises TrainingDiverged if the loss becomes NaN or sticks at chance level.
 
         With `checkpoints` (an `acceltrain.Checkpoints(dir, every=..., keep=..., resume=...)`, or the same as
         `checkpoint_dir`, `checkpoint_every`, `keep_checkpoints` and `resume`), training keeps checkpoints in its
@@ -503,7 +511,7 @@ class Runtime:
         training apart, and within epochs longer than that (decisions.choose_checkpoint_epochs and
         choose_checkpoint_steps); or "N epochs" or "N steps"; the newest `keep_checkpoints` kept), and `resume=True` continues from the newest good one exactly: the data order of each epoch depends only on (seed, epoch)
         (arrays, a PyDataset's batches), or is restored from where the iterator stood (a tf.data dataset, a Grain
-        DataLoader: dataset_position.py). SIGTERM and
+        DataLoader: inputs/tf_data.py, inputs/grain_loaders.py). SIGTERM and
         SIGINT then write a checkpoint and raise `resumable.Interrupted`.
 
         `stall_timeout` replaces connect()'s for this fit (seconds, the upper bound; 0 turns the stall watchdog

@@ -711,7 +711,7 @@ def test_tensorflow_in_a_job_of_several_processes_is_refused_naming_what_chose_i
         launch._backend_of_the_job(str(tmp_path / "plain.py"), None, 2)
 
 
-# --- Streams (inputs.py): each process feeds its share, each sample computed once an epoch ----------------------
+# --- Streams (inputs/): each process feeds its share, each sample computed once an epoch ----------------------
 
 def _seen(stdout: str, process: int, what: str = "seen") -> dict:
     """{kind: each sample's count} from counts_samples.py's "[process] seen KIND: [...]" lines (what="read": its

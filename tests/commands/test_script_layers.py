@@ -2,6 +2,8 @@
 Keras's method and the layers below: FitGuard, the door, with the inputs layer below it (assembly.Inputs:
 what each process hands Keras, plain numpy) and KerasCalls (whose error a failed call's is, and the closing line)."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from acceltrain.commands.plain_check import Verdict
@@ -26,6 +28,17 @@ class _FakeModel:
         pass
 
 
+class _Runtime(SimpleNamespace):
+    """A runtime's numbers, and the Split the input path reads of them (as Runtime.split gives it)."""
+
+    @property
+    def split(self):
+        from acceltrain import inputs
+
+        return inputs.Split(self.num_replicas, self.num_processes, self.process_index, self.platform,
+                            self.backend_module.SPLITS_UNEVEN_BATCHES, getattr(self.backend_module, "join_shares", None))
+
+
 class _Guard:
     """FitGuard as a layer, with the call it hands on: guard(name, model, args, kwargs) -> (args, kwargs)."""
 
@@ -41,7 +54,7 @@ class _Guard:
                                     on_one_device=lambda model: contextlib.nullcontext())
         from acceltrain.assembly import FitPlan, Inputs
 
-        runtime = SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
+        runtime = _Runtime(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
                                   process_index=process_index, platform="cpu", backend_module=framework)
         plan = FitPlan(script=True)
         self.layer, self.inputs = FitGuard(runtime, plan), Inputs(runtime, plan)  # the door, and the layer below it

@@ -212,7 +212,7 @@ print("losses:", *model.fit(x, y, epochs=2, verbose=0).history["loss"])
 
 
 def test_tiny_data_is_weighed_and_verified_at_the_batch_fit_trains(capfd, run_here, tmp_path):
-    """20 samples at Keras's default batch of 32 on 8 replicas: fit trains one batch of 16 (inputs.py leaves 4 out).
+    """20 samples at Keras's default batch of 32 on 8 replicas: fit trains one batch of 16 (inputs/ leaves 4 out).
     The autopilot compiles the step at 16 and --verify compares batches of 16; both refused the script before (fewer
     samples than a batch; a batch of 20 that does not divide over 8, with a traceback)."""
     script = tmp_path / "tiny.py"

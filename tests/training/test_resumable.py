@@ -301,7 +301,7 @@ def test_a_py_dataset_run_stopped_mid_epoch_resumes_bit_identical_from_the_next_
     """A PyDataset is rewound by index: its batches in an order drawn from (seed, epoch), so a run stopped at step 21
     (epoch 1, step 5) and resumed reads on from the batch after the last it trained (the rest of epoch 1 as the
     whole run read it) and ends with the whole run's weights."""
-    from tests.training.test_dataset_position import _model, _sigterm_at
+    from tests.inputs.test_tf_data import _model, _sigterm_at
     from acceltrain.training.resumable import Interrupted
 
     fit = dict(epochs=2, verbose=0, checkpoint_every="3 steps")

@@ -459,7 +459,8 @@ def _one_step(*, backend, simulate_devices, distribution, platform="auto", tpu=N
               batch_size) -> tuple[str, str, str]:
     import numpy as np
 
-    from acceltrain import data, recipes
+    from acceltrain import recipes
+    from acceltrain.inputs import arrays
     from acceltrain.cluster import Cluster
     from acceltrain.runtime import connect
 
@@ -467,7 +468,7 @@ def _one_step(*, backend, simulate_devices, distribution, platform="auto", tpu=N
     batch_size = batch_size or recipe.BATCH_SIZE
     runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
                       cluster=Cluster(tpu=tpu), precision=precision, verbose=False)
-    data.check_batch_size(batch_size, runtime.num_replicas)
+    arrays.check_batch_size(batch_size, runtime.num_replicas)
     with runtime.scope():
         model = recipe.build_model()
     rng = np.random.default_rng(0)

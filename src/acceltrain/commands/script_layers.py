@@ -8,7 +8,9 @@ from collections import Counter
 
 import numpy as np
 
-from acceltrain import checks, data, decisions, inputs, log, streams
+from acceltrain import checks, decisions, inputs, log
+from acceltrain.inputs import arrays, kinds, streams
+from acceltrain.inputs.kinds import ARRAYS, kind_of
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -173,7 +175,7 @@ class FitGuard:
     def _on_one_device(self, call, arguments, why: str, proceed):
         """The call as the script made it, undistributed on one device (in a job of several processes, each
         process the same call with the same, whole inputs): no batch of it divides over the replicas."""
-        if call.name == "fit" and data.is_arrays(arguments.get("x")):
+        if call.name == "fit" and kind_of(arguments.get("x")) == ARRAYS:
             self._check(arguments, inputs.classes_of(call.model), num_replicas=1)
         head, _, advice = why.partition(". ")
         self._tell([(f"one device: {head}", f"{head}: such calls run undistributed, on one device, as the script "
@@ -187,14 +189,14 @@ class FitGuard:
         """(call, its arguments by name), tensors (tf.Tensor, jax.Array) read into numpy arrays, so they take the
         arrays' rules (and predict's outputs are joined from every process as numpy's are)."""
         arguments = call.arguments()
-        names = [name for name in ("x", "y", "sample_weight", "validation_data") if data.has_tensors(arguments.get(name))]
+        names = [name for name in ("x", "y", "sample_weight", "validation_data") if kinds.has_tensors(arguments.get(name))]
         if not names:
             return call, arguments
-        arguments.update({name: data.tensors_as_numpy(arguments[name]) for name in names})
+        arguments.update({name: kinds.tensors_as_numpy(arguments[name]) for name in names})
         return call.replace(args=(), kwargs=arguments), dict(arguments)
 
     def _stream(self, call, arguments, proceed):
-        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs.py's streams): evaluate and
+        """A dataset, PyDataset, generator or Grain loader by the arrays' rules (inputs/streams.py): evaluate and
         predict read it into arrays; a fit runs on one device where its batch does not divide, else goes on to have
         every batch made to divide over the replicas and this process's rows of it (slot "inputs")."""
         from acceltrain import assembly
@@ -205,7 +207,7 @@ class FitGuard:
         if call.name != "fit":
             notes = []
             x, y, weights = streams.stream_to_arrays(arguments.pop("x"), arguments.pop("steps", None), notes=notes,
-                                                     runtime=runtime)
+                                                     split=runtime.split)
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
@@ -227,7 +229,7 @@ class FitGuard:
     @staticmethod
     def _training_samples(arguments) -> int:
         split = arguments.get("validation_split") or 0.0
-        return int(data.num_samples(arguments.get("x")) * (1 - split))
+        return int(arrays.num_samples(arguments.get("x")) * (1 - split))
 
     # --- Checks ---------------------------------------------------------------------------------
 
@@ -237,7 +239,7 @@ class FitGuard:
         num_samples = self._training_samples(arguments)
         dtypes = {}  # the arrays: the float64 check times their conversion, until it has spoken once
         if "float64_inputs" not in self.warned:
-            leaves = data.leaves(x)
+            leaves = arrays.leaves(x)
             dtypes = {"x" if len(leaves) == 1 else f"x[{i}]": leaf for i, leaf in enumerate(leaves)}
             if isinstance(y, np.ndarray):
                 dtypes["y"] = y

@@ -16,7 +16,8 @@ import numpy as np
 
 from acceltrain.commands import config as config_files
 from acceltrain.commands.config import TrainConfig
-from acceltrain import data, datasets, decisions, log, options, preemption, recipes, sharding, user_model
+from acceltrain import datasets, decisions, log, options, preemption, recipes, sharding, user_model
+from acceltrain.inputs import arrays
 from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
@@ -31,7 +32,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     started = time.time() if started is None else started
     # 1. Check everything that needs no framework; say the job, its defaults and how to change them.
     job = _check(config)
-    said = job_line(config, job.recipe, job.epochs, job.batch_size, data.num_samples(job.splits.x_train))
+    said = job_line(config, job.recipe, job.epochs, job.batch_size, arrays.num_samples(job.splits.x_train))
     log.info(said)
 
     # 2. Connect, then build the model with its weights placed.
@@ -40,10 +41,10 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
     window = None
     with preemption.ledger_told_when_preempted(lambda: window, lambda ledger: log.info(ledger.line())), \
             runtime.timeline.window(started, start_up_until=time.time()) as window:
-        data.check_batch_size(job.batch_size, runtime.num_replicas)
+        arrays.check_batch_size(job.batch_size, runtime.num_replicas)
         runtime.seed(config.seed)
         model, (x_train, y_train), (x_test, y_test) = _build(runtime, config, job)
-        data.check_arrays(x_test, y_test, name="x_test")
+        arrays.check_arrays(x_test, y_test, name="x_test")
         outputs.check_free_space(job.out_dir, _bytes_needed(model, config.keep_checkpoints))
 
         # 3. Train (checkpointing into out_dir) and evaluate.
@@ -63,7 +64,7 @@ def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> 
         # then metrics.json, whose ledger runs to the end of these writes (the CLI then leaves at once).
         epoch_seconds = history.epoch_seconds
         timed = getattr(history, "timed_epochs", None) or [
-            {"epoch": number, "seconds": seconds, "steps": math.ceil(data.num_samples(x_train) / job.batch_size)}
+            {"epoch": number, "seconds": seconds, "steps": math.ceil(arrays.num_samples(x_train) / job.batch_size)}
             for number, seconds in enumerate(epoch_seconds, 1)]
         metrics = {
             "job": said.removeprefix("the job: "),
@@ -171,7 +172,7 @@ def _build(runtime, config: TrainConfig, job: _Job):
         return model, (splits.x_train, splits.y_train), (splits.x_test, splits.y_test)
     train = _recipe_inputs(recipe, splits.x_train, splits.y_train, "train")
     test = _recipe_inputs(recipe, splits.x_test, splits.y_test, "test")
-    trained_on = int(data.num_samples(train[0]) * (1 - config.validation_split))  # x may be a dict of arrays
+    trained_on = int(arrays.num_samples(train[0]) * (1 - config.validation_split))  # x may be a dict of arrays
     steps_per_epoch = math.ceil(trained_on / job.batch_size)
 
     def build():  # initial values from one program each, not op by op; metrics' results as the last step's
@@ -215,7 +216,7 @@ def _train(runtime, model, x_train, y_train, config: TrainConfig, job: _Job):
 def job_line(config: TrainConfig, recipe, epochs: int, batch_size: int, samples: int) -> str:
     """The job in one line: what trains, for how long, on which samples, and where each figure came from (a --model
     takes the recipe's epochs and batch, which were not chosen for it: said, with the flags that set them)."""
-    held = samples - int(samples * (1 - config.validation_split))  # as data.split_validation cuts it
+    held = samples - int(samples * (1 - config.validation_split))  # as arrays.split_validation cuts it
     steps = math.ceil((samples - held) / batch_size)
     left = [(flag, what) for flag, what, value in (("--epochs", "epochs", config.epochs),
                                                    ("--batch-size", "batch size", config.batch_size)) if value is None]

@@ -20,8 +20,10 @@ off (--no-autopilot, autopilot=False) only the sharding that 'auto' chooses is a
 import weakref
 from dataclasses import dataclass
 
-from acceltrain import data, decisions, log, sharding
+from acceltrain import decisions, log, sharding
 from acceltrain.errors import UsageError, under_cli
+from acceltrain.inputs import arrays, streams, tf_data
+from acceltrain.inputs.kinds import TF_DATA, kind_of
 from acceltrain.layout import placement
 from acceltrain.planning import levers
 
@@ -73,9 +75,9 @@ def first_fit(runtime, model, x, y=None, batch_size: int | None = None, *, enabl
             or request.kind == "none"):
         return FirstFit(batch_size)
     _weighed[model] = 1
-    first = data.first_batches(x, y, batch_size, 1)  # None: inputs that cannot be read ahead
-    batch = first[1] if first else data.keras_batch(batch_size)
-    replicas = runtime.num_replicas  # fit leaves out the samples that do not divide over them (inputs.py)
+    first = streams.first_batches(x, y, batch_size, 1)  # None: inputs that cannot be read ahead
+    batch = first[1] if first else arrays.keras_batch(batch_size)
+    replicas = runtime.num_replicas  # fit leaves out the samples that do not divide over them (inputs/)
     batch = batch // replicas * replicas or batch
     optimizer = getattr(model, "optimizer", None)
     # The accumulation lever changes the optimizer's gradient_accumulation_steps and each step's batch: not where
@@ -203,9 +205,9 @@ def per_step(x, batch_size: int | None, accumulation: int):
     update still sees the global batch (a tf.data dataset rebatched: the same samples, in the same order)."""
     if accumulation == 1:
         return x, batch_size
-    if data.is_dataset(x):
-        return x.rebatch(data.dataset_batch_size(x) // accumulation), batch_size
-    return x, data.keras_batch(batch_size) // accumulation
+    if kind_of(x) == TF_DATA:
+        return x.rebatch(tf_data.dataset_batch_size(x) // accumulation), batch_size
+    return x, arrays.keras_batch(batch_size) // accumulation
 
 
 def _candidates(runtime, model) -> dict:

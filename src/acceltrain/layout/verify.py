@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import data, errors, log
+from acceltrain import errors, log
 from acceltrain.errors import AcceltrainError, UsageError, option, positive_int
+from acceltrain.inputs import arrays, streams
 
 # The largest relative difference accepted, of the losses and of each weight (the norm of the difference over the
 # norm of the one-device weight), by the precision the model computes in: a sum in another order differs by about
@@ -167,7 +168,7 @@ def _values(steps) -> np.ndarray:
 
 
 def _dividing(batches, batch: int, replicas: int, shown: str):
-    """The batches cut to a multiple of the replicas, as fit's inputs are cut (inputs.py leaves out the last samples
+    """The batches cut to a multiple of the replicas, as fit's inputs are cut (inputs/ leaves out the last samples
     so that each batch divides over them: a few samples, or a dataset's short last batch), and the batch."""
     def cut(size: int) -> int:
         return size // replicas * replicas
@@ -175,8 +176,8 @@ def _dividing(batches, batch: int, replicas: int, shown: str):
     if cut(batch) == 0:
         raise UsageError(f"Received {shown} with batches of {batch} sample(s), fewer than the {replicas} replicas "
                          "each step is cut over. Pass a batch_size of at least the replicas, or leave it out.")
-    cuts = [slice(0, cut(len(data.leaves(x)[0]))) for x, _ in batches]
-    return [(data.take(x, rows), data.take(y, rows)) for (x, y), rows in zip(batches, cuts) if rows.stop], cut(batch)
+    cuts = [slice(0, cut(len(arrays.leaves(x)[0]))) for x, _ in batches]
+    return [(arrays.take(x, rows), arrays.take(y, rows)) for (x, y), rows in zip(batches, cuts) if rows.stop], cut(batch)
 
 
 def check_steps(steps, processes: int = 1) -> int | None:
@@ -210,7 +211,7 @@ def verify(runtime, model, x, y, batch_size: int | None, steps: int, *, accumula
     if runtime.num_processes > 1:
         raise UsageError(f"Received {shown} in a job of {runtime.num_processes} processes: the one-device run needs "
                          "every batch in one process. Verify on one host (acceltrain run), then launch the job.")
-    found = data.first_batches(x, y, batch_size, steps * accumulation)
+    found = streams.first_batches(x, y, batch_size, steps * accumulation)
     if found is None:
         raise UsageError(f"Received {shown} for a fit on {type(x).__name__}: verification reads its first batches "
                          "ahead, from arrays (numpy, or a dict of them), a tf.data dataset or a grain dataset. Verify with those, or "

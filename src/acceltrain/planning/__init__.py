@@ -135,9 +135,9 @@ def plan(target: str, *, recipe: str | None = None, model: str | None = None, ba
         if devices is not None:
             log.info(f"{_params(abstract.params, abstract.total_params)}, built from shapes; compiling for "
                      f"{num_devices} {compiled_for} device(s)")
-        from acceltrain import data
+        from acceltrain.inputs import arrays
 
-        data.check_batch_size(batch_size, num_devices)
+        arrays.check_batch_size(batch_size, num_devices)
         layouts = step.layouts(num_devices, distribution)
         measure = step_compiler(build, devices, batch_size, layouts=layouts, base=abstract,
                                 sequence_length=sequence_length)

@@ -116,7 +116,7 @@ def optimizer_like(optimizer, variables, accumulation: int = 1, *, abstract: boo
 
 def first_samples(arrays, count: int):
     """The first `count` samples of each array of a structure (None stays None), float64 as float32 (what fit
-    is fed: inputs.py casts it once)."""
+    is fed: inputs/ casts it once)."""
     import keras
     import numpy as np
 

@@ -4,7 +4,7 @@ Each epoch is one `model.fit(initial_epoch=e, epochs=e + 1, shuffle=False)` over
 `checkpoint.epoch_order(seed, e)` (the arrays' own order with shuffle=False), less the few at its end that
 would not divide over the replicas; a run resumed at step s of epoch e starts that epoch at sample
 s × batch_size of the same order (a PyDataset: its batches by index, their groups in an order drawn from (seed, e);
-a tf.data dataset or a Grain DataLoader: where its iterator stood, dataset_position.py). A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
+a tf.data dataset or a Grain DataLoader: where its iterator stood, inputs/tf_data.py, inputs/grain_loaders.py). A notice (SIGTERM: GKE's and a TPU VM's; SIGUSR1: Slurm's --signal) and
 SIGINT finish the current step, write a checkpoint and raise Interrupted (exit 42 for a notice: preemption.py);
 in a job of several processes every process stops at one agreed step (sharded_checkpoint.preempted_at). Imports keras: import only after connect().
 """
@@ -20,10 +20,13 @@ import time
 import keras
 import numpy as np
 
-from acceltrain import data, decisions, ledger, log, preemption, streams
+from acceltrain import decisions, ledger, log, preemption
+from acceltrain.inputs import arrays, py_dataset
 from acceltrain.backends import keras_internals
 from acceltrain.training.checkpoint import Checkpoints, Every, State, epoch_order
-from acceltrain.training.dataset_position import DatasetFeed, GrainFeed, end_of_pass_expected
+from acceltrain.inputs.grain_loaders import GrainFeed
+from acceltrain.inputs.kinds import GRAIN, PY_DATASET, kind_of
+from acceltrain.inputs.tf_data import DatasetFeed, end_of_pass_expected
 from acceltrain.errors import AcceltrainError, UsageError
 
 
@@ -44,7 +47,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
         callbacks=(), verbose="auto", timeline=None, keras_fit=None, **fit_kwargs):
     """Train `prepared` (an inputs.Fit, kept whole: trim=False) from the newest checkpoint (if resume) to `epochs`,
     checkpointing as `every` says. Arrays: each epoch in the order epoch_order(seed, epoch), less its last few
-    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see dataset_position). `timeline`: the runtime's time
+    (Fit.epoch); a tf.data.Dataset: one pass an epoch (see inputs/tf_data.py). `timeline`: the runtime's time
     ledger, where the loop books its checkpoints, its epochs' input and the steps run again after a resume.
     `keras_fit(**kwargs)`: each epoch's fit (default: Keras's own, passing no layer)."""
     timeline = timeline or ledger.Timeline()  # none: nothing is booked
@@ -53,13 +56,13 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
     feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset
-            else GrainFeed(prepared.x, positions) if data.is_grain(prepared.x) else None)
+            else GrainFeed(prepared.x, positions) if kind_of(prepared.x) == GRAIN else None)
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
         checkpoints.open()
     steps_per_epoch = feed.steps_per_epoch if feed else prepared.steps_per_epoch
-    if data.is_py_dataset(prepared.x):
+    if kind_of(prepared.x) == PY_DATASET:
         for _ in range(state.epoch):  # its own epoch ends, as the run stopped had called them
             prepared.x.on_epoch_end()
     reached = _Reached(checkpoints.folder, writer=prepared.process_index == 0)
@@ -95,10 +98,10 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
                 if feed:  # a dataset or a Grain loader: the next batches of the pass's iterator, from its saved start
                     inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
-                elif data.is_py_dataset(prepared.x):  # its batches by index, in groups of the processes' (streams.py)
+                elif kind_of(prepared.x) == PY_DATASET:  # its batches by index, in groups of the processes' (inputs/py_dataset.py)
                     inputs = {"x": _py_dataset_epoch(prepared, state.seed, epoch, first_step, shuffle)}
                 else:  # arrays: this epoch's order, from the step reached on
-                    n = data.num_samples(prepared.x)
+                    n = arrays.num_samples(prepared.x)
                     inputs = _epoch_inputs(prepared, epoch_order(state.seed, epoch, n) if shuffle else np.arange(n),
                                            first_step)
             try:
@@ -233,11 +236,11 @@ def _epoch_inputs(prepared, order, first_step: int) -> dict:
 
 def _py_dataset_epoch(prepared, seed: int, epoch: int, first_step: int, shuffle: bool):
     """One epoch of a keras.utils.PyDataset from `first_step` on: its groups of batches (one batch each in one process;
-    streams.group_steps) in the order epoch_order(seed, epoch) draws, the same after a resume."""
+    py_dataset.group_steps) in the order epoch_order(seed, epoch) draws, the same after a resume."""
     length = len(prepared.x)
-    groups = streams.num_groups(length, prepared.num_processes)
+    groups = py_dataset.num_groups(length, prepared.num_processes)
     order = epoch_order(seed, epoch, groups) if shuffle else None
-    return streams.py_dataset_steps(prepared.x, streams.group_steps(length, prepared.num_processes, order)[first_step:])
+    return py_dataset.steps_from(prepared.x, py_dataset.group_steps(length, prepared.num_processes, order)[first_step:])
 
 
 class _Batches(keras.utils.PyDataset):

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
+from acceltrain.inputs import device_arrays
 
 ENV_OFF = "ACCELTRAIN_DEVICE_DATA"
 SETTING = {"device_data": "auto"}  # the latest connect()'s device_data (keep_data_on_devices): "auto" or "off"
@@ -51,10 +52,10 @@ def on_devices(call, distribution):
     else:
         epoch, parts = None, (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
     split = bool(arguments.get("validation_split")) and validation is None
-    arrays = _arrays(parts[:3]) and (validation is None or _arrays(tuple(validation))) and not split
+    arrays = device_arrays.resident(parts, split, (np.ndarray, jax.Array))
     device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
     on, reason = decisions.choose_device_data(
-        keras_internals_backend(), arrays, _nbytes(parts[:3]) * copies if arrays else 0, device_memory,
+        keras_internals_backend(), arrays, device_arrays.nbytes(parts[:3]) * copies if arrays else 0, device_memory,
         jax.process_count(), _turned_off(), keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution))
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
@@ -190,17 +191,6 @@ def batch_hooked(callbacks) -> list:
 
 
 # --- Placing and gathering -----------------------------------------------------------------------------------------
-
-def _arrays(structure) -> bool:
-    """Every leaf a NumPy or JAX array of numbers (or None), and at least one."""
-    leaves = [leaf for leaf in jax.tree.leaves(structure) if leaf is not None]
-    return bool(leaves) and all(isinstance(leaf, (np.ndarray, jax.Array)) and leaf.dtype.kind in "biuf"
-                                for leaf in leaves)
-
-
-def _nbytes(structure) -> int:
-    return sum(int(leaf.nbytes) for leaf in jax.tree.leaves(structure) if hasattr(leaf, "nbytes"))
-
 
 def _device_memory(distribution) -> tuple[int | None, int]:
     """(bytes one device may hold, copies of the data that memory holds): an accelerator's own limit, one copy; CPU

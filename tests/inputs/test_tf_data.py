@@ -135,7 +135,7 @@ def test_a_grain_loader_whose_pass_cannot_be_counted_is_refused_with_checkpoints
 
 
 def test_a_grain_source_without_a_repr_of_its_own_is_taken_as_the_same_on_resume_another_class_is_not():
-    from acceltrain.training.dataset_position import _same_default_repr
+    from acceltrain.inputs.grain_loaders import _same_default_repr
 
     state = b'{"version": 2, "data_source": "<__main__.Source object at 0x7f24792c6850>"}'
     assert b"0x7f00" in _same_default_repr(state, "<__main__.Source object at 0x7f00>")

@@ -1,4 +1,4 @@
-"""inputs.py on its own: what each process hands Keras for fit, evaluate and predict (numpy, no framework)."""
+"""inputs/ on its own: what each process hands Keras for fit, evaluate and predict (numpy, no framework)."""
 
 from types import SimpleNamespace
 
@@ -9,9 +9,8 @@ from acceltrain import inputs
 from acceltrain.errors import UsageError
 
 
-def _runtime(num_replicas, num_processes=1, process_index=0):
-    return SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, process_index=process_index,
-                           platform="cpu", backend_module=SimpleNamespace(SPLITS_UNEVEN_BATCHES=False))
+def _split(num_replicas, num_processes=1, process_index=0, **more):
+    return inputs.Split(num_replicas, num_processes, process_index, **more)
 
 
 @pytest.mark.parametrize("loss, output_shape, expected", [
@@ -37,12 +36,12 @@ def test_num_classes_only_for_a_cross_entropy_over_several_outputs(classes, expe
 
 def test_fit_trims_casts_and_checks_when_checked():
     x, y = np.zeros((100, 3)), np.arange(100) % 4  # float64: cast once
-    fit = inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 4))
+    fit = inputs.prepare_fit(_split(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 4))
     assert len(fit.x) == 96 and fit.x.dtype == np.float32 and fit.steps_per_epoch == 3
     assert fit.notes == [("trimmed", "left out the last 4 training samples so the final batch divides over 8 replicas "
                                       "(the same ones every epoch: Keras shuffles the rest)")]
     with pytest.raises(UsageError, match="labels from 0 to 3.*2 classes"):
-        inputs.prepare_fit(_runtime(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
+        inputs.prepare_fit(_split(8), x, y, batch_size=32, classes=inputs.Classes("sparse_categorical_crossentropy", 2))
 
 
 def test_fit_on_fewer_samples_than_replicas_is_refused_on_jax_and_kept_whole_on_tensorflow():
@@ -50,9 +49,8 @@ def test_fit_on_fewer_samples_than_replicas_is_refused_on_jax_and_kept_whole_on_
     x, y = np.zeros((2, 3), "float32"), np.zeros(2, "int32")
     with pytest.raises(UsageError, match="Received 2 training samples for 8 replicas: .* Pass at least 8 samples, or "
                                          r"connect\(distribution='none'\)"):
-        inputs.prepare_fit(_runtime(8), x, y, batch_size=32)
-    tensorflow = _runtime(8)
-    tensorflow.backend_module.SPLITS_UNEVEN_BATCHES = True
+        inputs.prepare_fit(_split(8), x, y, batch_size=32)
+    tensorflow = _split(8, splits_uneven_batches=True)
     fit = inputs.prepare_fit(tensorflow, x, y, batch_size=32)
     assert len(fit.x) == 2 and fit.notes == []
 
@@ -61,7 +59,7 @@ def test_fit_kept_whole_gives_each_epoch_its_order_less_its_last_few_with_their_
     """Runtime.fit with checkpoints: each epoch leaves out its own last samples, after its shuffle, from the step
     a resumed epoch starts at; process 1 of 2 takes every other sample of each global batch."""
     x, y, w = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4, np.arange(100) / 100
-    fit = inputs.prepare_fit(_runtime(8, num_processes=2, process_index=1), x, y, batch_size=32, sample_weight=w,
+    fit = inputs.prepare_fit(_split(8, num_processes=2, process_index=1), x, y, batch_size=32, sample_weight=w,
                              trim=False)
     assert (len(fit.x), fit.left_out, fit.steps_per_epoch, fit.local_batch_size) == (100, 4, 3, 16)
     order = np.random.default_rng(0).permutation(100)
@@ -77,7 +75,7 @@ def test_an_epoch_batch_by_batch_is_the_same_epoch_cut_at_the_local_batch():
     the same samples, weights and split over processes as the whole epoch's arrays, resumed or not."""
     x, y, w = np.arange(100, dtype="float32")[:, None], np.arange(100) % 4, np.arange(100) / 100
     for processes, index, first_step in ((1, 0, 0), (2, 1, 1)):
-        fit = inputs.prepare_fit(_runtime(8, num_processes=processes, process_index=index), x, y, batch_size=32,
+        fit = inputs.prepare_fit(_split(8, num_processes=processes, process_index=index), x, y, batch_size=32,
                                  sample_weight=w, trim=False)
         order = np.random.default_rng(processes).permutation(100)
         whole, batches = fit.epoch(order, first_step), fit.epoch_batches(order, first_step)
@@ -86,26 +84,26 @@ def test_an_epoch_batch_by_batch_is_the_same_epoch_cut_at_the_local_batch():
         for i in range(len(batches)):
             for got, expected in zip(batches[i], (whole["x"], whole["y"], whole["sample_weight"])):
                 np.testing.assert_array_equal(got, expected[i * local:(i + 1) * local])
-    fit = inputs.prepare_fit(_runtime(1), x, y, batch_size=32, trim=False)
+    fit = inputs.prepare_fit(_split(1), x, y, batch_size=32, trim=False)
     assert len(fit.epoch_batches(np.arange(100))[3]) == 2  # no weights: (x, y); the last batch is the rest, 4
 
 
 def test_fit_unchecked_leaves_dtypes_and_keras_default_batch():
     x, y = np.zeros((100, 3)), np.zeros(100)
-    fit = inputs.prepare_fit(_runtime(8), x, y, checked=False)
+    fit = inputs.prepare_fit(_split(8), x, y, checked=False)
     assert fit.x.dtype == np.float64 and fit.local_batch_size is None and fit.validation_batch_size is None
 
 
 def test_evaluate_repeats_the_set_and_its_sample_weights():
     x, y, w = np.zeros((1001, 3), "float32"), np.zeros(1001, "int64"), np.ones(1001)
-    prepared = inputs.prepare_evaluate(_runtime(8), x, y, batch_size=128, sample_weight=w)
+    prepared = inputs.prepare_evaluate(_split(8), x, y, batch_size=128, sample_weight=w)
     assert len(prepared.x) == len(prepared.y) == len(prepared.sample_weight) == 8008
 
 
 @pytest.mark.parametrize("n, replicas, padded", [(3, 4, 4), (3, 8, 8), (100, 8, 104), (96, 8, 96), (1, 1, 1)])
 def test_predict_pads_to_the_replicas_and_cuts_back(n, replicas, padded):
     x = np.arange(n, dtype="float32")[:, None]
-    prepared = inputs.prepare_predict(_runtime(replicas), x)
+    prepared = inputs.prepare_predict(_split(replicas), x)
     assert len(prepared.x) == padded and prepared.local_batch_size is None
     np.testing.assert_array_equal(prepared.x[:n], x)  # the set itself first; padding after
     np.testing.assert_array_equal(prepared.finish(prepared.x * 2), x * 2)
@@ -113,7 +111,7 @@ def test_predict_pads_to_the_replicas_and_cuts_back(n, replicas, padded):
 
 def test_predict_rejects_a_batch_that_does_not_divide():
     with pytest.raises(UsageError, match="batch_size=10.*4 replicas"):
-        inputs.prepare_predict(_runtime(4), np.zeros((3, 1)), batch_size=10)
+        inputs.prepare_predict(_split(4), np.zeros((3, 1)), batch_size=10)
 
 
 @pytest.mark.parametrize("n, batch_size", [(3, None), (37, 8), (64, 16), (1000, None)])
@@ -121,7 +119,7 @@ def test_predict_across_processes_joins_the_outputs_in_sample_order(n, batch_siz
     """Two processes of two devices: global batch k holds process 0's local batch k, then process 1's, as
     Keras joins them. Undone by finish(gathered=True), whatever the set's size."""
     x = np.arange(n, dtype="float32")[:, None] * np.ones((1, 2), "float32")
-    shares = [inputs.prepare_predict(_runtime(4, 2, p), x, batch_size=batch_size) for p in (0, 1)]
+    shares = [inputs.prepare_predict(_split(4, 2, p), x, batch_size=batch_size) for p in (0, 1)]
     locals_ = [share.local()[0] for share in shares]
     local_batch = shares[0].local_batch_size
     assert len(locals_[0]) == len(locals_[1]) and len(locals_[0]) % local_batch == 0  # same steps, full batches
@@ -131,7 +129,7 @@ def test_predict_across_processes_joins_the_outputs_in_sample_order(n, batch_siz
 
 
 def test_predict_keeps_the_structure_of_several_outputs():
-    prepared = inputs.prepare_predict(_runtime(4), np.zeros((3, 1)))
+    prepared = inputs.prepare_predict(_split(4), np.zeros((3, 1)))
     outputs = prepared.finish({"a": np.zeros((4, 2)), "b": [np.ones((4,))]})
     assert outputs["a"].shape == (3, 2) and outputs["b"][0].shape == (3,)
 
@@ -141,7 +139,7 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
     """A list [x, y] is unpacked by Keras as a tuple is: it takes the same rule (167 rows over 4 replicas: the
     path that let a batch of 167 reach JAX whole, issue 33)."""
     x, y = np.zeros((1670, 2), "float32"), np.zeros(1670, "int32")
-    fit = inputs.prepare_fit(_runtime(4), x, y, batch_size=128, validation_data=given((x[:167], y[:167])),
+    fit = inputs.prepare_fit(_split(4), x, y, batch_size=128, validation_data=given((x[:167], y[:167])),
                              checked=False)
     assert isinstance(fit.validation_data, tuple) and len(fit.validation_data[0]) == 4 * 167
 

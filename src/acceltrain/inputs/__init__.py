@@ -1,10 +1,10 @@
 """One input path: what Keras is called with, for Runtime.fit/evaluate/predict and `acceltrain run` alike.
 
-    prepared = inputs.prepare_fit(runtime, x, y, batch_size=1024, classes=inputs.classes_of(model))
+    prepared = inputs.prepare_fit(runtime.split, x, y, batch_size=1024, classes=inputs.classes_of(model))
     model.fit(*prepared.local(), batch_size=prepared.local_batch_size, ...)
 
-Each prepare_* takes the runtime (its replicas and processes), checks and reshapes the inputs, and returns a
-small dataclass; printing is the caller's (`notes`), so a script's guard can say each thing once. The rules:
+Each prepare_* takes a Split (the runtime's replicas and processes: `runtime.split`), checks and reshapes the inputs,
+and returns a small dataclass; printing is the caller's (`notes`), so a script's guard can say each thing once. The rules:
 - fit: the last few samples left out so the final batch divides over the replicas;
 - evaluate: the whole set repeated k times instead (every sample counts k times: metrics unchanged);
 - predict: the set padded with its own first samples, and the outputs cut back to it;
@@ -12,6 +12,8 @@ small dataclass; printing is the caller's (`notes`), so a script's guard can say
   `global batch / num_processes` of it: Keras joins the shares into the global batch;
 - a stream (a tf.data dataset, a PyDataset, a generator, a Grain loader) takes the same rules batch by batch, each
   process reading only its share (streams.py); a tensor is read into numpy.
+An input's kind is asked in one place, kinds.kind_of; each kind's own rules (its batch, share, cut, whole read and
+resume position) are in its module: arrays.py, tf_data.py, py_dataset.py, grain_loaders.py.
 numpy only: no framework is imported here.
 """
 
@@ -20,11 +22,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from acceltrain import data, hardware, streams
 from acceltrain.errors import UsageError
+from acceltrain.inputs import arrays, kinds, streams, tf_data
+from acceltrain.inputs.kinds import ARRAYS, GRAIN, PY_DATASET, TF_DATA, kind_of
+
+
+@dataclass(frozen=True)
+class Split:
+    """What the input path reads of a runtime: how a global batch is split (its replicas, the job's processes and this
+    one's index), the platform and whether it compiles one shape, and the backend's two facts about batches (whether
+    it splits an uneven batch itself; how the processes' shares are joined). Runtime.split gives the one in force."""
+
+    num_replicas: int = 1
+    num_processes: int = 1
+    process_index: int = 0
+    platform: str = "cpu"
+    splits_uneven_batches: bool = False
+    join_shares: object = None  # (local arrays, each row's place) → the whole set in every process
+    static_shapes: bool = False  # the platform compiles one shape: every batch full (hardware.kind(...).STATIC_SHAPES)
 
 
 # --- What the model says about its classes ------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Classes:
@@ -55,6 +74,7 @@ def classes_of(model) -> Classes:
 
 # --- The prepared calls -------------------------------------------------------------------------
 
+
 @dataclass
 class Prepared:
     """Inputs ready for Keras: `x, y, sample_weight` are the whole (global) prepared set; `local()` is this
@@ -69,13 +89,13 @@ class Prepared:
     num_processes: int = 1
     notes: list = field(default_factory=list)  # (key, message): what the caller tells the user, once per key
 
-    def share(self, arrays):
+    def share(self, values):
         """This process's share of each array of a tuple (of a single array), whole with one process."""
-        if isinstance(arrays, tuple):
-            return tuple(self.share(a) for a in arrays)
-        if streams.is_stream(arrays):
-            return arrays  # a stream is shared batch by batch (share_stream)
-        return data.process_share(arrays, self.process_index, self.num_processes)
+        if isinstance(values, tuple):
+            return tuple(self.share(a) for a in values)
+        if streams.is_stream(values):
+            return values  # a stream is shared batch by batch (share_stream)
+        return arrays.process_share(values, self.process_index, self.num_processes)
 
     def local(self):
         """(x, y, sample_weight): this process's share, to hand Keras."""
@@ -99,7 +119,7 @@ class Fit(Prepared):
         in `order` (a permutation of all of them) less its last `left_out`, from global batch `first_step` on (a
         resumed epoch). The weights follow their samples."""
         order = order[:len(order) - self.left_out][first_step * self.batch_size:]
-        x, y, weights = self.share(tuple(data.take(a, order) for a in (self.x, self.y, self.sample_weight)))
+        x, y, weights = self.share(tuple(arrays.take(a, order) for a in (self.x, self.y, self.sample_weight)))
         return {"x": x, "y": y, "sample_weight": weights, "batch_size": self.local_batch_size}
 
     def epoch_batches(self, order, first_step: int = 0) -> "EpochBatches":
@@ -122,7 +142,7 @@ class EpochBatches:
     def __getitem__(self, i: int) -> tuple:
         batch = self.fit.batch_size
         indices = self.order[i * batch:(i + 1) * batch][self.fit.process_index::self.fit.num_processes]
-        x, y, weights = (data.take(a, indices) for a in (self.fit.x, self.fit.y, self.fit.sample_weight))
+        x, y, weights = (arrays.take(a, indices) for a in (self.fit.x, self.fit.y, self.fit.sample_weight))
         return (x, y, weights) if weights is not None else (x, y) if y is not None else (x,)
 
 
@@ -141,10 +161,10 @@ class Predict(Prepared):
         return _map_outputs(lambda a: a[: self.num_samples], outputs)
 
 
-def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
+def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                 validation_data=None, validation_split=0.0, validation_batch_size=None, validation_steps=None,
                 checked: bool = True, trim: bool = True, shuffle: bool = False) -> Fit:
-    """Training inputs for `runtime`. `checked` (Runtime.fit): the batch is required and checked, arrays are
+    """Training inputs split by `split`. `checked` (Runtime.fit): the batch is required and checked, arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
     checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
     training sample: each epoch leaves out its own `left_out`, after its shuffle (Fit.epoch). `validation_split`
@@ -153,111 +173,113 @@ def prepare_fit(runtime, x, y=None, *, batch_size=None, classes: Classes = Class
     several replicas, is read into memory (its first `validation_steps` batches) and takes the arrays' rules.
     `shuffle`: fit's; where the prepared stream shuffles itself (a PyDataset read by share), `shuffles_itself` says
     so, and the caller passes shuffle=False to Keras."""
-    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
-    y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
+    x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
+    y, sample_weight = kinds.tensors_as_numpy(y), kinds.tensors_as_numpy(sample_weight)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
-              num_replicas=runtime.num_replicas, **_processes(runtime))
-    if data.is_dataset(x):
-        _batch_training_dataset(runtime, fit, checked)
-    elif checked and data.is_arrays(x):
-        data.check_batch_size(batch_size, runtime.num_replicas)
-    elif data.is_py_dataset(x) or data.is_grain(x):  # a PyDataset's batch: its first's (read once, streams._read)
-        fit.steps_per_epoch = len(x) if data.is_py_dataset(x) else None
-        fit.batch_size = streams.stream_batch_size(x, runtime.process_index, runtime.num_processes)
+              num_replicas=split.num_replicas, **_processes(split))
+    kind = kind_of(x)
+    if kind == TF_DATA:
+        _batch_training_dataset(split, fit, checked)
+    elif checked and kind == ARRAYS:
+        arrays.check_batch_size(batch_size, split.num_replicas)
+    elif kind in (PY_DATASET, GRAIN):  # a PyDataset's batch: its first's (read once, py_dataset.read)
+        fit.steps_per_epoch = len(x) if kind == PY_DATASET else None
+        fit.batch_size = streams.stream_batch_size(x, split.process_index, split.num_processes)
         if checked and fit.batch_size is not None:
-            data.check_batch_size(fit.batch_size, runtime.num_replicas)
+            arrays.check_batch_size(fit.batch_size, split.num_replicas)
     if validation_split and validation_data is None:
-        if not data.is_arrays(x):
+        if kind != ARRAYS:
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
                              "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
-        (fit.x, fit.y, fit.sample_weight), validation_data = data.split_validation(x, y, sample_weight,
+        (fit.x, fit.y, fit.sample_weight), validation_data = arrays.split_validation(x, y, sample_weight,
                                                                                    validation_split)
     if streams.is_stream(fit.x) and not (checked and fit.is_dataset):  # Runtime.fit's datasets: _batch_training_dataset
-        fit.x = streams.share_stream(runtime, fit.x, fit.notes, shuffle=shuffle)
-        fit.shuffles_itself = shuffle and runtime.num_processes > 1 and data.is_py_dataset(fit.x)
-    if streams.is_stream(validation_data) and (runtime.num_replicas > 1 or runtime.num_processes > 1) \
-            and not (checked and data.is_dataset(validation_data)):
+        fit.x = streams.share_stream(split, fit.x, fit.notes, shuffle=shuffle)
+        fit.shuffles_itself = shuffle and split.num_processes > 1 and kind_of(fit.x) == PY_DATASET
+    if streams.is_stream(validation_data) and (split.num_replicas > 1 or split.num_processes > 1) \
+            and not (checked and kind_of(validation_data) == TF_DATA):
         *validation_data, weights = streams.stream_to_arrays(validation_data, validation_steps, "validation_data",
-                                                             fit.notes, runtime)
+                                                             fit.notes, split)
         validation_data = (*validation_data, weights) if weights is not None else tuple(validation_data)
-    if data.is_arrays(fit.x):
-        _trim_training_arrays(runtime, fit, classes, checked, trim)
-        fit.steps_per_epoch = math.ceil((data.num_samples(fit.x) - fit.left_out)
-                                        / data.keras_batch(batch_size))
-    fit.validation_data = _prepare_validation(runtime, fit, validation_data, classes, checked)
-    fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, runtime.num_processes)
-    if _is_array_set(fit.validation_data) or runtime.num_processes > 1:
+    if kind_of(fit.x) == ARRAYS:
+        _trim_training_arrays(split, fit, classes, checked, trim)
+        fit.steps_per_epoch = math.ceil((arrays.num_samples(fit.x) - fit.left_out)
+                                        / arrays.keras_batch(batch_size))
+    fit.validation_data = _prepare_validation(split, fit, validation_data, classes, checked)
+    fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, split.num_processes)
+    if _is_array_set(fit.validation_data) or split.num_processes > 1:
         # validation_batch_size defaults to batch_size, as in Keras
         fit.validation_batch_size = _local_batch(
-            data.keras_batch(fit.validation_batch_size or fit.batch_size), runtime.num_processes,
+            arrays.keras_batch(fit.validation_batch_size or fit.batch_size), split.num_processes,
             always=True)
     return fit
 
 
-def prepare_evaluate(runtime, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
+def prepare_evaluate(split, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                      checked: bool = True, name: str = "x") -> Prepared:
-    """Evaluation inputs for `runtime`: every sample counted, none dropped (see module docstring)."""
-    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
-    y, sample_weight = data.tensors_as_numpy(y), data.tensors_as_numpy(sample_weight)
-    if data.is_dataset(x):
-        prepared = Prepared(x, y, sample_weight, **_processes(runtime))
+    """Evaluation inputs split by `split`: every sample counted, none dropped (see module docstring)."""
+    x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
+    y, sample_weight = kinds.tensors_as_numpy(y), kinds.tensors_as_numpy(sample_weight)
+    if kind_of(x) == TF_DATA:
+        prepared = Prepared(x, y, sample_weight, **_processes(split))
         if checked:
-            prepared.x, prepared.batch_size = _eval_dataset(runtime, x, batch_size, classes, name, prepared.notes)
+            prepared.x, prepared.batch_size = _eval_dataset(split, x, batch_size, classes, name, prepared.notes)
             if isinstance(prepared.x, tuple):
                 prepared.x, prepared.y = prepared.x
-                prepared.local_batch_size = _local_batch(prepared.batch_size, runtime.num_processes)
+                prepared.local_batch_size = _local_batch(prepared.batch_size, split.num_processes)
         return prepared
     if checked:
-        data.check_batch_size(batch_size, runtime.num_replicas)
-    prepared = Prepared(x, y, sample_weight, batch_size, **_processes(runtime))
-    if data.is_arrays(x):
+        arrays.check_batch_size(batch_size, split.num_replicas)
+    prepared = Prepared(x, y, sample_weight, batch_size, **_processes(split))
+    if kind_of(x) == ARRAYS:
         prepared.x, prepared.y, prepared.sample_weight = _repeat_eval_arrays(
-            runtime, (x, y, sample_weight), classes, checked, name, prepared.notes)
-    prepared.local_batch_size = _local_batch(batch_size, runtime.num_processes)
+            split, (x, y, sample_weight), classes, checked, name, prepared.notes)
+    prepared.local_batch_size = _local_batch(batch_size, split.num_processes)
     return prepared
 
 
-def prepare_predict(runtime, x, *, batch_size=None) -> Predict:
-    """Prediction inputs for `runtime`: padded with the set's own first samples so every batch divides over
+def prepare_predict(split, x, *, batch_size=None) -> Predict:
+    """Prediction inputs split by `split`: padded with the set's own first samples so every batch divides over
     the replicas (in a job of several processes: so every batch is full), cut back by `Predict.finish`. A stream on
     several replicas is read into memory first (stream_to_arrays)."""
-    x = data.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
+    x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
-    if streams.is_stream(x) and (runtime.num_replicas > 1 or runtime.num_processes > 1):
-        x = streams.stream_to_arrays(x, name="x", notes=notes, runtime=runtime)[0]
+    if streams.is_stream(x) and (split.num_replicas > 1 or split.num_processes > 1):
+        x = streams.stream_to_arrays(x, name="x", notes=notes, split=split)[0]
     if batch_size is not None:
-        data.check_batch_size(batch_size, runtime.num_replicas)
-    predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(runtime))
-    if not data.is_arrays(x):
+        arrays.check_batch_size(batch_size, split.num_replicas)
+    predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(split))
+    if kind_of(x) != ARRAYS:
         return predict  # a dataset or generator: Keras takes it as it is
-    n = predict.num_samples = data.num_samples(x)
-    if runtime.num_processes > 1:
+    n = predict.num_samples = arrays.num_samples(x)
+    if split.num_processes > 1:
         # Every process takes the same number of full batches, so the joined outputs interleave regularly.
-        predict.batch_size = batch = batch_size or _smallest_multiple(data.KERAS_DEFAULT_BATCH_SIZE,
-                                                                       runtime.num_replicas)
+        predict.batch_size = batch = batch_size or _smallest_multiple(arrays.KERAS_DEFAULT_BATCH_SIZE,
+                                                                       split.num_replicas)
         padded = math.ceil(n / batch) * batch
     else:
-        padded = math.ceil(n / runtime.num_replicas) * runtime.num_replicas
+        padded = math.ceil(n / split.num_replicas) * split.num_replicas
     if padded != n:
-        predict.x = data.take(x, np.arange(padded) % n)
-    predict.local_batch_size = _local_batch(predict.batch_size, runtime.num_processes)
+        predict.x = arrays.take(x, np.arange(padded) % n)
+    predict.local_batch_size = _local_batch(predict.batch_size, split.num_processes)
     return predict
 
 
 # --- The steps ----------------------------------------------------------------------------------
 
+
 def global_batch(batch_size: int | None, num_replicas: int, accumulation: int = 1, own: str = "") -> str:
     """How a fit's global batch is cut, said the same way by Runtime.fit and `run`: "global batch 512 = 2 steps × 32 ×
     8 replica(s)". `batch_size`: one step's batch (None: Keras's default); `accumulation`: steps a weight update;
     `own`: the caller's own distribution the fit runs under, named after it (its replicas: its mesh's batch axis)."""
-    batch = data.keras_batch(batch_size)
+    batch = arrays.keras_batch(batch_size)
     steps = f"{accumulation} steps × " if accumulation > 1 else ""
     under = f" of {own}" if own else ""
     return f"global batch {batch * accumulation} = {steps}{batch // num_replicas} × {num_replicas} replica(s){under}"
 
 
-def _processes(runtime) -> dict:
-    return {"process_index": runtime.process_index, "num_processes": runtime.num_processes}
+def _processes(split) -> dict:
+    return {"process_index": split.process_index, "num_processes": split.num_processes}
 
 
 def _local_batch(batch_size, num_processes: int, always: bool = False):
@@ -265,7 +287,7 @@ def _local_batch(batch_size, num_processes: int, always: bool = False):
     multiple of the replicas, checked first). None stays Keras's default with one process."""
     if num_processes == 1 and not always:
         return batch_size
-    return data.keras_batch(batch_size) // num_processes
+    return arrays.keras_batch(batch_size) // num_processes
 
 
 def _smallest_multiple(at_least: int, of: int) -> int:
@@ -273,111 +295,112 @@ def _smallest_multiple(at_least: int, of: int) -> int:
 
 
 def _is_array_set(pair) -> bool:
-    return isinstance(pair, tuple) and len(pair) in (2, 3) and data.is_arrays(pair[0])
+    return isinstance(pair, tuple) and len(pair) in (2, 3) and kind_of(pair[0]) == ARRAYS
 
 
-def _trim_training_arrays(runtime, fit: Fit, classes: Classes, checked: bool, trim: bool) -> None:
+def _trim_training_arrays(split, fit: Fit, classes: Classes, checked: bool, trim: bool) -> None:
     """Leave out the few last samples that would make the final batch indivisible over the replicas."""
     if checked:
-        data.check_arrays(fit.x, fit.y)
-        data.check_class_labels(fit.y, classes.num_classes)
-        fit.x, fit.y = data.as_float32(fit.x), data.as_float32(fit.y) if fit.y is not None else None
-    n = data.num_samples(fit.x)
-    keep = n - n % runtime.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
-    if keep == 0 and runtime.backend_module.SPLITS_UNEVEN_BATCHES:
+        arrays.check_arrays(fit.x, fit.y)
+        arrays.check_class_labels(fit.y, classes.num_classes)
+        fit.x, fit.y = arrays.as_float32(fit.x), arrays.as_float32(fit.y) if fit.y is not None else None
+    n = arrays.num_samples(fit.x)
+    keep = n - n % split.num_replicas  # the same as (n % batch) % replicas: the batch is a multiple of them
+    if keep == 0 and split.splits_uneven_batches:
         keep = n  # fewer samples than replicas: TensorFlow splits their one short batch itself
     elif keep == 0:  # Runtime.fit's (acceltrain run runs such a fit on one device: decisions.choose_batch_split)
-        raise UsageError(f"Received {n} training sample{'s' * (n != 1)} for {runtime.num_replicas} replicas: no batch of "
+        raise UsageError(f"Received {n} training sample{'s' * (n != 1)} for {split.num_replicas} replicas: no batch of "
                          "them divides over the replicas, so every one would be left out. Pass at least "
-                         f"{runtime.num_replicas} samples, or connect(distribution='none') to train on one device.")
+                         f"{split.num_replicas} samples, or connect(distribution='none') to train on one device.")
     if not trim:
         fit.left_out = n - keep
         return
     if keep < n:
-        fit.x, fit.y, fit.sample_weight = (data.take(a, slice(0, keep)) for a in (fit.x, fit.y, fit.sample_weight))
+        fit.x, fit.y, fit.sample_weight = (arrays.take(a, slice(0, keep)) for a in (fit.x, fit.y, fit.sample_weight))
         fit.notes.append(("trimmed", f"left out the last {n - keep} training samples so the final batch divides "
-                                     f"over {runtime.num_replicas} replicas (the same ones every epoch: Keras "
+                                     f"over {split.num_replicas} replicas (the same ones every epoch: Keras "
                                      "shuffles the rest)"))
 
 
-def _batch_training_dataset(runtime, fit: Fit, checked: bool) -> None:
+def _batch_training_dataset(split, fit: Fit, checked: bool) -> None:
     """Check the dataset's batch; make every batch full where shapes must be static or split evenly."""
     fit.is_dataset = True
     if not checked:
         return
-    fit.batch_size = data.check_dataset(fit.x, fit.batch_size, runtime.num_replicas)
-    fit.steps_per_epoch = data.num_batches(fit.x)
-    if runtime.num_processes > 1:  # this process's share first (read at the source where it can be), then made full
-        fit.x = streams.share_stream(runtime, fit.x, fit.notes, cut=False)
-    if runtime.num_replicas > 1 or hardware.kind(runtime.platform).STATIC_SHAPES:
-        fit.x, changed = data.drop_remainder(fit.x, fit.batch_size // runtime.num_processes)
+    fit.batch_size = tf_data.check_dataset(fit.x, fit.batch_size, split.num_replicas)
+    fit.steps_per_epoch = tf_data.num_batches(fit.x)
+    if split.num_processes > 1:  # this process's share first (read at the source where it can be), then made full
+        fit.x = streams.share_stream(split, fit.x, fit.notes, cut=False)
+    if split.num_replicas > 1 or split.static_shapes:
+        fit.x, changed = tf_data.drop_remainder(fit.x, fit.batch_size // split.num_processes)
         if changed:
             fit.notes.append(("dropped", f"training batches all full ({fit.batch_size}): at most "
                               f"{fit.batch_size - 1} samples at the end of each pass are left out, so every batch "
-                              f"divides over {runtime.num_replicas} replicas"
-                              f"{' and has the static shape XLA compiles for' if runtime.platform == 'tpu' else ''}"))
+                              f"divides over {split.num_replicas} replicas"
+                              f"{' and has the static shape XLA compiles for' if split.platform == 'tpu' else ''}"))
 
 
-def _prepare_validation(runtime, fit: Fit, validation_data, classes, checked):
+def _prepare_validation(split, fit: Fit, validation_data, classes, checked):
     """Validation data as evaluation sees it (every sample counted), this process's share."""
-    if data.is_dataset(validation_data) and checked:  # its own batch, which may differ from training's
-        validation_data, validation_batch = _eval_dataset(runtime, validation_data, None, classes,
+    if kind_of(validation_data) == TF_DATA and checked:  # its own batch, which may differ from training's
+        validation_data, validation_batch = _eval_dataset(split, validation_data, None, classes,
                                                           "validation_data", fit.notes)
-        if not data.is_dataset(validation_data):
+        if kind_of(validation_data) != TF_DATA:
             fit.validation_batch_size = fit.validation_batch_size or validation_batch
         return validation_data
     if isinstance(validation_data, list) and _is_array_set(tuple(validation_data)):
         validation_data = tuple(validation_data)  # [x, y]: Keras unpacks a list as it does a tuple
     if not _is_array_set(validation_data):
         return validation_data  # None, a dataset or a generator: Keras takes it as it is
-    repeated = _repeat_eval_arrays(runtime, validation_data, classes, checked, "validation_data", fit.notes)
+    repeated = _repeat_eval_arrays(split, validation_data, classes, checked, "validation_data", fit.notes)
     return fit.share(tuple(repeated[: len(validation_data)]))
 
 
-def _repeat_eval_arrays(runtime, arrays, classes: Classes, checked: bool, name: str, notes: list):
+def _repeat_eval_arrays(split, given, classes: Classes, checked: bool, name: str, notes: list):
     """The whole set k times over so its size divides over the replicas: every sample counts k times, so
     every mean or ratio metric is that of the set itself (nothing dropped). Returns (x, y, sample_weight)."""
-    x, y, weights = (*arrays, None, None)[:3]
+    x, y, weights = (*given, None, None)[:3]
     if checked:
-        data.check_arrays(x, y, name=name)
-        data.check_class_labels(y, classes.num_classes, name=f"labels of {name}")
-        x, y = data.as_float32(x), (data.as_float32(y) if y is not None else None)
-    n, replicas = data.num_samples(x), runtime.num_replicas
+        arrays.check_arrays(x, y, name=name)
+        arrays.check_class_labels(y, classes.num_classes, name=f"labels of {name}")
+        x, y = arrays.as_float32(x), (arrays.as_float32(y) if y is not None else None)
+    n, replicas = arrays.num_samples(x), split.num_replicas
     k = replicas // math.gcd(n, replicas)
     if k == 1:
         return x, y, weights
     notes.append(("repeated", f"{name}: each sample counted {k} times so every batch divides over {replicas} "
                               "replicas (metrics unchanged, none dropped)"))
-    return data.repeat(x, k), data.repeat(y, k), data.repeat(weights, k)
+    return arrays.repeat(x, k), arrays.repeat(y, k), arrays.repeat(weights, k)
 
 
-def _eval_dataset(runtime, dataset, batch_size, classes, name, notes):
+def _eval_dataset(split, dataset, batch_size, classes, name, notes):
     """Evaluation reads every sample. Returns (the dataset, or (x, y) arrays), and its batch."""
-    batch_size = data.check_dataset(dataset, batch_size, runtime.num_replicas, name=name)
-    if data.has_static_batch(dataset):
+    batch_size = tf_data.check_dataset(dataset, batch_size, split.num_replicas, name=name)
+    if tf_data.has_static_batch(dataset):
         notes.append(("static", f"{name} has full batches only (drop_remainder=True?): samples it drops at its end "
                                 "are not evaluated. Batch evaluation data without drop_remainder to count every sample."))
-    if runtime.num_replicas == 1 or runtime.backend_module.SPLITS_UNEVEN_BATCHES:
+    if split.num_replicas == 1 or split.splits_uneven_batches:
         return dataset, batch_size
     # This backend cannot split the last, partial batch over the replicas: evaluate from memory,
     # where every sample is counted equally (see _repeat_eval_arrays).
-    if runtime.num_processes > 1:  # each process reads its share, joined (streams.stream_to_arrays says so)
-        x, y, weights = streams.stream_to_arrays(dataset, name=name, notes=notes, runtime=runtime)
+    if split.num_processes > 1:  # each process reads its share, joined (streams.stream_to_arrays says so)
+        x, y, weights = streams.stream_to_arrays(dataset, name=name, notes=notes, split=split)
         if weights is not None:
-            data.dataset_to_arrays(dataset.take(1), name=name)  # refuses a 3-part element, as one process does
+            tf_data.dataset_to_arrays(dataset.take(1), name=name)  # refuses a 3-part element, as one process does
     else:
-        x, y = data.dataset_to_arrays(dataset, name=name)
-        notes.append(("in_memory", f"{name}: read into memory ({data.num_samples(x)} samples) so its last, partial "
-                                   f"batch divides over {runtime.num_replicas} replicas"))
-    x, y, _ = _repeat_eval_arrays(runtime, (x, y), classes, True, name, notes)
+        x, y = tf_data.dataset_to_arrays(dataset, name=name)
+        notes.append(("in_memory", f"{name}: read into memory ({arrays.num_samples(x)} samples) so its last, partial "
+                                   f"batch divides over {split.num_replicas} replicas"))
+    x, y, _ = _repeat_eval_arrays(split, (x, y), classes, True, name, notes)
     return (x, y), batch_size
 
 
 # --- Outputs of a multi-process predict -------------------------------------------------------------
 
+
 def _interleave(rows: np.ndarray, batch_size: int, num_processes: int) -> np.ndarray:
     """Joined outputs back in sample order. Global batch k holds, from each process p in turn, its local
-    batch k: samples k·B + p + P·j (j < B/P) of the set (data.process_share). Undo that per batch."""
+    batch k: samples k·B + p + P·j (j < B/P) of the set (arrays.process_share). Undo that per batch."""
     per_process = batch_size // num_processes
     shaped = rows.reshape(-1, num_processes, per_process, *rows.shape[1:])
     return np.swapaxes(shaped, 1, 2).reshape(rows.shape)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from acceltrain import data
+from acceltrain.inputs import arrays, kinds, streams
 from acceltrain.errors import UsageError
 
 
@@ -10,24 +10,24 @@ from acceltrain.errors import UsageError
     [(1000, 8, [1000, 1008]), (1001, 8, [1000, 1008]), (3, 8, [8]), (1200, 7, [1197, 1204])],
 )
 def test_nearest_valid_batch_sizes(batch, replicas, expected):
-    assert data.nearest_valid_batch_sizes(batch, replicas) == expected
+    assert arrays.nearest_valid_batch_sizes(batch, replicas) == expected
 
 
 def test_check_batch_size_lists_the_nearest_valid_sizes():
     with pytest.raises(UsageError, match=r"batch_size=1001.*8 replicas.*1000 or 1008"):
-        data.check_batch_size(1001, 8)
-    data.check_batch_size(1200, 8)
+        arrays.check_batch_size(1001, 8)
+    arrays.check_batch_size(1200, 8)
 
 
 @pytest.mark.parametrize("batch", [0, -5, 2.5, "64", True])
 def test_check_batch_size_rejects_non_positive_integers(batch):
     with pytest.raises(UsageError, match="positive integer"):
-        data.check_batch_size(batch, 1)
+        arrays.check_batch_size(batch, 1)
 
 
 def test_check_arrays_names_different_lengths():
     with pytest.raises(UsageError, match=r"different numbers of samples.*\[10\].*\[9\]"):
-        data.check_arrays(np.zeros((10, 3)), np.zeros(9))
+        arrays.check_arrays(np.zeros((10, 3)), np.zeros(9))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -35,33 +35,33 @@ def test_check_arrays_finds_nan_and_inf(bad):
     x = np.zeros((10, 3))
     x[4, 1] = bad
     with pytest.raises(UsageError, match="1 NaN or infinite"):
-        data.check_arrays(x, np.zeros(10))
+        arrays.check_arrays(x, np.zeros(10))
 
 
 def test_check_arrays_looks_inside_dicts():
     x = {"a": np.zeros((4, 2)), "b": np.full((4, 2), np.nan)}
     with pytest.raises(UsageError, match="NaN"):
-        data.check_arrays(x, np.zeros(4))
+        arrays.check_arrays(x, np.zeros(4))
 
 
 def test_check_class_labels():
     with pytest.raises(UsageError, match=r"from 0 to 10.*10 classes \(0 to 9\)"):
-        data.check_class_labels(np.arange(11), 10)
+        arrays.check_class_labels(np.arange(11), 10)
     with pytest.raises(UsageError, match="from -1"):
-        data.check_class_labels(np.array([-1, 2]), 10)
-    data.check_class_labels(np.arange(10), 10)
-    data.check_class_labels(np.eye(3, dtype=np.int64), 3)  # one-hot: not class indices, not checked
+        arrays.check_class_labels(np.array([-1, 2]), 10)
+    arrays.check_class_labels(np.arange(10), 10)
+    arrays.check_class_labels(np.eye(3, dtype=np.int64), 3)  # one-hot: not class indices, not checked
 
 
 def test_as_float32_casts_float64_only():
     x = {"f64": np.zeros(3), "u8": np.zeros(3, np.uint8), "f16": np.zeros(3, np.float16)}
-    cast = data.as_float32(x)
+    cast = arrays.as_float32(x)
     assert (cast["f64"].dtype, cast["u8"].dtype, cast["f16"].dtype) == (np.float32, np.uint8, np.float16)
 
 
 def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_does():
     x, y = np.arange(20).reshape(10, 2), np.arange(10)
-    (x_train, y_train, weights), (x_val, y_val) = data.split_validation(x, y, None, 0.2)
+    (x_train, y_train, weights), (x_val, y_val) = arrays.split_validation(x, y, None, 0.2)
 
     np.testing.assert_array_equal(y_train, np.arange(8))
     np.testing.assert_array_equal(y_val, [8, 9])
@@ -71,7 +71,7 @@ def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_doe
 
 def test_first_batches_are_the_fits_first_batches_in_order_from_the_start_again():
     x, y = np.arange(20, dtype=np.float64).reshape(10, 2), np.arange(10)
-    batches, batch = data.first_batches(x, y, 4, 3)  # 2 whole batches of 4, then the first again
+    batches, batch = streams.first_batches(x, y, 4, 3)  # 2 whole batches of 4, then the first again
     assert batch == 4 and [list(b[1]) for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]]
     assert batches[0][0].dtype == np.float32  # what fit is fed: float64 cast once
 
@@ -80,18 +80,18 @@ def test_first_batches_are_the_fits_first_batches_in_order_from_the_start_again(
 def test_first_batches_of_fewer_samples_than_a_batch_are_one_batch_of_them_all(batch_size):
     """Keras trains 10 samples at its default batch of 32 as one batch of 10; so does the autopilot's weighing
     (it refused them: a tiny script under run --device-memory stopped)."""
-    batches, batch = data.first_batches(np.zeros((10, 2), np.float32), np.arange(10), batch_size, 2)
+    batches, batch = streams.first_batches(np.zeros((10, 2), np.float32), np.arange(10), batch_size, 2)
     assert batch == 10 and [len(b[1]) for b in batches] == [10, 10]
 
 
 def test_first_batches_are_none_where_they_cannot_be_read_ahead():
-    assert data.first_batches(iter([(np.zeros((4, 2)), np.zeros(4))]), None, None, 1) is None  # a generator
-    assert data.first_batches(np.zeros((0, 2)), np.zeros(0), 8, 1) is None  # no samples: fit says so
+    assert streams.first_batches(iter([(np.zeros((4, 2)), np.zeros(4))]), None, None, 1) is None  # a generator
+    assert streams.first_batches(np.zeros((0, 2)), np.zeros(0), 8, 1) is None  # no samples: fit says so
 
 
 @pytest.mark.parametrize("batch_size, expected", [(None, 32), (0, 32), (1, 1), (64, 64)])
 def test_kerass_default_batch_is_resolved_in_one_place(batch_size, expected):
-    assert data.keras_batch(batch_size) == expected == (batch_size or data.KERAS_DEFAULT_BATCH_SIZE)
+    assert arrays.keras_batch(batch_size) == expected == (batch_size or arrays.KERAS_DEFAULT_BATCH_SIZE)
 
 
 def test_no_other_module_writes_kerass_default_batch():
@@ -99,15 +99,16 @@ def test_no_other_module_writes_kerass_default_batch():
     import re
     from pathlib import Path
 
-    source = Path(data.__file__).parent
-    written = sorted(f"{path.relative_to(source)}:{number}" for path in source.rglob("*.py") if path.name != "data.py"
+    source = Path(arrays.__file__).parents[1]
+    written = sorted(f"{path.relative_to(source)}:{number}" for path in source.rglob("*.py")
+                     if path.relative_to(source).as_posix() != "inputs/arrays.py"
                      for number, line in enumerate(path.read_text().splitlines(), 1)
                      if re.search(r"batch_size or (32\b|[\w.]*KERAS_DEFAULT_BATCH_SIZE)", line))
-    assert not written, f"Keras's default batch resolved outside data.keras_batch: {written}"
+    assert not written, f"Keras's default batch resolved outside arrays.keras_batch: {written}"
 
 
 class _Tensor:
-    """A framework's tensor as data.py sees one: numpy reads it (`__array__`), it has a shape and a dtype named as
+    """A framework's tensor as inputs/kinds.py sees one: numpy reads it (`__array__`), it has a shape and a dtype named as
     TensorFlow names its own (tf.string's name is "string"; tf.float32's "float32")."""
 
     def __init__(self, values, dtype_name):
@@ -124,9 +125,9 @@ def test_a_string_tensor_is_left_to_keras_and_a_numeric_one_read_as_numpy():
     # takes the tf.string tensor itself; so it stays a tensor, and the numbers beside it become arrays.
     raw = {"age": _Tensor([60.0], "float32"), "thal": _Tensor([b"fixed"], "string")}
 
-    read = data.tensors_as_numpy(raw)
+    read = kinds.tensors_as_numpy(raw)
 
     assert isinstance(read["age"], np.ndarray) and read["age"].tolist() == [60.0]
     assert read["thal"] is raw["thal"]
-    assert data.has_tensors(raw) and not data.has_tensors({"thal": raw["thal"]})
-    assert not data.is_arrays(read)  # a nest with a tensor left in it is Keras's to read, not the arrays' rules
+    assert kinds.has_tensors(raw) and not kinds.has_tensors({"thal": raw["thal"]})
+    assert not kinds.kind_of(read) == kinds.ARRAYS  # a nest with a tensor left in it is Keras's to read, not the arrays' rules

@@ -1,18 +1,17 @@
-"""streams.py on its own: each process's share of a generator, a PyDataset or a Grain loader, read where it can be by
+"""inputs/streams.py on its own: each process's share of a generator, a PyDataset or a Grain loader, read where it can be by
 share (numpy; Keras and Grain where a test needs them)."""
 
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from acceltrain import inputs, streams
+from acceltrain import inputs
+from acceltrain.inputs import arrays, streams
 from acceltrain.errors import UsageError
 
 
-def _runtime(num_replicas, num_processes=1, process_index=0):
-    return SimpleNamespace(num_replicas=num_replicas, num_processes=num_processes, process_index=process_index,
-                           platform="cpu", backend_module=SimpleNamespace(SPLITS_UNEVEN_BATCHES=False))
+def _split(num_replicas, num_processes=1, process_index=0, **more):
+    return inputs.Split(num_replicas, num_processes, process_index, **more)
 
 
 def _batches(n, batch):
@@ -33,7 +32,7 @@ def _fed(batches):
 def test_a_generator_is_shared_batch_by_batch_so_each_sample_is_fed_once(n, batch, replicas, processes, fed):
     """The arrays' rules batch by batch: each process feeds its rows of every batch (every P-th), each batch cut to
     a multiple of the replicas; the processes' shares together are each kept sample once."""
-    shares = [list(streams.share_stream(_runtime(replicas, processes, p), iter(_batches(n, batch)), []))
+    shares = [list(streams.share_stream(_split(replicas, processes, p), iter(_batches(n, batch)), []))
               for p in range(processes)]
     every = sorted(sum((_fed(share) for share in shares), []))
     assert every == list(range(fed)) if replicas > 1 else every == list(range(n))
@@ -68,7 +67,7 @@ def test_a_py_dataset_is_read_by_share_each_process_whole_batches_of_its_own(n, 
     for process in (0, 1):
         x = _py_dataset(n, 16, reads[process])
         assert streams.stream_batch_size(x, process, 2) == 16  # its first read, kept for the share's
-        shared = streams.share_stream(_runtime(4, 2, process), x, notes)
+        shared = streams.share_stream(_split(4, 2, process), x, notes)
         shares.append([shared[i] for i in range(len(shared))])
         assert len(shared) == len(x)
     assert sorted(reads[0] + reads[1]) == sorted(list(range(-(-n // 16))) + read_by_both)
@@ -85,19 +84,19 @@ def test_a_py_dataset_in_one_process_is_cut_and_its_probed_batch_is_not_read_aga
     reads = []
     x = _py_dataset(70, 16, reads)
     streams.stream_batch_size(x)
-    shared = streams.share_stream(_runtime(4), x, [])
+    shared = streams.share_stream(_split(4), x, [])
     assert [len(shared[i][1]) for i in range(len(shared))] == [16, 16, 16, 16, 4] and reads == [0, 1, 2, 3, 4]
 
 
 def test_a_generator_is_read_whole_by_every_process_said_with_the_way_to_read_it_once():
     notes = []
-    streams.share_stream(_runtime(4, 2), iter(_batches(64, 16)), notes)
+    streams.share_stream(_split(4, 2), iter(_batches(64, 16)), notes)
     assert "every process reads every batch whole" in notes[0][1] and "pass a keras.utils.PyDataset" in notes[0][1]
 
 
 def test_a_stream_nobody_can_share_is_refused_with_the_fix():
     with pytest.raises(UsageError, match="Received x of type range on 4 replicas.*Pass numpy arrays, a tf.data"):
-        streams.share_stream(_runtime(4, 2), range(3), [])
+        streams.share_stream(_split(4, 2), range(3), [])
 
 
 def test_a_stream_is_read_whole_for_evaluate_and_predict():
@@ -105,7 +104,7 @@ def test_a_stream_is_read_whole_for_evaluate_and_predict():
     x, y, weights = streams.stream_to_arrays(iter(_batches(10, 4)), notes=notes)
     assert x["x"].shape == (10, 1) and list(y) == list(range(10)) and weights is None
     assert "read into memory (10 samples)" in notes[0][1]
-    prepared = inputs.prepare_predict(_runtime(4, 2), iter([np.ones((3, 2)), np.ones((2, 2))]))
+    prepared = inputs.prepare_predict(_split(4, 2), iter([np.ones((3, 2)), np.ones((2, 2))]))
     assert prepared.num_samples == 5 and "in_memory:x" in dict(prepared.notes)
 
 
@@ -136,7 +135,7 @@ def test_a_grain_loader_is_rebuilt_with_grain_s_shard_options_reading_only_this_
     loader = grain.DataLoader(data_source=Records(), sampler=sampler, worker_count=0,
                               operations=[grain.Batch(8, drop_remainder=False)])
     notes = []
-    shared = streams.share_stream(_runtime(4, 2, 1), loader, notes)
+    shared = streams.share_stream(_split(4, 2, 1), loader, notes)
     for _ in range(2):
         read.clear()
         assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13], [14, 15, 16, 17], [18, 19]]
@@ -144,22 +143,21 @@ def test_a_grain_loader_is_rebuilt_with_grain_s_shard_options_reading_only_this_
     assert "rebuilt with Grain's ShardOptions (process p reads shard p of 2" in dict(notes)["share:x:a Grain loader"]
     other = grain.DataLoader(data_source=Records(), sampler=sampler, worker_count=0,
                              operations=[grain.Batch(7, drop_remainder=False)])  # 7 rows: no half for each
-    streams.share_stream(_runtime(2, 2, 1), other, notes)
+    streams.share_stream(_split(2, 2, 1), other, notes)
     assert any("every process reads every batch whole" in message for _, message in notes)
 
 
 def test_a_grain_loader_sharded_by_process_is_only_cut_and_one_sharded_otherwise_is_refused():
     grain = pytest.importorskip("grain.python")
     mine = grain.ShardOptions(shard_index=1, shard_count=2, drop_remainder=True)  # records 10-19 (ShardByJaxProcess's)
-    shared = streams.share_stream(_runtime(4, 2, 1), _grain_loader(mine), [])
+    shared = streams.share_stream(_split(4, 2, 1), _grain_loader(mine), [])
     assert [batch.tolist() for batch in shared] == [[10, 11, 12, 13, 14, 15, 16, 17], [18, 19]]
     with pytest.raises(UsageError, match="a Grain loader sharded 3 ways, in a job of 2 process.*ShardByJaxProcess"):
-        streams.share_stream(_runtime(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
+        streams.share_stream(_split(4, 2), _grain_loader(grain.ShardOptions(0, 3)), [])
 
 
 def _joined(shares):
     """What join_shares gives every process: the processes' rows together, in the order of their places."""
-    from acceltrain import data
 
     order = np.argsort(np.concatenate([keys for _, keys in shares]), kind="stable")
 
@@ -170,7 +168,7 @@ def _joined(shares):
             return {key: join([part[key] for part in parts]) for key in parts[0]}
         return np.concatenate(parts)[order]
 
-    return tuple(join(list(parts)) for parts in zip(*(data.batches_to_arrays(batches) for batches, _ in shares)))
+    return tuple(join(list(parts)) for parts in zip(*(arrays.batches_to_arrays(batches) for batches, _ in shares)))
 
 
 @pytest.mark.parametrize("kind", ["pydataset", "grain"])

@@ -1,9 +1,9 @@
-"""data.py on tf.data datasets: the global-batch rules, without importing TensorFlow in data.py."""
+"""inputs/tf_data.py on tf.data datasets: the global-batch rules, without importing TensorFlow at its module level."""
 
 import numpy as np
 import pytest
 
-from acceltrain import data
+from acceltrain.inputs import kinds, streams, tf_data
 from acceltrain.errors import UsageError
 
 tf = pytest.importorskip("tensorflow")
@@ -17,62 +17,62 @@ def batched(size, **kwargs):
 
 
 def test_a_dataset_is_recognised_and_arrays_are_not():
-    assert data.is_dataset(batched(8))
-    assert not data.is_dataset(X) and not data.is_dataset(None)
+    assert kinds.kind_of(batched(8)) == kinds.TF_DATA
+    assert not kinds.kind_of(X) == kinds.TF_DATA and not kinds.kind_of(None) == kinds.TF_DATA
 
 
 @pytest.mark.parametrize("dataset", [batched(8), batched(8, drop_remainder=True)], ids=["dynamic", "static"])
 def test_the_batch_is_read_from_the_shape_or_the_first_batch(dataset):
-    assert data.dataset_batch_size(dataset) == 8
+    assert tf_data.dataset_batch_size(dataset) == 8
 
 
 def test_single_samples_are_refused_with_the_fix():
     with pytest.raises(UsageError, match=r"single samples.*dataset.batch"):
-        data.dataset_batch_size(tf.data.Dataset.from_tensor_slices((X, Y)))
+        tf_data.dataset_batch_size(tf.data.Dataset.from_tensor_slices((X, Y)))
 
 
 def test_an_empty_dataset_is_refused():
     with pytest.raises(UsageError, match="empty"):
-        data.dataset_batch_size(batched(8).filter(lambda x, y: False))
+        tf_data.dataset_batch_size(batched(8).filter(lambda x, y: False))
 
 
 def test_a_batch_that_does_not_divide_names_the_nearest_that_do():
     with pytest.raises(UsageError, match=r"batched by 10, which does not divide over 4 replicas.*8 or 12"):
-        data.check_dataset(batched(10), None, 4)
-    assert data.check_dataset(batched(8), None, 4) == 8
-    assert data.check_dataset(batched(8), 8, 4) == 8
+        tf_data.check_dataset(batched(10), None, 4)
+    assert tf_data.check_dataset(batched(8), None, 4) == 8
+    assert tf_data.check_dataset(batched(8), 8, 4) == 8
 
 
 def test_drop_remainder_makes_every_batch_full_and_static():
-    dataset, changed = data.drop_remainder(batched(8), 8)
-    assert changed and data.has_static_batch(dataset)
+    dataset, changed = tf_data.drop_remainder(batched(8), 8)
+    assert changed and tf_data.has_static_batch(dataset)
     assert [len(x) for x, _ in dataset] == [8, 8]
-    same, changed = data.drop_remainder(dataset, 8)
+    same, changed = tf_data.drop_remainder(dataset, 8)
     assert same is dataset and not changed
 
 
 def test_num_batches_where_tensorflow_knows_it():
-    assert data.num_batches(batched(8)) == 3
-    assert data.num_batches(batched(8).filter(lambda x, y: True)) is None
+    assert tf_data.num_batches(batched(8)) == 3
+    assert tf_data.num_batches(batched(8).filter(lambda x, y: True)) is None
 
 
 def test_a_dataset_read_into_memory_keeps_every_sample():
-    x, y = data.dataset_to_arrays(batched(8))
+    x, y = tf_data.dataset_to_arrays(batched(8))
     np.testing.assert_array_equal(x, X)
     np.testing.assert_array_equal(y, Y)
-    x_only, none = data.dataset_to_arrays(tf.data.Dataset.from_tensor_slices(X).batch(8))
+    x_only, none = tf_data.dataset_to_arrays(tf.data.Dataset.from_tensor_slices(X).batch(8))
     np.testing.assert_array_equal(x_only, X)
     assert none is None
     weighted = tf.data.Dataset.from_tensor_slices((X, Y, Y.astype(np.float32))).batch(8)
     with pytest.raises(UsageError, match="3-part elements"):
-        data.dataset_to_arrays(weighted)
+        tf_data.dataset_to_arrays(weighted)
 
 
 def test_first_batches_of_a_dataset_are_its_own_batches_in_order():
-    batches, batch = data.first_batches(batched(8), None, None, 3)  # 21 samples: batches of 8, 8, 5
+    batches, batch = streams.first_batches(batched(8), None, None, 3)  # 21 samples: batches of 8, 8, 5
     assert batch == 8 and [list(b[1]) for b in batches] == [list(Y[:8]), list(Y[8:16]), list(Y[16:])]
     with pytest.raises(UsageError, match="empty"):
-        data.first_batches(batched(8).filter(lambda x, y: False), None, None, 1)
+        streams.first_batches(batched(8).filter(lambda x, y: False), None, None, 1)
 
 
 @pytest.mark.parametrize("process, expected", [(0, [[0, 2, 4, 6], [8, 10, 12, 14], [16, 18]]),
@@ -80,15 +80,15 @@ def test_first_batches_of_a_dataset_are_its_own_batches_in_order():
 def test_a_dataset_part_is_each_batch_cut_to_the_replicas_then_this_processs_rows(process, expected):
     """21 samples in batches of 8 over 4 replicas and 2 processes: the last batch of 5 cut to 4; every other row
     to each process; a batch left with no rows is skipped (the same in every process)."""
-    parted = data.dataset_part(batched(8), 4, process, 2)
+    parted = tf_data.dataset_part(batched(8), 4, process, 2)
     assert [list(y) for _, y in parted.as_numpy_iterator()] == [[y % 3 for y in rows] for rows in expected]
     assert [list(x[:, 0] // 2) for x, _ in parted.as_numpy_iterator()] == expected
-    assert len(list(data.dataset_part(batched(20), 4, 0, 1).unbatch())) == 20  # 20, then 1 row: the 1 left out
+    assert len(list(tf_data.dataset_part(batched(20), 4, 0, 1).unbatch())) == 20  # 20, then 1 row: the 1 left out
 
 
 def test_a_dataset_of_whole_batches_keeps_its_length_when_parted():
     whole = batched(8, drop_remainder=True)
-    assert data.num_batches(data.dataset_part(whole, 4, 1, 2)) == 2
+    assert tf_data.num_batches(tf_data.dataset_part(whole, 4, 1, 2)) == 2
 
 
 def test_first_batches_reads_a_grain_dataset_ahead_without_using_up_its_batches():
@@ -97,16 +97,16 @@ def test_first_batches_reads_a_grain_dataset_ahead_without_using_up_its_batches(
     grain = pytest.importorskip("grain")
     import numpy as np
 
-    from acceltrain import data
+    from acceltrain.inputs import streams
 
     x, y = np.arange(20, dtype="float64").reshape(10, 2), np.arange(10)
     source = [(x[i], y[i]) for i in range(10)]
     dataset = grain.MapDataset.source(source).batch(4).to_iter_dataset()
-    batches, batch = data.first_batches(dataset, None, None, 3)
+    batches, batch = streams.first_batches(dataset, None, None, 3)
     assert batch == 4 and [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert batches[0][0].dtype == np.float32
     assert [b[1].tolist() for b in iter(dataset)][0] == [0, 1, 2, 3]  # fit's own pass starts at the first batch
-    assert data.first_batches(grain.MapDataset.source(source).batch(4), None, None, 5)[0][3][1].tolist() == [0, 1, 2, 3]
+    assert streams.first_batches(grain.MapDataset.source(source).batch(4), None, None, 5)[0][3][1].tolist() == [0, 1, 2, 3]
 
 
 def _read_where_it_starts(pipeline_after_source, samples=21):
@@ -127,11 +127,11 @@ def test_a_pipeline_is_shared_at_its_source_each_process_reading_only_its_sample
     """21 samples batched by 8, 2 processes: process p's pipeline reads samples p, p + 2, ... (the 21st left out, so
     both have 10), in batches of 4; global batch k (both processes' batch k) is the pipeline's batch k."""
     dataset, read = _read_where_it_starts(lambda d: d.batch(8).prefetch(2))
-    assert data.dataset_batch_size(dataset) == 8 and read == []  # the batch from its graph: nothing read
-    shared = data.source_share(dataset, process, 2)
+    assert tf_data.dataset_batch_size(dataset) == 8 and read == []  # the batch from its graph: nothing read
+    shared = tf_data.source_share(dataset, process, 2)
     batches = [list(ids) for _, ids in shared.as_numpy_iterator()]
     assert batches == [list(range(process, 20, 2))[k:k + 4] for k in (0, 4, 8)]
-    assert sorted(read) == list(range(process, 20, 2)) and data.num_batches(shared) == 3
+    assert sorted(read) == list(range(process, 20, 2)) and tf_data.num_batches(shared) == 3
 
 
 @pytest.mark.parametrize("whole", [False, True])
@@ -141,7 +141,7 @@ def test_a_pipeline_of_strings_in_a_dict_is_shared_at_its_source(whole):
     21st too where the share is evaluate's, `whole`)."""
     texts = np.array([f"review {i}" for i in range(21)])
     dataset = tf.data.Dataset.from_tensor_slices(({"text": texts}, np.arange(21))).batch(8)
-    shared = data.source_share(dataset, 1, 2, whole=whole)
+    shared = tf_data.source_share(dataset, 1, 2, whole=whole)
     assert [t.decode() for batch, _ in shared.as_numpy_iterator() for t in batch["text"]] == list(texts[1::2])
 
 
@@ -150,7 +150,7 @@ def test_a_shuffled_pipeline_is_shared_at_its_source_into_disjoint_shares():
     for process in (0, 1):
         dataset, read = _read_where_it_starts(lambda d: d.shuffle(21, seed=1).batch(6).map(lambda x, i: (x * 2, i)),
                                               samples=20)
-        shares.append(sorted(i for _, ids in data.source_share(dataset, process, 2).as_numpy_iterator() for i in ids))
+        shares.append(sorted(i for _, ids in tf_data.source_share(dataset, process, 2).as_numpy_iterator() for i in ids))
         assert sorted(read) == shares[-1]
     assert sorted(shares[0] + shares[1]) == list(range(20)) and not set(shares[0]) & set(shares[1])
 
@@ -163,9 +163,9 @@ def test_a_shuffled_pipeline_is_shared_at_its_source_into_disjoint_shares():
 ])
 def test_a_pipeline_whose_share_cannot_be_taken_at_its_source_is_none(pipeline):
     dataset, read = _read_where_it_starts(pipeline)
-    assert data.source_share(dataset, 0, 2) is None
+    assert tf_data.source_share(dataset, 0, 2) is None
 
 
 def test_a_generator_source_has_no_share():
     dataset = tf.data.Dataset.from_generator(lambda: iter(X), output_signature=tf.TensorSpec((2,), tf.float32))
-    assert data.source_share(dataset.batch(4), 0, 2) is None
+    assert tf_data.source_share(dataset.batch(4), 0, 2) is None
