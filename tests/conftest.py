@@ -41,7 +41,12 @@ def leave_no_global_state_behind():
     argv_before, path_before = list(sys.argv), list(sys.path)
     cwd_before = os.getcwd()
     files_before = set(os.listdir(cwd_before))
+    from acceltrain import opened
+
+    runtimes_before = set(opened.OPTIONS.keys())
     yield
+    for runtime in set(opened.OPTIONS.keys()) - runtimes_before:  # a runtime this test opened and left open is
+        opened.OPTIONS.pop(runtime, None)  # never given back to a later test's connect(): each starts as it would
     leaks = []
     changed = sorted(name for name in set(env_before) | set(os.environ)
                      if env_before.get(name) != os.environ.get(name) and name != "PYTEST_CURRENT_TEST"  # pytest's own

@@ -245,13 +245,16 @@ def test_an_unchanged_script_of_a_25m_parameter_model_is_sharded_and_trains():
 def test_a_librarys_plain_model_fit_is_prepared_as_runtime_fit_prepares_it(capsys):
     """connect() + scope() + Keras's own model.fit outside the scope: the interception's "autopilot" slot finds the
     runtime by the model's layout and lays the model out before its first step."""
-    runtime = acceltrain.connect(simulate_devices=DEVICES, device_memory="24MiB", verbose=False)
-    with runtime.scope():
-        model = _wide_mlp()
-    model.fit(*_wide_data(64), batch_size=64, verbose=0)
-    assert "→ fsdp; 2.0 MiB of variables moved to it" in capsys.readouterr().err
-    kernels = [v for v in model.weights if len(v.shape) == 2]
-    assert runtime.distribution_name == "FSDP" and _share(runtime, kernels) == pytest.approx(1 / 8, abs=1e-3)
+    # options of its own (float32 is what auto chooses on CPU): a runtime an earlier test left open with the same
+    # options would be given back, its distribution already decided by that test's first fit
+    with acceltrain.connect(simulate_devices=DEVICES, device_memory="24MiB", precision="float32",
+                            verbose=False) as runtime:
+        with runtime.scope():
+            model = _wide_mlp()
+        model.fit(*_wide_data(64), batch_size=64, verbose=0)
+        assert "→ fsdp; 2.0 MiB of variables moved to it" in capsys.readouterr().err
+        kernels = [v for v in model.weights if len(v.shape) == 2]
+        assert runtime.distribution_name == "FSDP" and _share(runtime, kernels) == pytest.approx(1 / 8, abs=1e-3)
 
 
 @pytest.mark.slow  # seven builds from shapes and seven compiles: 18 s here, loaded

@@ -27,7 +27,7 @@ SPLITS_UNEVEN_BATCHES = True
 SHARDS = False
 
 # What this module has beyond backends.INTERFACE: reaching a TPU by name, through a seam tests fake.
-OWN = ("tpu_ways", "find_tpu")
+OWN = ("tpu_ways", "find_tpu", "own_train_step", "own_step_note")
 
 # How long connect() keeps retrying a TPU that answers but is not ready (a legacy TPU node booting,
 # a TPU VM's runtime starting), and the longest pause between tries.
