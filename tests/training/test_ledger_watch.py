@@ -85,8 +85,10 @@ def test_a_checkpoint_every_step_is_checkpoint_time_and_the_line_says_checkpoint
     with one_device.scope():
         model = _mlp()
     x, y = _toy_data(256)
-    # Compiled here, on the path a fit with checkpoints takes (its inputs fed as Keras's own: no device data).
-    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "warm")
+    # Compiled here, on the path the fit below takes: checkpoints every step, so one step an execution (on device
+    # data, executions start where a checkpoint is due: another cadence would compile other programs)
+    one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "warm",
+                   checkpoint_every="1 steps")
     run = one_device.fit(model, x, y, batch_size=32, epochs=1, verbose=0, checkpoint_dir=tmp_path / "ckpt",
                          checkpoint_every="1 steps").ledger
     _parts_sum_to_the_wall(run)
