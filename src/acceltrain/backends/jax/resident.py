@@ -107,7 +107,7 @@ def _placed(call, arguments, distribution, epoch=None):
 
     model = call.model
     kwargs = {name: value for name, value in arguments.items()
-              if name not in ("x", "y", "sample_weight", "class_weight", "validation_split", "validation_data")}
+              if name not in ("x", "y", "sample_weight", "class_weight", "validation_split")}
     if epoch is not None:  # the batch is the prepared one (Keras's PyDataset took it from the batches)
         train = kwargs["x"] = adapter("train", epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight,
                                       batch_size=epoch.fit.local_batch_size, steps=None, shuffle=False,
@@ -121,8 +121,6 @@ def _placed(call, arguments, distribution, epoch=None):
     # validation_data stays as given: Keras's own test step on batches from the host. Gathered on the devices it
     # compiled a gather for each of its batch shapes (3 programs more in `acceltrain train`, issue 43's count), and a
     # pass read from the host costs a fraction of a training step a sample (the ledger's evaluation line)
-    if arguments.get("validation_data") is not None:
-        kwargs["validation_data"] = arguments["validation_data"]
     callbacks = kwargs.get("callbacks") or []
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
     live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]

@@ -53,8 +53,9 @@ def _on_devices_class():
 
     class ArraysOnDevices(ArrayDataAdapter):
         order = None  # the rows an epoch takes, in order (None: all, as Keras orders them)
-        # the first batch Keras reads outside acceltrain's steps (its symbolic build's, before any step), and a
-        # partial one, come from the host: gathered on the devices, each would compile one more program
+        # the first batch Keras reads outside acceltrain's steps (a model's symbolic build reads one before any
+        # step; an adapter Keras steps through itself, one batch a step, gives its first), and a partial one, come
+        # from the host: gathered on the devices, each would compile one more program
         first_on_host = True
 
         def __init__(self, x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token,
