@@ -408,14 +408,18 @@ class Runtime:
         self._framework.set_seed(seed)
 
     @contextlib.contextmanager
-    def scope(self):
+    def scope(self, *, keras_only: bool = False):
         """Build (and compile) models inside: their variables are placed by the distribution.
 
-        Whatever global state this sets is restored on exit, also when the body raises.
+        Whatever global state this sets is restored on exit, also when the body raises. `keras_only`: only Keras's
+        own objects (its models, layers, optimizers and metrics, and their variables) are made under the
+        distribution; the rest of the code inside runs as without it (on TensorFlow: a tf.Variable of its own, a
+        tf.data pipeline, tf.distribute.get_strategy() outside the strategy's scope), as `acceltrain run` runs a
+        script. On JAX the distribution places Keras's objects alone either way.
         """
         from acceltrain import precision
 
-        with self._framework.scope(self.distribution), precision.scope(self.precision):
+        with self._framework.scope(self.distribution, keras_only), precision.scope(self.precision):
             yield
 
     def build(self, build_model, *, layout_map=None, job: dict | None = None, batch_size: int | None = None,
@@ -679,8 +683,8 @@ class _UnderOwn:
         self.num_replicas = framework.num_replicas(distribution)
         self.words = f"the script's own {self.distribution_name} (mesh {framework.mesh_words(distribution)})"
 
-    def scope(self):
-        return self._runtime.backend_module.scope(self.distribution)
+    def scope(self, *, keras_only: bool = False):
+        return self._runtime.backend_module.scope(self.distribution, keras_only)
 
     def __getattr__(self, name):
         return getattr(self._runtime, name)

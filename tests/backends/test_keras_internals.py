@@ -785,3 +785,23 @@ def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
         keras.utils.clear_session()
     assert calls == [True, True]
     assert keras.backend.clear_session is own and keras.utils.clear_session is own
+
+
+@pytest.mark.tensorflow
+def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_strategys_and_nothing_else():
+    """Inside keras_objects_made_in(MirroredStrategy over 2 logical CPUs), without acceltrain's runtime: a layer's
+    weight, a keras.Variable, a model's strategy and an optimizer's slot built outside fit are the strategy's, and fit
+    runs outside its scope; a tf.Variable of the code's own is plain and get_strategy() answers the default strategy;
+    Keras's seed state first made in a dataset map is plain (mirrored, TensorFlow's UnliftableError: the negative
+    control was run by hand); the code's own strategy wins; Keras's four methods are given back."""
+    from tests import support
+
+    done = support.python(support.SCRIPTS / "made_in_scope.py", timeout=300)
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "own tf.Variable: ResourceVariable", "strategy in force: _DefaultDistributionStrategy",
+        "layer weight: MirroredVariable | keras.Variable: MirroredVariable",
+        "model's strategy: MirroredStrategy | optimizer slot: MirroredVariable", "fit outside the scope: True",
+        "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy", "given back: True",
+        "after: ResourceVariable"], done.stdout

@@ -63,6 +63,29 @@ def test_a_tensorflow_script_that_clears_its_session_keeps_the_strategy_for_the_
                                        "after utils.clear_session: MirroredStrategy 2"], run.stdout
 
 
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_tensorflow_script_runs_as_written_but_for_what_keras_makes_in_the_strategys_scope(devices):
+    """Issue 45: the whole script ran inside the strategy's scope, so its own tf.Variable was mirrored and
+    tf.distribute.get_strategy() answered acceltrain's strategy. Now only Keras's objects are the strategy's: the shapes
+    (a Sequential with Adam and accuracy on a tf.data pipeline made before it, its own train_step, its own variable
+    counted from a callback, evaluate/predict/save/load and an inference model after fit) print what the plain run
+    prints at 1 device, and at 4 what the same script prints made in its own MirroredStrategy's scope by hand."""
+    script = support.SCRIPTS / "tf_scope_shapes.py"
+    plain = support.python(script, timeout=300, **({"OWN_MIRRORED": "4"} if devices > 1 else {}))
+    assert plain.returncode == 0, plain.stderr[-3000:]
+
+    run = support.run_cli("run", "--backend", "tensorflow", "--simulate-devices", str(devices), script, timeout=400)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == plain.stdout
+    lines = dict(line.split(": ", 1) for line in run.stdout.splitlines())
+    assert lines["own variable"] == "ResourceVariable" and lines["strategy outside fit"] == "_DefaultDistributionStrategy"
+    assert lines["own variable after fit"] == "24"  # 8 steps × 3 epochs, counted by the script's callback
+    assert lines["model variable"] == ("MirroredVariable" if devices > 1 else "ResourceVariable")
+    assert ("the rest runs outside it, as written" in run.stderr) == (devices > 1)
+
+
 @pytest.mark.multi_device
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]

@@ -261,8 +261,12 @@ def num_replicas(distribution) -> int:
 
 
 @contextlib.contextmanager
-def scope(distribution):
+def scope(distribution, keras_only: bool = False):
     """Models built inside have their variables placed by the strategy; the previous one is restored.
+
+    `keras_only` (`acceltrain run`'s scope around a script): only what Keras needs made in the strategy's scope is
+    made there (its variables, a model's and an optimizer's strategy: keras_internals.keras_objects_made_in); the rest
+    of the code inside runs as without the strategy, as the script wrote it.
 
     keras.backend.clear_session() called inside (keras.io's TensorFlow NumPy example calls it between its models)
     resets TensorFlow's default graph, and the strategy's scope with it: the models built after it were no longer
@@ -273,6 +277,15 @@ def scope(distribution):
         return
     from acceltrain.backends import keras_internals
 
+    if keras_only:
+        log.info(f"run: Keras's models, layers, optimizers and metrics are made in {distribution_name(distribution)}'s "
+                 f"scope, their variables mirrored over {num_replicas(distribution)} replicas (what fit, evaluate and "
+                 "predict need; a keras.Variable of the script's own too, and a hand-written loop over a model updates "
+                 "every copy); the rest runs outside it, as written: the script's tf.Variables, tf.data, and "
+                 "tf.distribute.get_strategy() (TensorFlow's default strategy there)")
+        with keras_internals.keras_objects_made_in(distribution):
+            yield
+        return
     with contextlib.ExitStack() as inside:
         def enter():
             inside.enter_context(distribution.scope())
@@ -325,9 +338,10 @@ def follow_placement(call, proceed):
     augmentation, a VAE's sampling) are its own, not the first replica's again (keras_internals.draws_apart_per_replica)."""
     from acceltrain.backends import keras_internals
 
-    if not tf.distribute.has_strategy():
-        return proceed(call)
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    strategy = call.model.distribute_strategy  # the one it was made under, else the one in force (Keras's own rule)
+    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+        return proceed(call)  # TensorFlow's default strategy: one device
+    replicas = strategy.num_replicas_in_sync
     if call.name == "fit" and replicas > 1 and own_train_step(call.model) and type(call.model) not in _told_own_step:
         _told_own_step.add(type(call.model))
         log.info(own_step_note(type(call.model).__name__, replicas))

@@ -3,8 +3,9 @@
     run_script("train.py", ["--epochs", "3"], settings=Settings(simulate_devices=8))
 
 1. connect() starts the backend (and jax.distributed, in a multi-process job) before the script imports
-   Keras; 2. the distribution is made global (JAX) or the script runs in the strategy's scope
-   (TensorFlow), so every model the script builds is distributed; 3. each fit and evaluate is checked
+   Keras; 2. the distribution is made global (JAX), or what Keras needs made in the strategy's scope is made there
+   (TensorFlow: its variables, a model's and an optimizer's strategy; the rest of the script runs outside it, as
+   written), so every model the script builds is distributed; 3. each fit and evaluate is checked
    (`checks.py`) and, in a multi-process job, fed this process's slice of the data; 4. the script runs
    as `__main__`, with its own argv, exit code and traceback; 5. at its end, one line says which of its Keras
    calls ran distributed, and when it fails, whether the failing call fails without acceltrain's hooks too.
@@ -74,7 +75,8 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
         # the same runtime: connect() in this process with the same options gives it back), Keras's fit its own
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
-        stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope
+        # JAX: the global distribution; TF: Keras's objects made in the strategy's scope, the rest as the script wrote it
+        stack.enter_context(runtime.scope(keras_only=True))
         stack.enter_context(_no_reload_of_keras(runtime.backend))
         # The script's Keras calls pass these layers, in interception.LAYERS's order, then the placement layer.
         # With --checkpoint-dir, each fit is trained by the runtime's own loop (slot "trained"), as Runtime.fit's is.

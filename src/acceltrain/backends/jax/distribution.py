@@ -130,8 +130,9 @@ def num_replicas(distribution) -> int:
 
 
 @contextlib.contextmanager
-def scope(distribution):
-    """Models built inside have their variables placed by `distribution`; the previous one is restored."""
+def scope(distribution, keras_only: bool = False):
+    """Models built inside have their variables placed by `distribution`; the previous one is restored. `keras_only`
+    changes nothing here: a Keras distribution places Keras's own objects alone."""
     if distribution is None:
         yield
         return

@@ -149,3 +149,41 @@ def draws_apart_per_replica():
         for module in modules:
             stack.enter_context(patched(module, ["draw_seed"], lambda _, keras_draw_seed: apart(keras_draw_seed)))
         yield
+
+
+# --- Only Keras's own objects made in a strategy's scope (backends/tensorflow.py::scope, keras_only) --------------
+
+@contextlib.contextmanager
+def keras_objects_made_in(strategy):
+    """Within: what Keras needs made in `strategy`'s scope is made there, wherever the code making it runs; the rest
+    runs as it would without the strategy (a tf.Variable of the caller's own, a tf.data pipeline, numpy, file I/O,
+    tf.distribute.get_strategy() answering TensorFlow's default strategy). Keras needs: each Keras variable (a layer's
+    weights, an optimizer's slots, a metric's state, a SeedGenerator's) created as the strategy's, a model and an
+    optimizer keeping the strategy they were made under (fit, evaluate, predict and apply_gradients then run under it
+    wherever they are called, as a plain script that builds its model in `with strategy.scope():` and fits outside
+    it), and an optimizer's slots colocated with their variables. Each is passed as Keras makes it where a strategy is
+    already in force (the code's own scope: its strategy's, as plainly), and where tf.data traces a function
+    (`dataset.map(f)`: a variable created there is lifted out of a graph on the pipeline's host, and a mirrored one
+    cannot be, TensorFlow's UnliftableError; tf.data names that graph "Dataset_<transformation>_<function>").
+
+    Relies on: backend/tensorflow/core.py::Variable._initialize(value) making every Keras variable's tf.Variable (its
+    deferred and eager paths both); backend/tensorflow/trainer.py::TensorFlowTrainer.__init__ keeping
+    tf.distribute.get_strategy() as the model's _distribute_strategy when a strategy is in force; backend/tensorflow/
+    optimizer.py::TFOptimizer.__init__ keeping it as _distribution_strategy, and its add_variable_from_reference
+    entering that strategy's colocate_vars_with (which TensorFlow allows only inside its scope).
+    """
+    import tensorflow as tf
+    from keras.src.backend.tensorflow import core, optimizer, trainer
+
+    def in_scope(_, keras_own):
+        def made(*args, **kwargs):
+            graph = getattr(tf.compat.v1.get_default_graph(), "name", "")
+            if tf.distribute.has_strategy() or graph.startswith("Dataset_"):
+                return keras_own(*args, **kwargs)
+            with strategy.scope():
+                return keras_own(*args, **kwargs)
+        return made
+
+    with patched(core.Variable, ["_initialize"], in_scope), patched(trainer.TensorFlowTrainer, ["__init__"], in_scope), \
+            patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
+        yield
