@@ -41,6 +41,8 @@ with keras_internals.keras_objects_made_in(strategy):
     with other.scope():  # the code's own strategy wins
         print("under its own strategy:", type(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
                                               .distribute_strategy).__name__)
+    with tf.distribute.get_strategy().scope():  # the default strategy's own scope: as the code wrote it, plainly
+        print("under the default strategy's scope:", kind(keras.Variable(0.0)))
 print("given back:", keras_own == (core.Variable._initialize, trainer.TensorFlowTrainer.__init__,
                                    optimizer.TFOptimizer.__init__, optimizer.TFOptimizer.add_variable_from_reference))
 print("after:", kind(keras.Variable(0.0)))

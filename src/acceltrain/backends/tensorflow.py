@@ -283,7 +283,16 @@ def scope(distribution, keras_only: bool = False):
                  "predict need; a keras.Variable of the script's own too, and a hand-written loop over a model updates "
                  "every copy); the rest runs outside it, as written: the script's tf.Variables, tf.data, and "
                  "tf.distribute.get_strategy() (TensorFlow's default strategy there)")
-        with keras_internals.keras_objects_made_in(distribution):
+        told = set()
+
+        def own_scope(name):
+            if name not in told:
+                told.add(name)
+                log.info(f"run: the script makes Keras objects in its own {name}'s scope: they are that strategy's, as "
+                         f"plainly, not {distribution_name(distribution)}'s; their fit, evaluate and predict run under "
+                         "it. To have them split over the replicas, make them outside that scope")
+
+        with keras_internals.keras_objects_made_in(distribution, own_scope):
             yield
         return
     with contextlib.ExitStack() as inside:

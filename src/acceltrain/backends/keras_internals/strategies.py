@@ -154,7 +154,7 @@ def draws_apart_per_replica():
 # --- Only Keras's own objects made in a strategy's scope (backends/tensorflow.py::scope, keras_only) --------------
 
 @contextlib.contextmanager
-def keras_objects_made_in(strategy):
+def keras_objects_made_in(strategy, own_scope=lambda name: None):
     """Within: what Keras needs made in `strategy`'s scope is made there, wherever the code making it runs; the rest
     runs as it would without the strategy (a tf.Variable of the caller's own, a tf.data pipeline, numpy, file I/O,
     tf.distribute.get_strategy() answering TensorFlow's default strategy). Keras needs: each Keras variable (a layer's
@@ -162,7 +162,9 @@ def keras_objects_made_in(strategy):
     optimizer keeping the strategy they were made under (fit, evaluate, predict and apply_gradients then run under it
     wherever they are called, as a plain script that builds its model in `with strategy.scope():` and fits outside
     it), and an optimizer's slots colocated with their variables. Each is passed as Keras makes it where a strategy is
-    already in force (the code's own scope: its strategy's, as plainly), and where tf.data traces a function
+    already in force (the code's own scope: its strategy's, as plainly; TensorFlow's default strategy's scope too,
+    inside which another strategy's variables cannot be made: "Mixing different tf.distribute.Strategy objects"),
+    and where tf.data traces a function
     (`dataset.map(f)`: a variable created there is lifted out of a graph on the pipeline's host, and a mirrored one
     cannot be, TensorFlow's UnliftableError; tf.data names that graph "Dataset_<transformation>_<function>").
 
@@ -170,7 +172,9 @@ def keras_objects_made_in(strategy):
     deferred and eager paths both); backend/tensorflow/trainer.py::TensorFlowTrainer.__init__ keeping
     tf.distribute.get_strategy() as the model's _distribute_strategy when a strategy is in force; backend/tensorflow/
     optimizer.py::TFOptimizer.__init__ keeping it as _distribution_strategy, and its add_variable_from_reference
-    entering that strategy's colocate_vars_with (which TensorFlow allows only inside its scope).
+    entering that strategy's colocate_vars_with (which TensorFlow allows only inside its scope); and TensorFlow's
+    default strategy's scope known by its variable creator (_in_default_strategys_scope). `own_scope(name)` is called
+    with the name of the code's own strategy each time Keras makes something in its scope.
     """
     import tensorflow as tf
     from keras.src.backend.tensorflow import core, optimizer, trainer
@@ -178,7 +182,9 @@ def keras_objects_made_in(strategy):
     def in_scope(_, keras_own):
         def made(*args, **kwargs):
             graph = getattr(tf.compat.v1.get_default_graph(), "name", "")
-            if tf.distribute.has_strategy() or graph.startswith("Dataset_"):
+            if tf.distribute.has_strategy() or _in_default_strategys_scope(tf) or graph.startswith("Dataset_"):
+                if tf.distribute.get_strategy() is not strategy and not graph.startswith("Dataset_"):
+                    own_scope(type(tf.distribute.get_strategy()).__name__.strip("_"))
                 return keras_own(*args, **kwargs)
             with strategy.scope():
                 return keras_own(*args, **kwargs)
@@ -187,3 +193,12 @@ def keras_objects_made_in(strategy):
     with patched(core.Variable, ["_initialize"], in_scope), patched(trainer.TensorFlowTrainer, ["__init__"], in_scope), \
             patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
         yield
+
+
+def _in_default_strategys_scope(tf) -> bool:
+    """Whether the code entered TensorFlow's default strategy's scope (`with tf.distribute.get_strategy().scope():`
+    outside any other), which no public call tells from no scope at all. Relies on (TensorFlow 2.21): that scope puts
+    distribute_lib._DefaultDistributionContext's own variable creator on the graph's _variable_creator_stack of
+    (priority, creator) pairs."""
+    stack = getattr(tf.compat.v1.get_default_graph(), "_variable_creator_stack", ())
+    return any("_DefaultDistributionContext" in getattr(creator, "__qualname__", "") for _, creator in stack)
