@@ -1,8 +1,6 @@
 """benchmarks/epoch_speed.py's variant (e), the recipe as a plain Keras script under `acceltrain run`, at a tiny size:
 the script runs, its epochs are timed and read back, and the record renders its row. No timing is asserted."""
 
-import os
-
 from acceltrain.commands import bench
 from benchmarks import epoch_speed
 
@@ -14,7 +12,6 @@ def test_the_plain_script_under_acceltrain_run_is_timed_and_rendered(tmp_path, m
     assert len(result["epoch_seconds"]) == 2 and all(seconds > 0 for seconds in result["epoch_seconds"])
     assert result["samples_per_epoch"] == 80 and result["backend"] == "jax" and result["precision"] == "float32"
     assert result["seconds_to_first_epoch_end"] > result["fit_to_first_epoch_end"] > 0  # start-up counted before fit
-    assert not (tmp_path / "train.py").exists() and bench.PAYLOAD_ENV not in os.environ  # nothing left behind
 
     others = {"epoch_seconds": [2.0, 1.0], "seconds_to_first_epoch_end": 3.0, "fit_to_first_epoch_end": 2.0,
               "backend": "jax", "jit_compile": True, "samples_per_epoch": 80, "precision": "float32",
