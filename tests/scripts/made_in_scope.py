@@ -9,9 +9,12 @@ os.environ["KERAS_BACKEND"] = "tensorflow"
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from keras.src.backend.tensorflow import core, optimizer, trainer  # noqa: E402
+from keras.src.backend import tensorflow as core  # noqa: E402
+from keras.src.backend.tensorflow import optimizer  # noqa: E402
 
 from acceltrain.backends import keras_internals  # noqa: E402
+
+trainer = type("trainer", (), {"TensorFlowTrainer": keras_internals.trainer_class("tensorflow")})  # 3.16: Trainer
 
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

@@ -179,8 +179,8 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
     (`dataset.map(f)`: a variable created there is lifted out of a graph on the pipeline's host, and a mirrored one
     cannot be, TensorFlow's UnliftableError; tf.data names that graph "Dataset_<transformation>_<function>").
 
-    Relies on: backend/tensorflow/core.py::Variable._initialize(value) making every Keras variable's tf.Variable (its
-    deferred and eager paths both); backend/tensorflow/trainer.py::TensorFlowTrainer.__init__ keeping
+    Relies on: backend/tensorflow/core.py::Variable._initialize(value) (3.16: ops/core.py) making every Keras
+    variable's tf.Variable (its deferred and eager paths both); the trainer class's __init__ (trainer_class) keeping
     tf.distribute.get_strategy() as the model's _distribute_strategy when a strategy is in force; backend/tensorflow/
     optimizer.py::TFOptimizer.__init__ keeping it as _distribution_strategy, and its add_variable_from_reference
     entering that strategy's colocate_vars_with (which TensorFlow allows only inside its scope); and TensorFlow's
@@ -188,7 +188,10 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
     with the name of the code's own strategy each time Keras makes something in its scope.
     """
     import tensorflow as tf
-    from keras.src.backend.tensorflow import core, optimizer, trainer
+    from keras.src.backend import tensorflow as backend
+    from keras.src.backend.tensorflow import optimizer
+
+    from acceltrain.backends.keras_internals import trainer_class
 
     def in_scope(_, keras_own):
         def made(*args, **kwargs):
@@ -201,7 +204,8 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
                 return keras_own(*args, **kwargs)
         return made
 
-    with patched(core.Variable, ["_initialize"], in_scope), patched(trainer.TensorFlowTrainer, ["__init__"], in_scope), \
+    with patched(backend.Variable, ["_initialize"], in_scope), \
+            patched(trainer_class("tensorflow"), ["__init__"], in_scope), \
             patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
         yield
 
