@@ -344,7 +344,7 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
                        turned_off: str, keras_scans: bool = False,
                        share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "", share_rows: int = 0,
-                       in_job_not: str = "") -> tuple[bool, str]:
+                       in_job_not: str = "", whole_set: bool = False) -> tuple[bool, str]:
     """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
     gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
     `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's). `turned_off`: the
@@ -353,7 +353,8 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
     out on several devices with no distribution in force: a restored sharded checkpoint), else empty. In a job of
     several `processes` each places its own share (`share_rows` samples; `nbytes` its bytes times the copies) on its own
     devices; `in_job_not`: what keeps such a job on Keras's input path (its batches gathered outside acceltrain's steps
-    would reach Keras's distribution as global arrays), in words, else empty."""
+    would reach Keras's distribution as global arrays), in words, else empty; `whole_set`: each process holds the whole
+    set instead (Runtime.fit with checkpoints: its resumable order draws each batch from every sample)."""
     if turned_off:
         return False, f"turned off: {turned_off}"
     if backend != "jax":
@@ -370,7 +371,9 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
         return False, "the devices' memory is unknown"
     figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"
     if processes > 1:
-        figures = f"each of {processes} processes its own share on its devices, here {share_rows:,} samples: {figures}"
+        held = ("the whole set (a resumable epoch draws each batch from every sample)" if whole_set
+                else "its own share")
+        figures = f"each of {processes} processes {held} on its devices, here {share_rows:,} samples: {figures}"
     if nbytes > share * device_bytes:
         return False, f"too large: {figures}"
     return True, (f"{figures}; each step sends only the batch's indices. --device-data off "

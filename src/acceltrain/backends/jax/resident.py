@@ -48,7 +48,7 @@ def on_devices(call, distribution):
     arguments = call.arguments()
     validation = arguments.get("validation_data")
     epoch = getattr(arguments.get("x"), "arrays_in_order", None)  # one epoch of Runtime.fit with checkpoints
-    if epoch is not None and epoch.fit.num_processes == 1:
+    if epoch is not None:  # in a job, each process places the whole set: its epoch's rows are drawn from all of them
         parts = (epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight, validation)
     else:
         epoch, parts = None, (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
@@ -61,7 +61,7 @@ def on_devices(call, distribution):
         processes, _turned_off(), keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution),
         share_rows=len(jax.tree.leaves(parts[0])[0]) if arrays else 0,
-        in_job_not=_in_job_not(call.model, distribution) if processes > 1 else "")
+        in_job_not=_in_job_not(call.model, distribution) if processes > 1 else "", whole_set=epoch is not None)
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
@@ -133,7 +133,7 @@ def _placed(call, arguments, distribution, epoch=None):
     if epoch is not None:  # the batch is the prepared one (Keras's PyDataset took it from the batches)
         train = kwargs["x"] = adapter("train", epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight,
                                       batch_size=epoch.fit.local_batch_size, steps=None, shuffle=False,
-                                      class_weight=None, order=epoch.order)
+                                      class_weight=None, order=epoch.local_order())
     else:
         train = kwargs["x"] = adapter("train", arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
                                       batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
