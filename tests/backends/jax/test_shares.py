@@ -6,8 +6,8 @@ import pytest
 from tests import support
 from tests.backends.jax.test_resident import _keras_scans
 
-pytestmark = [pytest.mark.multi_device,
-              pytest.mark.skipif(_keras_scans(), reason="Keras 3.16 scans steps_per_execution: device data steps aside")]
+pytestmark = [pytest.mark.multi_device, pytest.mark.skipif(
+    _keras_scans(), reason="Keras 3.16 scans steps_per_execution: device data steps aside")]
 
 
 def _results(stdout: str, process: int) -> dict:
@@ -42,3 +42,36 @@ def test_under_launch_each_process_gathers_its_share_on_its_devices_and_trains_a
         numbers = [float(value) for value in device[3:-3:2]]
         assert numbers == pytest.approx([float(value) for value in keras_path[3:-3:2]], rel=1e-6, abs=0)
     assert _results(job.stdout, 0) == _results(job.stdout, 1)  # the global numbers, the same in each process
+
+
+def test_what_keeps_a_job_on_keras_input_path_is_named(runtime):
+    """A job's batches are gathered by acceltrain's runner of steps alone (resident._in_job_not): a mesh whose devices
+    share rows of a batch (a model axis), a model's own train_step and an uncompiled step keep Keras's input path,
+    each named; a compiled Keras step over a data-parallel mesh takes the device data."""
+    import keras
+
+    from acceltrain.backends.jax import resident, shares
+
+    devices = keras.distribution.list_devices()
+    data_parallel = keras.distribution.DataParallel(devices=devices)
+    mesh = keras.distribution.DeviceMesh((4, 2), ("batch", "model"), devices)
+    with_model_axis = keras.distribution.ModelParallel(layout_map=keras.distribution.LayoutMap(mesh),
+                                                       batch_dim_name="batch")
+    assert shares.splits_over_every_device(data_parallel)
+    assert not shares.splits_over_every_device(with_model_axis)
+
+    class OwnStep(keras.Sequential):
+        def train_step(self, *args, **kwargs):
+            return super().train_step(*args, **kwargs)
+
+    def compiled(model_class=keras.Sequential, **options):
+        model = model_class([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile("adam", "mse", **options)
+        return model
+
+    assert resident._in_job_not(compiled(), data_parallel) == ""
+    assert resident._in_job_not(compiled(), with_model_axis) == \
+        "a mesh whose devices share rows of a batch (a model axis)"
+    assert resident._in_job_not(compiled(OwnStep), data_parallel) == "the model's own train_step"
+    assert resident._in_job_not(compiled(run_eagerly=True), data_parallel).startswith("an uncompiled step")
+    assert resident._in_job_not(compiled(), None) == "no distribution to place each share by"

@@ -1,5 +1,5 @@
-"""Each process's share of a fit's in-memory arrays kept on its own devices, in a job of several processes: resident.py's
-placing and gathering there (issue 43 item 1).
+"""Each process's share of a fit's in-memory arrays kept on its own devices, in a job of several processes:
+resident.py's placing and gathering there (issue 43 item 1).
 
 A process of a job holds only its share of the arrays (inputs/arrays.py: every P-th sample) and Keras joins the
 processes' local batches into the global batch (jax.make_array_from_process_local_data over the data layout: each
