@@ -4,9 +4,11 @@ count (the arrays' rules leave out the last few), shuffled, validation_data; the
 each process places its own share on its devices (the first fit); prints, for each fit, its global metrics and a
 digest of the trained weights, with every digit.
 
-    acceltrain launch --processes 2 --simulate-devices 2 device_data_fit.py [callbacks]
+    acceltrain launch --processes 2 --simulate-devices 2 device_data_fit.py [callbacks | one-loop]
 
-`callbacks`: a callback with a batch hook (one step an execution, each batch's logs heard).
+`callbacks`: a callback with a batch hook (one step an execution, each batch's logs heard). `one-loop`: the steps of
+an execution in one compiled loop, as on an accelerator (decisions.choose_step_loop's answer there; CPU's is a program
+a step).
 """
 
 import sys
@@ -15,6 +17,10 @@ import numpy as np
 
 import acceltrain
 
+if sys.argv[1:] == ["one-loop"]:
+    from acceltrain import decisions
+
+    decisions.choose_step_loop = lambda platform: (True, "one-loop: the steps in one compiled loop a dispatch")
 runtime = acceltrain.connect()
 import keras  # noqa: E402  (after connect: it sets the backend)
 

@@ -20,15 +20,17 @@ def _results(stdout: str, process: int) -> dict:
     return found
 
 
-@pytest.mark.parametrize("hooked", ["", pytest.param("callbacks", marks=pytest.mark.slow)])
-def test_under_launch_each_process_gathers_its_share_on_its_devices_and_trains_as_keras_own_path(hooked):
+@pytest.mark.parametrize("shape", ["", *(pytest.param(shape, marks=pytest.mark.slow) for shape in ("callbacks",
+                                                                                                    "one-loop"))])
+def test_under_launch_each_process_gathers_its_share_on_its_devices_and_trains_as_keras_own_path(shape):
     """2 processes × 2 devices, Adam + accuracy, 1001 samples (the last one left out), shuffled, 3 epochs with
     validation, then evaluate: each process says it keeps its own 500 samples on its devices, and the fit ends with the
     loss, metrics, validation loss, evaluate's accuracy and weights of the same fit on Keras's input path (measured
     bit-identical here: the same global batches, each process's share gathered where Keras would have joined it). With
-    a callback hooked on each batch ("callbacks": one step an execution), that callback hears every batch."""
+    a callback hooked on each batch ("callbacks": one step an execution), that callback hears every batch; with the
+    steps of an execution in one compiled loop, as on an accelerator ("one-loop"), the same."""
     job = support.run_cli("launch", "--processes", "2", "--simulate-devices", "2",
-                          support.SCRIPTS / "device_data_fit.py", *([hooked] if hooked else []), timeout=400)
+                          support.SCRIPTS / "device_data_fit.py", *([shape] if shape else []), timeout=400)
     assert job.returncode == 0, job.stderr[-3000:]
     said = support.per_process(job.stderr)
     for process in (0, 1):
@@ -38,7 +40,10 @@ def test_under_launch_each_process_gathers_its_share_on_its_devices_and_trains_a
         fits = _results(job.stdout, process)
         device, keras_path = fits["device data"], fits["keras's path"]
         assert device[:2] == keras_path[:2] == ["processes", "2"]
-        assert device[-1] == keras_path[-1] == ("48" if hooked else "0")  # batches heard: 16 an epoch
+        assert device[-1] == keras_path[-1] == ("48" if shape == "callbacks" else "0")  # batches heard: 16 an epoch
+        if shape == "one-loop":
+            assert f"[{process}] acceltrain: steps an execution: 16 (no callback needs each batch" in said
+            assert "one-loop: the steps in one compiled loop a dispatch" in said
         numbers = [float(value) for value in device[3:-3:2]]
         assert numbers == pytest.approx([float(value) for value in keras_path[3:-3:2]], rel=1e-6, abs=0)
     assert _results(job.stdout, 0) == _results(job.stdout, 1)  # the global numbers, the same in each process
