@@ -102,7 +102,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                                                   joined.process_id, started=backends.started_processes())
     # A runtime connect() opened with these options in this job and still open (a notebook cell run again): that one.
     options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
-               "platform": platform, "cluster": cluster, "stall_timeout": stall_timeout,
+               "platform": platform, "cluster": joined, "stall_timeout": stall_timeout,
                "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
                "job": f"{processes_reason} ({processes})"}
     again, others = opened.opened_with(options, _open_runtimes)
@@ -614,7 +614,13 @@ class Runtime:
     def close(self) -> None:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
         fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
-        Closes it however many connect() calls gave it back; a later connect() opens a new one."""
+        Closes it however many connect() calls gave it back; a later connect() opens a new one. Under `acceltrain run`,
+        a script's close() of run's own runtime (its connect() with run's options gave it back) gives back that
+        call's hold only: run closes it when the script ends."""
+        if opened.kept_open(self):
+            log.info("runtime.close(): this runtime is acceltrain run's, given back to the script's connect(); "
+                     "run holds it until the script ends, and closes it then")
+            return
         opened.HOLDS.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)
