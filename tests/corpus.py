@@ -48,7 +48,10 @@ class Tolerance:
 # without XLA): under load the plain script alone (`python vae_two_models.py`, a CPU hog on each core) printed a loss
 # 1 to 3 float32 ulps from the quiet run's in 3 of 10 runs (11.1156836, 11.1156845 against 11.1156864), and `acceltrain
 # run --simulate-devices 1` did the same in 1 of 2; every run's weights were bit-identical, and its
-# reconstruction_loss: only the loss tracker's sum of a step's forward KL term moved, which no gradient reads. So a
+# reconstruction_loss: only the loss tracker's sum of a step's forward KL term moved, which no gradient reads. With
+# TF_NUM_INTEROP_THREADS=1 it did not move in 8 of 8 plain runs at a load average of 11-15: the order its inter-op
+# threads take a step's ops in, not acceltrain's doing (the op itself not isolated: a tf.function of the KL and the
+# sums alone gave one result in 90,102 calls under load). So a
 # Shape names such metrics in `ulps` (metric -> float32 ulps of its plain value allowed at 1 device), measured on plain
 # runs; what is deterministic (the reconstruction loss, every other metric) stays exact.
 EXACT = Tolerance(0.0, 0.0)
