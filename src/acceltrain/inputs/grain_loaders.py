@@ -177,17 +177,13 @@ class GrainFeed(DatasetFeed):
     it (epoch-E-step-S/position.json), so a resume set_state()s there and reads no batch again. (Keras reads ahead of
     the step it trains: the state is the one taken before that step's batch, not the iterator's latest.)"""
 
+    UNCOUNTED = ("Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
+                 "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
+                 "and one grain.Batch, and no filter.")
+    batches_of = staticmethod(num_batches)  # this module's count: a Grain loader's, not tf.data's
+
     def __init__(self, loader, folder: Path):
-        self.steps_per_epoch = num_batches(loader)
-        if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
-                "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
-                "and one grain.Batch, and no filter.")
-        self.dataset = loader
-        self.folder = Path(folder)
-        self._iterator = None
-        self._resumed = False
+        super().__init__(loader, folder)
         self._before = {}
 
     def _rest_of(self, first_step: int):

@@ -276,15 +276,16 @@ _NAME = re.compile(r"^epoch-(\d+)(-step-\d+)?$")
 class DatasetFeed:
     """One epoch of `dataset` at a time for Keras's fit, from one iterator whose epoch starts are saved."""
 
+    UNCOUNTED = ("Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume counts "
+                 "the batches of each pass: end the dataset (no .repeat()), or give it its length with "
+                 "dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")  # a subclass: its kind's
+
     def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None):
         # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
         # partial batch is dropped), the same on every run.
-        self.steps_per_epoch = num_batches(dataset) or steps_per_epoch
+        self.steps_per_epoch = self.batches_of(dataset) or steps_per_epoch
         if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume "
-                "counts the batches of each pass: end the dataset (no .repeat()), or give it its length "
-                "with dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")
+            raise UsageError(self.UNCOUNTED)
         self.dataset = dataset
         self.folder = Path(folder)
         self._iterator = None
@@ -305,6 +306,11 @@ class DatasetFeed:
             next(self._iterator)
         self._prune(keep_from)
         return self._rest_of(first_step)
+
+    @staticmethod
+    def batches_of(dataset) -> int | None:
+        """The batches of a pass of `dataset`, where known without reading it (a subclass: its kind's count)."""
+        return num_batches(dataset)
 
     def _rest_of(self, first_step: int):
         return _rest_of(self._iterator)
