@@ -348,9 +348,16 @@ def test_choose_steps_per_dispatch_keeps_a_live_callback_called_about_each_secon
     assert steps == expected and why in reason
 
 
-@pytest.mark.parametrize("platform, one_program", [("cpu", False), ("gpu", True), ("tpu", True)])
-def test_choose_step_loop(platform, one_program):
-    assert decisions.choose_step_loop(platform)[0] is one_program
+@pytest.mark.parametrize("platform, devices, one_program, why", [
+    ("cpu", 1, True, "1 cpu device(s): the steps in one compiled loop"),  # the seed's job on this machine
+    ("cpu", 8, False, "8 CPU devices: each step its own program"),  # simulated: collectives on a small pool
+    ("gpu", 1, True, "1 gpu device(s): the steps in one compiled loop"),
+    ("gpu", 8, True, "8 gpu device(s)"),
+    ("tpu", 4, True, "4 tpu device(s)"),
+])
+def test_choose_step_loop(platform, devices, one_program, why):
+    chosen, reason = decisions.choose_step_loop(platform, devices)
+    assert chosen is one_program and why in reason
 
 
 def test_the_platforms_steps_per_execution_is_capped_by_the_bytes_of_the_batches_it_stacks():

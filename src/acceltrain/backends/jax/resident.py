@@ -133,8 +133,8 @@ def _placed(call, arguments, distribution, epoch=None):
         first_steps=2 * PROBE_STEPS, seconds=SECONDS_A_DISPATCH,
         steps_apart=math.gcd(*(getattr(c, "steps_apart", 0) for c in callbacks)),
         most_steps=min((c.most_steps for c in callbacks if getattr(c, "most_steps", 0)), default=0))
-    platform = _devices(distribution)[0].platform
-    in_one_program, how = decisions.choose_step_loop(platform)
+    devices = _devices(distribution)
+    in_one_program, how = decisions.choose_step_loop(devices[0].platform, len(devices))
     _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
     runner = many_steps(model, train, distribution, [c for c in callbacks if hasattr(c, "between_dispatches")],
                         in_one_program)
@@ -279,7 +279,8 @@ jax.tree_util.register_pytree_node(_Indices, lambda token: ((), token), lambda t
 
 def many_steps(model, adapter, distribution, listeners=(), in_one_program=True):
     """The fit's callback that runs its executions as a few dispatches (ManySteps, made on first use: keras is
-    imported after connect()); `in_one_program` False: each step its own program, dispatched back to back."""
+    imported after connect()); `in_one_program` False: each step its own program, one at a time (several CPU
+    devices: decisions.choose_step_loop)."""
     return _many_steps_class()(model, adapter, distribution, listeners, in_one_program)
 
 
