@@ -148,10 +148,12 @@ def _placed(call, arguments, distribution, epoch=None):
     callbacks = kwargs.get("callbacks") or []
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
     live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
+    hooked = tuple(type(c).__name__ for c in batch_hooked(callbacks))
+    keras_step = keras_internals.uses_keras_train_step(model)
+    compiled = bool(model.jit_compile) and not model.run_eagerly
     steps, reason = decisions.choose_steps_per_dispatch(
-        steps_per_epoch, model.steps_per_execution, tuple(type(c).__name__ for c in batch_hooked(callbacks)),
-        keras_internals.uses_keras_train_step(model), bool(model.jit_compile) and not model.run_eagerly,
-        train.batch_size * 4, INDEX_BYTES, live=", ".join(live), seconds_a_step=_SECONDS_A_STEP.get(model),
+        steps_per_epoch, model.steps_per_execution, hooked, keras_step, compiled, train.batch_size * 4, INDEX_BYTES,
+        live=", ".join(live), seconds_a_step=_SECONDS_A_STEP.get(model),
         first_steps=2 * PROBE_STEPS, seconds=SECONDS_A_DISPATCH,
         steps_apart=math.gcd(*(getattr(c, "steps_apart", 0) for c in callbacks)),
         most_steps=min((c.most_steps for c in callbacks if getattr(c, "most_steps", 0)), default=0))
@@ -160,16 +162,20 @@ def _placed(call, arguments, distribution, epoch=None):
     _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
     runner = many_steps(model, train, distribution, [c for c in callbacks if hasattr(c, "between_dispatches")],
                         in_one_program)
+    # A count the clock sized (a step measured slow on a loaded machine gives 1) runs the same programs as any other:
+    # ManySteps's step, never Keras's own, whose program rounds otherwise (1 float32 ulp in the weights, measured)
+    sized_by_us = compiled and keras_step and not hooked
     ran = call.replace(args=(), kwargs=kwargs)
-    if (steps <= 1 and not several) or runner not in ((ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
-        yield call.replace(args=(), kwargs=kwargs)  # one step a dispatch, or callbacks the caller configured
+    if (steps <= 1 and not several and not sized_by_us) or runner not in (
+            (ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
+        yield call.replace(args=(), kwargs=kwargs)  # Keras's own loop, or callbacks the caller configured
         return
-    if steps <= 1:  # a job of several processes: one step an execution, its batch gathered by the runner
+    if steps <= 1:  # one step an execution (a job of several processes, or a count the clock sized): the runner's
         yield ran
         return
     own = model.steps_per_execution
     model.steps_per_execution = steps  # Keras's epoch iterator steps by it
-    if own <= 1 and not _made_for_many_steps(model):
+    if own < steps and own <= 1 and not _made_for_many_steps(model):
         keras_internals.forget_compiled_functions(model)  # made again with their loop over steps_per_execution
     try:
         yield ran
