@@ -121,3 +121,23 @@ def test_settings_are_read_by_name_from_a_verbs_flags_and_a_train_config():
                                              device_memory="1GiB", cluster=acceltrain.Cluster())
     job = {"coordinator": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}
     assert Settings.read(argparse.Namespace(backend=None), **job) == Settings(cluster=acceltrain.Cluster(**job))
+
+
+def test_connect_is_called_with_its_keywords_only_by_settings_connect():
+    """Every verb reaches connect() through one Settings (train, run, launch, devices, doctor's dry run, bench's
+    acceltrain run): no module of src/ but runtime.py calls connect() itself, and runtime.py only in Settings.connect."""
+    import ast
+    from pathlib import Path
+
+    source = Path(acceltrain.__file__).parent
+    callers = []
+    for path in sorted(source.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for scope in ast.walk(tree):
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(scope):
+                    called = node.func if isinstance(node, ast.Call) else None
+                    if isinstance(called, ast.Name) and called.id == "connect" or isinstance(called, ast.Attribute) \
+                            and called.attr == "connect" and getattr(called.value, "id", None) in ("acceltrain", "runtime"):
+                        callers.append(f"{path.relative_to(source)}::{scope.name}")
+    assert sorted(set(callers)) == ["runtime.py::connect"], callers

@@ -318,11 +318,11 @@ def test_predict_rejects_a_batch_that_does_not_divide(runtime):
 # --- close(): what connect() changed in Keras is undone ---------------------------------------------
 
 def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime):
-    from keras.src.backend.jax.trainer import JAXTrainer
-
     from acceltrain.backends import jax as jax_backend
+    from acceltrain.backends import keras_internals
     from acceltrain.backends.jax import distribution
 
+    JAXTrainer = keras_internals.trainer_class("jax")  # keras-nightly 3.16: named Trainer
     meshes = len(distribution._distributions_by_mesh)
     patched_fit = JAXTrainer.fit
     with acceltrain.connect(simulate_devices=8, distribution="data", verbose=False) as again:  # a second runtime

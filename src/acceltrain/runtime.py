@@ -461,6 +461,9 @@ class Runtime:
             model = build_model()
         if setting is not None:
             autopilots.built(model, setting)
+        # What was sharded, told here and not left to the first fit's report (assembly.Inputs, the other of its two
+        # callers): Runtime.build is no call of fit/evaluate/predict, so no layer sees it, and here a LayoutMap key that
+        # matches no weight fails before anything trains, and a model only evaluated or predicted is told too.
         placement.report(self, model)
         return model
 

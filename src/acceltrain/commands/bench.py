@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, dataclass
 
 from acceltrain import ledger, log
@@ -361,10 +362,11 @@ def _plain(config) -> dict:
 def _acceltrain(config) -> dict:
     """(b) The library's path: connect → scope → Runtime.fit (checkpointing as `acceltrain train` does if asked)."""
     from acceltrain import hardware
-    from acceltrain.runtime import connect
+    from acceltrain.runtime import Settings
 
-    runtime = connect(config["backend"], simulate_devices=config["simulate_devices"], verbose=False)
-    runtime.keep_data_on_devices(config.get("device_data", "auto"))
+    # connect()'s keywords read by name from bench's config (backend, simulate_devices, device_data), as `acceltrain
+    # train` reads its flags: one Settings, the same connect.
+    runtime = Settings.read(types.SimpleNamespace(**config)).connect(verbose=False)
     recipe, x, y = _inputs(config)
     runtime.seed(config["seed"])
     steps_per_epoch = math.ceil(len(x) / config["batch_size"])

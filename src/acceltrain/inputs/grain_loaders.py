@@ -178,15 +178,18 @@ class GrainFeed(DatasetFeed):
     the step it trains: the state is the one taken before that step's batch, not the iterator's latest.)"""
 
     what = "Grain's iterator state"
+    UNCOUNTED = ("Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
+                 "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
+                 "and one grain.Batch, and no filter.")
+    batches_of = staticmethod(num_batches)  # this module's count: a Grain loader's, not tf.data's
+
+    @staticmethod
+    def redrawn_of(loader) -> None:
+        """Nothing is read again: Grain's get_state() is the whole position, its random draws' included."""
+        return None
 
     def __init__(self, loader, folder: Path, says: bool = True):
-        self.steps_per_epoch = num_batches(loader)
-        if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
-                "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
-                "and one grain.Batch, and no filter.")
-        self._open(loader, folder, says, redrawn=None)
+        super().__init__(loader, folder, says=says)
         self._before = {}
 
     def _rest_of(self, first_step: int):

@@ -303,23 +303,20 @@ class DatasetFeed:
     and with each checkpoint within an epoch. `says`: this process prints the resume's line."""
 
     what = "tf.data's iterator state"
+    UNCOUNTED = ("Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume counts "
+                 "the batches of each pass: end the dataset (no .repeat()), or give it its length with "
+                 "dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")  # a subclass: its kind's
 
     def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None, says: bool = True):
         # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
         # partial batch is dropped), the same on every run.
-        self.steps_per_epoch = num_batches(dataset) or steps_per_epoch
+        self.steps_per_epoch = self.batches_of(dataset) or steps_per_epoch
         if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume "
-                "counts the batches of each pass: end the dataset (no .repeat()), or give it its length "
-                "with dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")
-        self._open(dataset, folder, says, redrawn_randomness(dataset))
-
-    def _open(self, dataset, folder: Path, says: bool, redrawn: str | None) -> None:
+            raise UsageError(self.UNCOUNTED)
         self.dataset = dataset
         self.folder = Path(folder)
         self.says = says
-        self.redrawn = redrawn  # why a checkpoint's step is read again on resume (None: it is not)
+        self.redrawn = self.redrawn_of(dataset)  # why a checkpoint's step is read again on resume (None: it is not)
         self._iterator = None
         self._resumed = False
         self._lock = threading.Lock()  # Keras's TensorFlow trainer reads the pass from a thread of its own
@@ -345,6 +342,16 @@ class DatasetFeed:
             next(self._iterator)
         self._prune(oldest)
         return self._rest_of(first_step)
+
+    @staticmethod
+    def batches_of(dataset) -> int | None:
+        """The batches of a pass of `dataset`, where known without reading it (a subclass: its kind's count)."""
+        return num_batches(dataset)
+
+    @staticmethod
+    def redrawn_of(dataset) -> str | None:
+        """Why a position within a pass is read again on resume, or None (a subclass: its kind's)."""
+        return redrawn_randomness(dataset)
 
     def _say_resumed(self, epoch: int, step: int, skip: int) -> None:
         at = f"epoch-{epoch:04d}-step-{step:05d}"
