@@ -170,7 +170,7 @@ def _placed(call, arguments, distribution, epoch=None):
             (ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
         yield call.replace(args=(), kwargs=kwargs)  # Keras's own loop, or callbacks the caller configured
         return
-    if steps <= 1:  # one step an execution (a job of several processes, or a count the clock sized): the runner's
+    if steps <= 1:  # one step an execution (a job of several processes, or a count the clock sized): the runner's step
         yield ran
         return
     own = model.steps_per_execution
