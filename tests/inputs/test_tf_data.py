@@ -1,6 +1,7 @@
 """Exact resume for tf.data.Dataset inputs: a reshuffling pipeline stopped mid-epoch resumes bit-identical."""
 
 import os
+import re
 import signal
 
 import numpy as np
@@ -219,10 +220,36 @@ def test_a_dataset_resume_reads_none_of_the_batches_it_skips_and_ends_where_the_
         assert len(read) <= (steps - 2) * 32, f"read {len(read)} samples for the {steps - 2} batches left"
 
 
-def test_a_dataset_whose_iterator_tensorflow_cannot_checkpoint_is_refused_with_the_two_ways_round(runtime, tmp_path):
+@pytest.mark.parametrize("draws", ["keras layer", "tf.random"])
+def test_a_dataset_whose_iterator_tensorflow_cannot_save_trains_and_resumes_saying_how_the_resume_differs(
+        runtime, tmp_path, capsys, draws):
+    """A Keras preprocessing layer in a map (its seed a variable) or a stateful tf.random op: tf.data refuses to save
+    the iterator, which is no reason to refuse the fit (Keras's own fit runs it). It trains, says once why its
+    resume cannot be exact and how to make it so, and a resume reads the stopped epoch's pass again from its start."""
+    import keras
     import tensorflow as tf
 
-    dataset = _dataset().map(lambda x, y: (x * tf.random.uniform([], seed=5), y))
-    with pytest.raises(UsageError, match="cannot checkpoint .*RandomUniform is stateful.*stateless_.*"
-                                         "Dataset.random.*experimental_external_state_policy"):
-        runtime.fit(_model(runtime), dataset, checkpoint_dir=tmp_path, epochs=1, verbose=0)
+    flip = keras.layers.RandomFlip("horizontal", seed=1) if draws == "keras layer" else None
+
+    def dataset():
+        if flip is not None:
+            return _dataset().map(lambda x, y: (tf.reshape(flip(tf.reshape(x, [-1, 2, 4, 1])), [-1, 8]), y))
+        return _dataset().map(lambda x, y: (x * tf.random.uniform([], seed=5), y))
+
+    assert _dataset().element_spec[0].shape[-1] == 8  # the reshape above: 8 features as a 2 x 4 image
+    fit = dict(epochs=2, verbose=0, checkpoint_every="3 steps")
+    stopped = _model(runtime)
+    with pytest.raises(Interrupted):
+        runtime.fit(stopped, dataset(), checkpoint_dir=tmp_path, callbacks=[_sigterm_at(8 + 4)], **fit)
+    said = capsys.readouterr().err
+    assert said.count("tf.data cannot save this dataset's iterator") == 1
+    assert re.search(r"is stateful.*stateless_.*Dataset.random.*in the model rather than in the dataset's map", said)
+    resumed = _model(runtime, seed=7)
+    try:
+        history = runtime.fit(resumed, dataset(), checkpoint_dir=tmp_path, resume=True, **fit)
+    finally:
+        runtime.seed(0)
+    said = capsys.readouterr().err
+    assert re.search(r"the data read again from epoch-0001's start to epoch-0001-step-0*(\d+): \1 batch\(es\) read and "
+                     r"not trained, as (tf.data cannot save this dataset's iterator|its map draws with RandomUniform)", said), said
+    assert np.isfinite(history.history["loss"][-1])

@@ -215,9 +215,10 @@ class GrainFeed(DatasetFeed):
     def _write(self, folder: Path, step: int) -> None:
         (folder / "position.json").write_bytes(self._before[step] if step else self._iterator.get_state())
 
-    def _read(self, folder: Path) -> None:
+    def _read(self, folder: Path) -> bool:
         self._iterator.set_state(_same_default_repr((folder / "position.json").read_bytes(),
                                                     repr(self.dataset._data_source)))
+        return True
 
 
 def _same_default_repr(state: bytes, source: str) -> bytes:

@@ -278,6 +278,7 @@ def _nth(n: int) -> str:
 # draws them again from their seeds, as each pass of the uninterrupted run did, so that resume restores the pass's
 # start and reads the s batches again, and says so.
 
+UNSAVED = "position-not-saved.txt"  # in a saved position's folder: why tf.data could not save the iterator
 _NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+))?$")
 _REDRAWN = re.compile(r"^(Random(?!.*Dataset)|TruncatedNormal$|Multinomial$|ParameterizedTruncatedNormal$)")
 
@@ -317,6 +318,7 @@ class DatasetFeed:
         self.folder = Path(folder)
         self.says = says
         self.redrawn = self.redrawn_of(dataset)  # why a checkpoint's step is read again on resume (None: it is not)
+        self.unsaved = None  # why tf.data cannot save this dataset's iterator (_cannot_save), once found
         self._iterator = None
         self._resumed = False
         self._lock = threading.Lock()  # Keras's TensorFlow trainer reads the pass from a thread of its own
@@ -402,16 +404,14 @@ class DatasetFeed:
     def _write(self, folder: Path, step: int) -> None:
         import tensorflow as tf
 
-        try:
-            tf.train.Checkpoint(iterator=self._iterator).write(str(folder / "position"))
-        except tf.errors.FailedPreconditionError as error:
-            raise UsageError(
-                f"Received checkpoint_dir with a tf.data.Dataset whose iterator tf.data cannot checkpoint "
-                f"({error.message.strip()}). Exact resume saves where the dataset stands. Draw random numbers with "
-                "tf.random.stateless_* from seeds of tf.data.Dataset.random(seed=...) zipped in (tf.data "
-                "checkpoints them), or set options.experimental_external_state_policy = "
-                "tf.data.experimental.ExternalStatePolicy.WARN on the dataset (each pass then draws from the "
-                "seeds again, and a resume reads the epoch's trained batches again).") from None
+        if self.unsaved is None:
+            try:
+                tf.train.Checkpoint(iterator=self._iterator).write(str(folder / "position"))
+            except tf.errors.FailedPreconditionError as error:
+                self._cannot_save(error.message.strip())
+        if self.unsaved is not None:  # the pass is read again from its start on resume (_read)
+            (folder / UNSAVED).write_text(self.unsaved)
+            return
         ahead = [batch for at, batch in self._ahead if at >= step] if step else []
         if ahead:
             read_ahead = tf.data.Dataset.from_tensors(ahead[0])
@@ -419,12 +419,29 @@ class DatasetFeed:
                 read_ahead = read_ahead.concatenate(tf.data.Dataset.from_tensors(batch))
             read_ahead.save(str(folder / "read-ahead"))
 
-    def _read(self, folder: Path) -> None:
+    def _cannot_save(self, error: str) -> None:
+        """tf.data refuses to save an iterator whose pipeline reads state outside it (a Keras preprocessing layer's
+        seed variable in a map, a tf.random.Generator): the run goes on as Keras's own fit would, and a resume
+        reads the stopped epoch's pass again from a fresh iterator, saying how that differs."""
+        stateful = re.search(r"\w+ is stateful", error)  # TensorFlow's own words, without its function's path
+        self.unsaved = self.redrawn = (
+            f"tf.data cannot save this dataset's iterator ({stateful.group(0) if stateful else error}), so a resume starts the stopped epoch's pass "
+            "afresh: its order and random draws can differ from the uninterrupted run's. To resume exactly, draw "
+            "random numbers with tf.random.stateless_* from seeds of tf.data.Dataset.random(seed=...) zipped in "
+            "(tf.data saves them), or apply the random layers in the model rather than in the dataset's map")
+        log.warn(f"checkpoint_dir: {self.unsaved}.")
+
+    def _read(self, folder: Path) -> bool:
+        """Where the data stood when `folder` was saved; False where tf.data could not save it (_cannot_save)."""
         import tensorflow as tf
 
+        if (folder / UNSAVED).is_file():  # a fresh pass: the caller reads the trained batches again
+            self.redrawn = self.redrawn or (folder / UNSAVED).read_text()
+            return False
         tf.train.Checkpoint(iterator=self._iterator).read(str(folder / "position")).assert_consumed()
         if (folder / "read-ahead").is_dir():
             self._restored = list(tf.data.Dataset.load(str(folder / "read-ahead")))
+        return True
 
     def _save(self, epoch: int, step: int = 0) -> None:
         final = self.folder / (f"epoch-{epoch:04d}" + (f"-step-{step:05d}" if step else ""))
@@ -438,8 +455,7 @@ class DatasetFeed:
     def _restore(self, epoch: int, step: int) -> int:
         """Where the data stood at `step` of `epoch` (saved_at), else at the epoch's start: returns the step restored."""
         at_step = self.folder / f"epoch-{epoch:04d}-step-{step:05d}"
-        if step and at_step.is_dir():
-            self._read(at_step)
+        if step and at_step.is_dir() and self._read(at_step):
             return step
         saved = self.folder / f"epoch-{epoch:04d}"
         if not saved.is_dir():
