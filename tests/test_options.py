@@ -89,18 +89,18 @@ def test_settings_write_themselves_back_as_run_flags_and_parse_back_the_same():
 
 
 def test_runtime_fit_takes_one_checkpoints_value_or_its_keywords_not_both():
-    from acceltrain.runtime import _checkpoints_of
+    from acceltrain.arguments import checkpoints_of
 
     asked = Checkpoints("ckpt", every="3 steps")
-    assert _checkpoints_of(asked, None, False, "auto", 2) is asked
-    assert _checkpoints_of(None, "ckpt", False, "3 steps", 2) == asked
-    assert _checkpoints_of(None, None, False, "auto", 2) is None
+    assert checkpoints_of(asked, None, False, "auto", 2) is asked
+    assert checkpoints_of(None, "ckpt", False, "3 steps", 2) == asked
+    assert checkpoints_of(None, None, False, "auto", 2) is None
     with pytest.raises(UsageError, match=r"Received checkpoints= and checkpoint_dir, resume\. Pass the one"):
-        _checkpoints_of(asked, "other", True, "auto", 2)
+        checkpoints_of(asked, "other", True, "auto", 2)
     with pytest.raises(UsageError, match=r"Received checkpoints='ckpt'\. Expected an acceltrain.Checkpoints"):
-        _checkpoints_of("ckpt", None, False, "auto", 2)
+        checkpoints_of("ckpt", None, False, "auto", 2)
     with pytest.raises(UsageError, match=r"Received checkpoint_every='often'"):  # the keywords, named as given
-        _checkpoints_of(None, "ckpt", False, "often", 2)
+        checkpoints_of(None, "ckpt", False, "often", 2)
     with pytest.raises(UsageError, match=r"Received every='often'"):  # the value, named as its own arguments
         Checkpoints("ckpt", every="often")
 

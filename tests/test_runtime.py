@@ -359,6 +359,33 @@ def test_connect_again_with_the_same_options_gives_back_the_open_runtime_and_say
         newer.close()
 
 
+def test_a_scripts_close_of_the_runtime_run_holds_gives_back_its_own_hold_only(runtime, capsys):
+    """A script under `acceltrain run` that calls connect() with run's options gets run's runtime back; its close()
+    (once, twice, or its `with` block's end) gives back its own hold and leaves run's open; run's end closes it."""
+    from acceltrain import opened
+    from acceltrain import runtime as runtimes
+
+    held = acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False)  # run's, with options of its own
+    with opened.held_by_command(held):
+        scripts = acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False)
+        assert scripts is held and opened.HOLDS[held] == 2
+        scripts.close()
+        assert held in runtimes._open_runtimes and opened.HOLDS[held] == 1
+        scripts.close()  # closed again: still run's
+        with acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False) as again:
+            assert again is held
+        assert held in runtimes._open_runtimes and opened.HOLDS[held] == 1
+        with held.scope():
+            model = _mlp()
+        assert runtimes._runtime_of(model) is held  # its models still follow it
+    assert held not in runtimes._open_runtimes  # run's end closed it
+    said = capsys.readouterr().err
+    assert said.count("runtime.close(): this runtime is acceltrain run's, given back to the script's connect(); run "
+                      "holds it until the script ends, and closes it then") == 2
+    assert acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False) is not held  # a new one now
+    acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False).close()
+
+
 def test_a_runtime_opened_beside_one_with_other_options_says_which_differ(runtime, capsys):
     """Options changed in the connect cell and run: a second runtime, said with what differs from the open one."""
     with acceltrain.connect(simulate_devices=8, distribution="fsdp") as other:

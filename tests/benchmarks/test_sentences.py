@@ -415,6 +415,26 @@ def test_small_steps_renders_a_record_without_plain_keras_beside_it_as_before():
     assert "acceltrain / Keras" not in text
 
 
+
+def test_small_steps_bilstm_renders_launch_alone_against_plain_keras_own_two_process_fit():
+    """The section issue 45's bidirectional LSTM is recorded in (`--models bilstm --places launch`): its variants are
+    the plain run, and launch's floor, plain Keras's own 2-process fit and acceltrain's; the 2-process job's own floor
+    said against one device."""
+    from benchmarks import small_steps
+
+    seconds = {"plain": 0.05, "floor": 0.9, "keras": 1.0, "run": 1.5}
+    variants = [{"label": label, **variant, "runs": [seconds[variant["loop"]]] * 2}
+                for label, variant in small_steps.variants(["bilstm"], ["launch"]).items()]
+    assert sorted(v["label"] for v in variants) == ["bilstm floor launch", "bilstm keras launch", "bilstm plain",
+                                                    "bilstm run launch"]
+    text, _ = rendered("small-steps-bilstm", {"rounds": 2, "steps": {"bilstm": 40}, "batch": 32, "loads": [0.5, 0.6],
+                                              "variants": variants})
+    assert ("| bilstm | launch, 2 processes × 2 devices | 900.00 ms | 1000.00 ms | 1.11× (beyond this run's noise, ±0%) | "
+            "1500.00 ms (`launch`) | 1.67× (beyond this run's noise, ±0%) | **no** | 1.50× (beyond this run's noise, ±0%) |"
+            in text)
+    assert ("The 2-process CPU job's own floor, against one device: bilstm: plain Keras's own 2-process fit takes 20× "
+            "the plain one-device step (50.00 ms → 1000.00 ms)") in text
+
 def test_plain_keras_in_launchs_job_is_two_processes_joined_by_hand_without_acceltrain():
     from benchmarks import small_steps
 

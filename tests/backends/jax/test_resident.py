@@ -224,3 +224,55 @@ def test_batch_hooked_names_callbacks_with_batch_methods_but_not_keras_progress_
     lambda_batch = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: None)
     assert resident.batch_hooked([lambda_batch, keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: None)]) \
         == [lambda_batch]
+
+
+class _Measured(dict):
+    """resident._SECONDS_A_STEP as a loaded or a quiet machine would leave it: every model's step measured at
+    `seconds`, whatever the fit measures meanwhile."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def get(self, model, default=None):
+        return self.seconds
+
+    def __setitem__(self, model, seconds):
+        pass
+
+
+@pytest.mark.parametrize("optimizer, one_device", [("adam", False), ("sgd", False), ("adam", True)])
+def test_a_step_measured_slow_or_fast_trains_the_same_weights_bit_for_bit(runtime, monkeypatch, capsys, optimizer,
+                                                                          one_device):
+    """The steps an execution runs with a callback that hears from each second (the checkpoint loop's) are sized by a
+    measured step time (choose_steps_per_dispatch's seconds_a_step): a loaded machine's slow step gives 1 step an
+    execution, a quiet one's the epoch. Which one the clock picks must not change what is computed: the same
+    weights and history to the bit, the partial last batch and validation data included; on 8 CPU devices (one program
+    a step) and on one (the steps in one compiled loop)."""
+    import contextlib
+
+    import keras
+
+    class Live(keras.callbacks.Callback):
+        steps_aware = hears_each_second = True
+
+    def train(model):
+        np.random.seed(11)
+        return model.fit(X, Y, batch_size=32, epochs=3, validation_data=(X[:64], Y[:64]), verbose=0,
+                         callbacks=[Live()]).history
+
+    from acceltrain.backends.jax import steps
+
+    trained = []
+    for seconds, told in ((10.0, "steps an execution: 1 "), (1e-6, "steps an execution: 7 ")):
+        monkeypatch.setattr(steps, "_told", set())
+        monkeypatch.setattr(resident, "_SECONDS_A_STEP", _Measured(seconds))
+        with contextlib.nullcontext() if one_device else runtime.scope():
+            model = _model(keras, optimizer)
+        history = train(model)
+        assert told in capsys.readouterr().err
+        trained.append((model.get_weights(), history))
+    (slow, slow_history), (fast, fast_history) = trained
+    for a, b in zip(slow, fast):
+        np.testing.assert_array_equal(a, b)
+    assert slow_history == fast_history
