@@ -80,7 +80,8 @@ def test_a_tensorflow_script_runs_as_written_but_for_what_keras_makes_in_the_str
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout == plain.stdout
     lines = dict(line.split(": ", 1) for line in run.stdout.splitlines())
-    assert lines["own variable"] == "ResourceVariable" and lines["strategy outside fit"] == "_DefaultDistributionStrategy"
+    assert lines["own variable"] == "ResourceVariable"
+    assert lines["strategy outside fit"] == "_DefaultDistributionStrategy"
     assert lines["own variable after fit"] == "24"  # 8 steps × 3 epochs, counted by the script's callback
     assert lines["model variable"] == ("MirroredVariable" if devices > 1 else "ResourceVariable")
     assert ("the rest runs outside it, as written" in run.stderr) == (devices > 1)

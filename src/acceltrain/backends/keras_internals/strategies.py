@@ -180,8 +180,8 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
     cannot be, TensorFlow's UnliftableError; tf.data names that graph "Dataset_<transformation>_<function>").
 
     Relies on: backend/tensorflow/core.py::Variable._initialize(value) (3.16: ops/core.py) making every Keras
-    variable's tf.Variable (its deferred and eager paths both); the trainer class's __init__ (trainer_class) keeping
-    tf.distribute.get_strategy() as the model's _distribute_strategy when a strategy is in force; backend/tensorflow/
+    variable's tf.Variable (its deferred and eager paths both); the trainer class's __init__ (TensorFlowTrainer;
+    3.16: Trainer) keeping tf.distribute.get_strategy() as the model's _distribute_strategy when a strategy is in force; backend/tensorflow/
     optimizer.py::TFOptimizer.__init__ keeping it as _distribution_strategy, and its add_variable_from_reference
     entering that strategy's colocate_vars_with (which TensorFlow allows only inside its scope); and TensorFlow's
     default strategy's scope known by its variable creator (_in_default_strategys_scope). `own_scope(name)` is called
@@ -189,9 +189,9 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
     """
     import tensorflow as tf
     from keras.src.backend import tensorflow as backend
-    from keras.src.backend.tensorflow import optimizer
+    from keras.src.backend.tensorflow import optimizer, trainer
 
-    from acceltrain.backends.keras_internals import trainer_class
+    trainer_class = getattr(trainer, "TensorFlowTrainer", None) or trainer.Trainer  # 3.16: renamed Trainer
 
     def in_scope(_, keras_own):
         def made(*args, **kwargs):
@@ -205,7 +205,7 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
         return made
 
     with patched(backend.Variable, ["_initialize"], in_scope), \
-            patched(trainer_class("tensorflow"), ["__init__"], in_scope), \
+            patched(trainer_class, ["__init__"], in_scope), \
             patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
         yield
 
