@@ -4,7 +4,8 @@
                                      [--quick]
 
 Runs `acceltrain bench` (src/acceltrain/commands/bench.py: each variant in its own process, the variants
-interleaved, every one in the dtype policy acceltrain runs) once per batch size, and records its reports: the
+interleaved, every one in the dtype policy acceltrain runs) once per batch size, with its variant (e), the recipe as a
+plain Keras script under `acceltrain run` (issue #43 names both Runtime.fit and it), and records its reports: the
 section "epoch-speed" (acceltrain on JAX) or "epoch-speed-tensorflow", with issue #43's targets, met or not. On a
 GPU machine, benchmarks/gpu_check.sh records the section "epoch-speed-gpu" with it. --quick: 2 epochs on 2,400
 samples at batch 1,200, 2 runs each.
@@ -27,11 +28,15 @@ from benchmarks import _noise, _results  # noqa: E402
 
 SECTIONS = {"jax": "epoch-speed", "tensorflow": "epoch-speed-tensorflow"}
 BATCH_SIZES = (32, 128, 1200)  # issue #43's: small steps, where a loop's overhead shows, and the recipe's own
-PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"))  # (numerator, denominator)
+# (numerator, denominator); those of (e), the plain script under `acceltrain run`, where the record has it
+PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"), ("script", "hand"), ("plain", "script"))
 # Issue #43's targets: (ratio, its label, the bound on a CPU, on an accelerator, at least or at most).
 TARGETS = (
     ("acceltrain_over_hand", "acceltrain's steady epoch over the hand-written scanned epoch's (#43)", 1.15, 1.5, "≤"),
     ("plain_over_acceltrain", "plain Keras's steady epoch over acceltrain's: no slower than plain (#43)", 1.0, 1.0, "≥"),
+    ("script_over_hand", "a plain script under `acceltrain run`: its steady epoch over the hand-written scanned "
+                         "epoch's (#43)", 1.15, 1.5, "≤"),
+    ("plain_over_script", "plain Keras's steady epoch over the script's under `acceltrain run` (#43)", 1.0, 1.0, "≥"),
 )
 # Keras's own default dtype policy: what bench ran plain Keras in before it ran it in acceltrain's precision.
 KERAS_DEFAULT_PRECISION = "float32"
@@ -56,7 +61,8 @@ def main():
     for batch_size in ([1200] if args.quick else args.batch_sizes):
         config = bench.BenchConfig(epochs=2 if args.quick else args.epochs, repeats=2 if args.quick else args.repeats,
                                    backend=args.backend,
-                                   samples=2400 if args.quick else args.samples, batch_size=batch_size)
+                                   samples=2400 if args.quick else args.samples, batch_size=batch_size,
+                                   script=True)
         reports.append(bench.run(config, reading=run.reading))  # its line judges the record's own reading
         print(bench.format_table(reports[-1]), flush=True)
     run.save(args.section or SECTIONS[args.backend], {"reports": reports})
@@ -125,13 +131,18 @@ def comparable(batch: dict, a: str, b: str) -> bool:
     return batch["variants"][a]["precision"] == batch["variants"][b]["precision"]
 
 
+def pairs(batch: dict) -> list[tuple[str, str]]:
+    """The PAIRS whose two variants ran (a record made before bench had (e) has no script)."""
+    return [(a, b) for a, b in PAIRS if a in batch["variants"] and b in batch["variants"]]
+
+
 def differences(batch: dict) -> dict:
     """Each pair's ratio of medians, judged against the larger spread of the two variants' run medians; None for a
     pair that ran in unlike precisions."""
     variants = batch["variants"]
     return {f"{a}_over_{b}": (_noise.compare(variants[b]["run_medians"], variants[a]["run_medians"])
                               if comparable(batch, a, b) else None)
-            for a, b in PAIRS}
+            for a, b in pairs(batch)}
 
 
 def cache_difference(batch: dict) -> _noise.Difference | None:
@@ -172,7 +183,8 @@ def _precision(batch: dict, variant: dict, name: str) -> str:
         default = ("Keras's default, as bench then ran it" if batch["precision_inferred"] else
                    f"its default: {variant['default_precision']}")
     else:
-        default = "acceltrain's choice" if name == "acceltrain" else "follows acceltrain"
+        default = {"acceltrain": "acceltrain's choice", "script": "acceltrain run's choice"}.get(name,
+                                                                                                "follows acceltrain")
     return f"{variant['precision']} ({default})"
 
 
@@ -202,7 +214,7 @@ def table(batch: dict) -> list[str]:
 def ratios_line(batch: dict) -> str:
     return ("Median epoch ratios, judged against the larger spread of the two variants' run medians "
             "(benchmarks/_noise.py): " + "; ".join(f"{a} / {b} {said_ratio(batch, a, b, '{:.3f}×')}"
-                                                    for a, b in PAIRS) + ".")
+                                                    for a, b in pairs(batch)) + ".")
 
 
 def targets(summary: dict) -> list[str]:
@@ -211,6 +223,8 @@ def targets(summary: dict) -> list[str]:
     for batch in summary["batches"]:
         judged = differences(batch)
         for key, label, cpu_bound, other_bound, sense in TARGETS:
+            if key not in judged:  # a record with no script
+                continue
             bound = cpu_bound if on_cpu else other_bound
             if judged[key] is None:
                 lines.append(f"| {label} | {batch['batch_size']} | unlike precisions | {sense} {bound}× | not judged |")
@@ -250,7 +264,9 @@ def render(summary: dict, record: dict) -> str:
         "",
         f"`{record['command']}`. {summary['recipe']}: acceltrain on {runtime['backend']}/{runtime['platform']}, "
         f"{runtime['num_devices']} × {runtime['device_kind']}{' (simulated)' if runtime['simulated_devices'] else ''}. "
-        "Each variant runs in its own process, interleaved (acceltrain, plain, hand, acceltrain, ...). A run's "
+        "Each variant runs in its own process, interleaved (acceltrain, "
+        + ("the plain script under `acceltrain run`, " if "script" in batches[0]["variants"] else "")
+        + "plain, hand, acceltrain, ...). A run's "
         "figure is the median of its steady epochs (those after its first, which compiles); a variant's is the median "
         "of its runs' figures, and its spread, (max - min) / min of them, is the noise its ratios are judged against. "
         "Plain Keras and the hand loop run in acceltrain's precision (each side's own default is labelled beside it); "
@@ -307,8 +323,10 @@ def quotes(summary: dict, record: dict) -> dict:
         versus_plain = (f"plain Keras on {plain['backend']} over acceltrain's {said_ratio(batch, 'plain', 'acceltrain')}"
                         if comparable(batch, "plain", "acceltrain") else
                         f"plain Keras on {plain['backend']} {unlike_words(batch, 'plain', 'acceltrain')}")
+        script = (f", a plain script's under `acceltrain run` {said_ratio(batch, 'script', 'hand', '{:.2f}×')}"
+                  if "script" in batch["variants"] else "")
         parts.append(f"at batch {batch['batch_size']}, acceltrain's epoch over the hand-written scanned loop's "
-                     f"{said_ratio(batch, 'acceltrain', 'hand', '{:.2f}×')}, {versus_plain}")
+                     f"{said_ratio(batch, 'acceltrain', 'hand', '{:.2f}×')}{script}, {versus_plain}")
     sentence = (f"On {where} ({_results.cite(record)}; median steady epochs of {last['repeats']} runs each, side by "
                 f"side, acceltrain in {last['precision']}): " + "; ".join(parts)
                 + f"; acceltrain reached {_percent(accel['of_ceiling'])} of the measured {last['ceiling']['dtype']} "

@@ -30,8 +30,8 @@ class Section:
 # their settings and the epoch times they reported; `run_all.py` prints each run's wall time to correct them.
 SECTIONS = (
     Section("learning-rate", "learning_rate.py", (), 12),
-    Section("epoch-speed", "epoch_speed.py", (), 12),  # batch 32, 128 and 1,200: 3 runs each of 3 variants
-    Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 14),
+    Section("epoch-speed", "epoch_speed.py", (), 16),  # batch 32, 128 and 1,200: 3 runs each of 4 variants
+    Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 19),
     Section("default-job", "default_job.py", (), 8),
     Section("fit-options", "fit_options.py", (), 4),
     Section("matmul-dtypes", "matmul_dtypes.py", (), 1),

@@ -307,15 +307,27 @@ def test_slower_on_several_devices_names_the_processes_of_a_job():
         ("tensorflow", True, 2**20, 2**30, 1, "", False, "", False, "tensorflow: Keras's own input path"),
         ("jax", True, 2**20, 2**30, 1, "", True, "", False, "scans steps_per_execution itself"),
         ("jax", False, 0, 2**30, 1, "", False, "", False, "not in-memory arrays"),
-        ("jax", True, 2**20, 2**30, 2, "", False, "", False, "2 processes"),
+        ("jax", True, 2**20, 2**30, 2, "", False, "", True, "each of 2 processes its own share on its devices, here "
+         "500 samples: 1.0 MiB of 1.0 GiB"),
+        ("jax", True, 2**20, 2**30, 2, "a model axis", False, "", False,
+         "2 processes and a model axis: each feeds its share through Keras's input path"),
+        ("jax", True, 2**29, 2**30, 2, "", False, "", False, "too large: each of 2 processes its own share"),
         ("jax", True, 2**20, 2**30, 1, "", False, "8 device(s)", False, "weights lie on 8 device(s), with no distribution"),
         ("jax", True, 2**20, None, 1, "", False, "", False, "memory is unknown"),
     ],
 )
 def test_choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans, elsewhere, expected, why):
-    on, reason = decisions.choose_device_data(backend, arrays, nbytes, device, processes, off, keras_scans,
-                                              weights_elsewhere=elsewhere)
+    # In a job of several processes, `off` stands for what keeps it on Keras's input path (in_job_not)
+    turned_off, in_job_not = (off, "") if processes == 1 else ("", off)
+    on, reason = decisions.choose_device_data(backend, arrays, nbytes, device, processes, turned_off, keras_scans,
+                                              weights_elsewhere=elsewhere, share_rows=500, in_job_not=in_job_not)
     assert on is expected and why in reason
+
+
+def test_choose_device_data_in_a_job_says_when_each_process_holds_the_whole_set():
+    on, reason = decisions.choose_device_data("jax", True, 2**20, 2**30, 2, "", share_rows=1001, whole_set=True)
+    assert on and reason.startswith("each of 2 processes the whole set (a resumable epoch draws each batch from every "
+                                    "sample) on its devices, here 1,001 samples: 1.0 MiB of 1.0 GiB, at most 25%")
 
 
 @pytest.mark.parametrize(
@@ -348,9 +360,16 @@ def test_choose_steps_per_dispatch_keeps_a_live_callback_called_about_each_secon
     assert steps == expected and why in reason
 
 
-@pytest.mark.parametrize("platform, one_program", [("cpu", False), ("gpu", True), ("tpu", True)])
-def test_choose_step_loop(platform, one_program):
-    assert decisions.choose_step_loop(platform)[0] is one_program
+@pytest.mark.parametrize("platform, devices, one_program, why", [
+    ("cpu", 1, True, "1 cpu device(s): the steps in one compiled loop"),  # the seed's job on this machine
+    ("cpu", 8, False, "8 CPU devices: each step its own program"),  # simulated: collectives on a small pool
+    ("gpu", 1, True, "1 gpu device(s): the steps in one compiled loop"),
+    ("gpu", 8, True, "8 gpu device(s)"),
+    ("tpu", 4, True, "4 tpu device(s)"),
+])
+def test_choose_step_loop(platform, devices, one_program, why):
+    chosen, reason = decisions.choose_step_loop(platform, devices)
+    assert chosen is one_program and why in reason
 
 
 def test_the_platforms_steps_per_execution_is_capped_by_the_bytes_of_the_batches_it_stacks():

@@ -49,11 +49,13 @@ def pytester(pytester, monkeypatch):
 
 
 def test_a_trainer_method_left_replaced_is_named_with_where_the_replacement_came_from_and_put_back(runtime):
-    from keras.src.backend.jax.trainer import JAXTrainer
+    from acceltrain.backends import keras_internals
 
+    JAXTrainer = keras_internals.trainer_class("jax")  # keras-nightly 3.16: named Trainer
     before = conftest._keras_methods()
     fit = JAXTrainer.fit
     JAXTrainer.fit = lambda model, *args, **kwargs: None  # as a hook that was never taken off
     leaks = conftest._methods_left_replaced(before)
     assert JAXTrainer.fit is fit  # put back
-    assert len(leaks) == 1 and "JAXTrainer.fit replaced (by code in" in leaks[0] and "test_leak_fixture.py" in leaks[0]
+    assert len(leaks) == 1 and f"{JAXTrainer.__name__}.fit replaced (by code in" in leaks[0] \
+        and "test_leak_fixture.py" in leaks[0]

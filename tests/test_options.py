@@ -89,18 +89,18 @@ def test_settings_write_themselves_back_as_run_flags_and_parse_back_the_same():
 
 
 def test_runtime_fit_takes_one_checkpoints_value_or_its_keywords_not_both():
-    from acceltrain.runtime import _checkpoints_of
+    from acceltrain.arguments import checkpoints_of
 
     asked = Checkpoints("ckpt", every="3 steps")
-    assert _checkpoints_of(asked, None, False, "auto", 2) is asked
-    assert _checkpoints_of(None, "ckpt", False, "3 steps", 2) == asked
-    assert _checkpoints_of(None, None, False, "auto", 2) is None
+    assert checkpoints_of(asked, None, False, "auto", 2) is asked
+    assert checkpoints_of(None, "ckpt", False, "3 steps", 2) == asked
+    assert checkpoints_of(None, None, False, "auto", 2) is None
     with pytest.raises(UsageError, match=r"Received checkpoints= and checkpoint_dir, resume\. Pass the one"):
-        _checkpoints_of(asked, "other", True, "auto", 2)
+        checkpoints_of(asked, "other", True, "auto", 2)
     with pytest.raises(UsageError, match=r"Received checkpoints='ckpt'\. Expected an acceltrain.Checkpoints"):
-        _checkpoints_of("ckpt", None, False, "auto", 2)
+        checkpoints_of("ckpt", None, False, "auto", 2)
     with pytest.raises(UsageError, match=r"Received checkpoint_every='often'"):  # the keywords, named as given
-        _checkpoints_of(None, "ckpt", False, "often", 2)
+        checkpoints_of(None, "ckpt", False, "often", 2)
     with pytest.raises(UsageError, match=r"Received every='often'"):  # the value, named as its own arguments
         Checkpoints("ckpt", every="often")
 
@@ -121,3 +121,23 @@ def test_settings_are_read_by_name_from_a_verbs_flags_and_a_train_config():
                                              device_memory="1GiB", cluster=acceltrain.Cluster())
     job = {"coordinator": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}
     assert Settings.read(argparse.Namespace(backend=None), **job) == Settings(cluster=acceltrain.Cluster(**job))
+
+
+def test_connect_is_called_with_its_keywords_only_by_settings_connect():
+    """Every verb reaches connect() through one Settings (train, run, launch, devices, doctor's dry run, bench's
+    acceltrain run): no module of src/ but runtime.py calls connect() itself, and runtime.py only in Settings.connect."""
+    import ast
+    from pathlib import Path
+
+    source = Path(acceltrain.__file__).parent
+    callers = []
+    for path in sorted(source.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for scope in ast.walk(tree):
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(scope):
+                    called = node.func if isinstance(node, ast.Call) else None
+                    if isinstance(called, ast.Name) and called.id == "connect" or isinstance(called, ast.Attribute) \
+                            and called.attr == "connect" and getattr(called.value, "id", None) in ("acceltrain", "runtime"):
+                        callers.append(f"{path.relative_to(source)}::{scope.name}")
+    assert sorted(set(callers)) == ["runtime.py::connect"], callers

@@ -4,7 +4,7 @@ import pytest
 
 from acceltrain import hardware
 from acceltrain.errors import UsageError
-from acceltrain.runtime import _check_platform
+from acceltrain.arguments import check_platform
 
 
 @pytest.mark.parametrize("platform, tpu, simulate, expected", [
@@ -15,7 +15,7 @@ from acceltrain.runtime import _check_platform
     ("auto", None, 8, "auto"),
 ])
 def test_valid_platform_arguments(platform, tpu, simulate, expected):
-    assert _check_platform(platform, tpu, simulate) == expected
+    assert check_platform(platform, tpu, simulate) == expected
 
 
 @pytest.mark.parametrize("platform, tpu, simulate, message", [
@@ -26,7 +26,7 @@ def test_valid_platform_arguments(platform, tpu, simulate, expected):
 ])
 def test_conflicting_platform_arguments_are_refused(platform, tpu, simulate, message):
     with pytest.raises(UsageError, match=message):
-        _check_platform(platform, tpu, simulate)
+        check_platform(platform, tpu, simulate)
 
 
 @pytest.mark.parametrize("counts, requested, expected", [

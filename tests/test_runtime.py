@@ -318,11 +318,11 @@ def test_predict_rejects_a_batch_that_does_not_divide(runtime):
 # --- close(): what connect() changed in Keras is undone ---------------------------------------------
 
 def test_close_undoes_placement_following_and_connect_again_adds_nothing(runtime):
-    from keras.src.backend.jax.trainer import JAXTrainer
-
     from acceltrain.backends import jax as jax_backend
+    from acceltrain.backends import keras_internals
     from acceltrain.backends.jax import distribution
 
+    JAXTrainer = keras_internals.trainer_class("jax")  # keras-nightly 3.16: named Trainer
     meshes = len(distribution._distributions_by_mesh)
     patched_fit = JAXTrainer.fit
     with acceltrain.connect(simulate_devices=8, distribution="data", verbose=False) as again:  # a second runtime
@@ -357,6 +357,33 @@ def test_connect_again_with_the_same_options_gives_back_the_open_runtime_and_say
         assert newer is not fresh and interception.runtimes_opened() == opened + 2
     finally:
         newer.close()
+
+
+def test_a_scripts_close_of_the_runtime_run_holds_gives_back_its_own_hold_only(runtime, capsys):
+    """A script under `acceltrain run` that calls connect() with run's options gets run's runtime back; its close()
+    (once, twice, or its `with` block's end) gives back its own hold and leaves run's open; run's end closes it."""
+    from acceltrain import opened
+    from acceltrain import runtime as runtimes
+
+    held = acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False)  # run's, with options of its own
+    with opened.held_by_command(held):
+        scripts = acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False)
+        assert scripts is held and opened.HOLDS[held] == 2
+        scripts.close()
+        assert held in runtimes._open_runtimes and opened.HOLDS[held] == 1
+        scripts.close()  # closed again: still run's
+        with acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False) as again:
+            assert again is held
+        assert held in runtimes._open_runtimes and opened.HOLDS[held] == 1
+        with held.scope():
+            model = _mlp()
+        assert runtimes._runtime_of(model) is held  # its models still follow it
+    assert held not in runtimes._open_runtimes  # run's end closed it
+    said = capsys.readouterr().err
+    assert said.count("runtime.close(): this runtime is acceltrain run's, given back to the script's connect(); run "
+                      "holds it until the script ends, and closes it then") == 2
+    assert acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False) is not held  # a new one now
+    acceltrain.connect(simulate_devices=8, stall_timeout=7, verbose=False).close()
 
 
 def test_a_runtime_opened_beside_one_with_other_options_says_which_differ(runtime, capsys):

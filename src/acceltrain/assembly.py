@@ -243,8 +243,8 @@ class Inputs:
             return proceed(call)  # nothing to split, or TensorFlow splits an uneven batch itself
         classes = inputs.classes_of(call.model)
         if call.name == "fit":
-            if runtime is self.runtime:
-                placement.report(runtime, call.model)  # once per model: what was sharded
+            if runtime is self.runtime:  # a model built in scope() by hand, not by Runtime.build (which told its own
+                placement.report(runtime, call.model)  # at once): what was sharded, once per model (request.reported)
             return self._fit(call, arguments, runtime, classes, checked, proceed)
         if call.name == "evaluate":
             prepared = inputs.prepare_evaluate(runtime.split, arguments.pop("x", None), arguments.pop("y", None),

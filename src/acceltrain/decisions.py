@@ -343,13 +343,18 @@ DEVICE_DATA_SHARE = 0.25  # the share of a device's memory in-memory arrays may 
 
 def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: int | None, processes: int,
                        turned_off: str, keras_scans: bool = False,
-                       share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "") -> tuple[bool, str]:
+                       share: float = DEVICE_DATA_SHARE, weights_elsewhere: str = "", share_rows: int = 0,
+                       in_job_not: str = "", whole_set: bool = False) -> tuple[bool, str]:
     """Whether a fit's in-memory arrays (its validation data too) are placed on the devices once and each batch
     gathered there (backends/jax/resident.py), instead of Keras slicing them on the host and sending each batch.
     `nbytes`: the arrays' bytes times the copies one memory holds (CPU devices share the host's). `turned_off`: the
     setting that turned it off, in words (--device-data off, ACCELTRAIN_DEVICE_DATA=0), else empty.
     `weights_elsewhere`: where the model's weights lie when not on the devices the data would go to (a model laid
-    out on several devices with no distribution in force: a restored sharded checkpoint), else empty."""
+    out on several devices with no distribution in force: a restored sharded checkpoint), else empty. In a job of
+    several `processes` each places its own share (`share_rows` samples; `nbytes` its bytes times the copies) on its own
+    devices; `in_job_not`: what keeps such a job on Keras's input path (its batches gathered outside acceltrain's steps
+    would reach Keras's distribution as global arrays), in words, else empty; `whole_set`: each process holds the whole
+    set instead (Runtime.fit with checkpoints: its resumable order draws each batch from every sample)."""
     if turned_off:
         return False, f"turned off: {turned_off}"
     if backend != "jax":
@@ -358,13 +363,17 @@ def choose_device_data(backend: str, arrays: bool, nbytes: int, device_bytes: in
         return False, "this Keras scans steps_per_execution itself (3.16+): Keras's own input path"
     if not arrays:
         return False, "the inputs are not in-memory arrays of numbers (or validation_split is left to Keras)"
-    if processes > 1:
-        return False, f"{processes} processes: each feeds its share through Keras's input path"
+    if processes > 1 and in_job_not:
+        return False, f"{processes} processes and {in_job_not}: each feeds its share through Keras's input path"
     if weights_elsewhere:
         return False, f"the model's weights lie on {weights_elsewhere}, with no distribution to place the data by"
     if device_bytes is None:
         return False, "the devices' memory is unknown"
     figures = f"{nbytes / 2**20:,.1f} MiB of {device_bytes / 2**30:,.1f} GiB, at most {share:.0%}"
+    if processes > 1:
+        held = ("the whole set (a resumable epoch draws each batch from every sample)" if whole_set
+                else "its own share")
+        figures = f"each of {processes} processes {held} on its devices, here {share_rows:,} samples: {figures}"
     if nbytes > share * device_bytes:
         return False, f"too large: {figures}"
     return True, (f"{figures}; each step sends only the batch's indices. --device-data off "
@@ -408,13 +417,17 @@ def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, ba
     return steps, why
 
 
-def choose_step_loop(platform: str) -> tuple[bool, str]:
+def choose_step_loop(platform: str, devices: int) -> tuple[bool, str]:
     """How a fit on device data runs the steps of one execution: in one compiled loop (one dispatch for many steps:
-    an accelerator waits on no host between them), or, on CPU, each step its own program dispatched back to back
-    with nothing of Keras's between them (XLA's CPU loop measured no faster than that on the 2-core CPU of issue 43)."""
-    if platform == "cpu":
-        return False, "cpu: each step its own program, dispatched back to back"
-    return True, f"{platform}: the steps in one compiled loop a dispatch"
+    the device waits on no host between them, and the host spends no Python a step), or, over several CPU devices,
+    each step its own program, one at a time (their collectives share XLA's small CPU thread pool:
+    backends/jax/steps.py). On one CPU device the loop was measured against one program a step, interleaved in one
+    process (the seed's MLP, issue 43, load ~13-15, so CPU time, not wall time): at batch 32 (1,875 steps an epoch) the
+    Python thread spent 0.02 s an epoch against 0.30 s, the process 3.21 s of CPU against 3.42 s (a hand-written
+    lax.scan epoch: 3.11 s); at batch 128, 0.01 s against 0.09 s, and 2.05 s against 2.21 s (hand: 2.10 s)."""
+    if platform == "cpu" and devices > 1:
+        return False, f"{devices} CPU devices: each step its own program, one at a time (their collectives)"
+    return True, f"{devices} {platform} device(s): the steps in one compiled loop a dispatch"
 
 
 # launch --emit jobset --grace-period FILE.json: the pods' grace after SIGTERM (terminationGracePeriodSeconds) sized

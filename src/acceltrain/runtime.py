@@ -14,24 +14,13 @@ import os
 import weakref
 import platform as _platform
 
-from acceltrain import backends, decisions, hardware, inputs, ledger, log, opened, watchdog
+from acceltrain import arguments, backends, decisions, hardware, inputs, ledger, log, opened, watchdog
 from acceltrain import cluster as clusters
 from acceltrain.cluster import Cluster
 from acceltrain.errors import AcceltrainError, UsageError, option, positive_int, shown
 from acceltrain.layout import placement
 from acceltrain.options import Checkpoints
 from acceltrain.version import __version__
-
-DEVICE_DATA = ("auto", "off")  # Runtime.keep_data_on_devices(...), --device-data
-
-
-def check_device_data(value, name: str = "--device-data") -> str:
-    """Runtime.keep_data_on_devices's setting (`name`: the argument or the flag it came from) checked."""
-    if value not in DEVICE_DATA:
-        raise UsageError(f"Received {shown(name, value)}. Valid: {', '.join(DEVICE_DATA)} (auto: a fit's in-memory arrays kept on "
-                         "the devices where they fit; off: Keras's own input path, each batch sent from the host).")
-    return value
-
 
 def connect(backend: str | None = None, *, simulate_devices: int | None = None, distribution: str = "auto",
             platform: str = "auto", verbose: bool = True, cluster: Cluster | None = None,
@@ -75,20 +64,14 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     off (--device-data off).
     """
     # 1. Check the arguments, before any framework starts.
-    if cluster is not None and not isinstance(cluster, Cluster):
-        raise UsageError(f"Received cluster={cluster!r}. Valid: an acceltrain.Cluster, e.g. acceltrain.Cluster("
-                         "coordinator='10.0.0.1:1234', num_processes=2, process_id=0), or None to read the job from "
-                         "the environment.")
-    joined = cluster or Cluster()
+    joined = arguments.cluster_of(cluster)
     tpu = joined.tpu
-    _check_simulate_devices(simulate_devices)
+    arguments.check_simulate_devices(simulate_devices)
     stall_timeout = watchdog.check_timeout(stall_timeout)
     sharding_request = placement.check_request(distribution, device_memory, mesh_shape)  # sharding's own inputs
     decisions.check_distribution(sharding_request.kind)
-    platform = _check_platform(platform, tpu, simulate_devices)
-    if precision not in decisions.PRECISIONS:
-        raise UsageError(f"Received precision={precision!r}. Valid: {', '.join(decisions.PRECISIONS)} (auto: bfloat16 "
-                         "compute on TPUs and GPUs that run it natively, else float32).")
+    platform = arguments.check_platform(platform, tpu, simulate_devices)
+    arguments.check_precision(precision)
 
     # 2. Choose the backend and start it.
     set_before_keras = backends.set_before_keras() is not None  # importing acceltrain set KERAS_BACKEND, not the user
@@ -102,7 +85,7 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
                                                   joined.process_id, started=backends.started_processes())
     # A runtime connect() opened with these options in this job and still open (a notebook cell run again): that one.
     options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
-               "platform": platform, "cluster": cluster, "stall_timeout": stall_timeout,
+               "platform": platform, "cluster": joined, "stall_timeout": stall_timeout,
                "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
                "job": f"{processes_reason} ({processes})"}
     again, others = opened.opened_with(options, _open_runtimes)
@@ -214,7 +197,7 @@ class Settings:
             positive_int(self.simulate_devices, option("simulate_devices"), " (e.g. 8 to try an 8-device run on a CPU)")
         decisions.check_distribution(self.distribution, backend)
         stall_timeout = watchdog.check_timeout(self.stall_timeout, option("stall_timeout"))
-        check_device_data(self.device_data, option("device_data"))
+        arguments.check_device_data(self.device_data, option("device_data"))
         if self.device_memory is not None:
             from acceltrain import sharding
 
@@ -233,47 +216,12 @@ class Settings:
                 for part in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
 
 
-def _checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoints | None:
-    """Runtime.fit's checkpoints: the one value, or made from its keywords (both: refused)."""
-    if checkpoints is None:
-        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume)
-    if not isinstance(checkpoints, Checkpoints):
-        raise UsageError(f"Received checkpoints={checkpoints!r}. Expected an acceltrain.Checkpoints, e.g. "
-                         "acceltrain.Checkpoints('ckpt', every='200 steps'), or None.")
-    given = {"checkpoint_dir": checkpoint_dir, "resume": resume or None, "checkpoint_every": every != "auto" or None,
-             "keep_checkpoints": keep != 2 or None}
-    also = [name for name, value in given.items() if value is not None]
-    if also:
-        raise UsageError(f"Received checkpoints= and {', '.join(also)}. Pass the one Checkpoints value (its dir, "
-                         "every, keep and resume), or the keywords without it.")
-    return checkpoints
-
-
 def _heartbeats(found):
     """Each process's beats shared through the job's coordinator (a job of several processes on JAX), for the
     stall watchdog to name the process that stopped (watchdog.py)."""
     from acceltrain import backends
 
     return backends.JobHeartbeats(found.num_processes) if found.num_processes > 1 else None
-
-
-def _check_simulate_devices(simulate_devices) -> None:
-    if simulate_devices is not None:
-        positive_int(simulate_devices, "simulate_devices", " (e.g. 8 to try an 8-device run on this CPU)")
-
-
-def _check_platform(platform, tpu, simulate_devices) -> str:
-    """The platform asked for, checked against the other arguments; a TPU name asks for a TPU."""
-    if platform not in ("auto", *hardware.PLATFORMS):
-        raise UsageError(f"Received platform={platform!r}. Valid: auto, {', '.join(hardware.PLATFORMS)}.")
-    if tpu is not None and platform not in ("auto", "tpu"):
-        raise UsageError(f"Received tpu={tpu!r} with platform={platform!r}. A TPU name asks for a TPU: "
-                         "pass one or the other.")
-    platform = "tpu" if tpu is not None else platform
-    if simulate_devices is not None and platform not in ("auto", "cpu"):
-        raise UsageError(f"Received simulate_devices={simulate_devices} with platform={platform!r}. Simulated "
-                         "devices are slices of the CPU: leave platform out, or drop simulate_devices.")
-    return platform
 
 
 class Runtime:
@@ -461,6 +409,9 @@ class Runtime:
             model = build_model()
         if setting is not None:
             autopilots.built(model, setting)
+        # What was sharded, told here and not left to the first fit's report (assembly.Inputs, the other of its two
+        # callers): Runtime.build is no call of fit/evaluate/predict, so no layer sees it, and here a LayoutMap key that
+        # matches no weight fails before anything trains, and a model only evaluated or predicted is told too.
         placement.report(self, model)
         return model
 
@@ -533,7 +484,7 @@ class Runtime:
 
         _check_compiled(model)
         verify = verification.check_steps(verify)
-        checkpoints = _checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
+        checkpoints = arguments.checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, watchdog=self.watchdog_for(stall_timeout),
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
@@ -607,14 +558,20 @@ class Runtime:
         share of the devices' memory, each step sending only its batch's indices; said in one line with its
         numbers) or "off" (Keras's own input path: each batch sliced on the host and sent), until this runtime
         closes. The CLI's --device-data; ACCELTRAIN_DEVICE_DATA=0 turns it off too. Returns the runtime."""
-        self.device_data = check_device_data(setting, "setting")
+        self.device_data = arguments.check_device_data(setting, "setting")
         self._framework.keep_data_on_devices(setting)
         return self
 
     def close(self) -> None:
         """Undo what connect() changed in Keras for this runtime: the last runtime closed gives Keras its own
         fit/evaluate/predict back. The devices and the backend stay started: JAX and TensorFlow cannot stop them.
-        Closes it however many connect() calls gave it back; a later connect() opens a new one."""
+        Closes it however many connect() calls gave it back; a later connect() opens a new one. Under `acceltrain run`,
+        a script's close() of run's own runtime (its connect() with run's options gave it back) gives back that
+        call's hold only: run closes it when the script ends."""
+        if opened.kept_open(self):
+            log.info("runtime.close(): this runtime is acceltrain run's, given back to the script's connect(); "
+                     "run holds it until the script ends, and closes it then")
+            return
         opened.HOLDS.pop(self, None)
         if self._stop_intercepting():  # False: closed already
             self._framework.release(self.distribution)

@@ -392,12 +392,17 @@ def test_stand_ins_leave_what_fit_builds_for_fit_to_build():
         assert model._compile_loss is not own[1]
     assert (model.optimizer, model._compile_loss, model._compile_metrics) == own and model.metrics == metrics
     assert not own[0].built and not own[1].built and not own[2].built
-    np.random.seed(5)
-    model.fit(np.zeros((16, 3), "float32"), np.zeros((16, 2), "float32"), batch_size=8, verbose=0)
-    after_fit = np.random.rand()
-    np.random.seed(5)
-    np.random.permutation(16), np.random.permutation(16)  # the symbolic build's read, then the epoch's
-    assert np.random.rand() == after_fit
+
+    def drawn_after_fit(fitted):  # NumPy's next draw after a fit: it counts the draws fit made (the shuffles)
+        np.random.seed(5)
+        fitted.fit(np.zeros((16, 3), "float32"), np.zeros((16, 2), "float32"), batch_size=8, verbose=0)
+        return np.random.rand()
+
+    plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)], name="plain")
+    plain.compile("adam", "mse", metrics=["mae"])
+    # The same draws as a plain fit of a model never stood in for (3.15 draws two permutations there, the symbolic
+    # build's read and the epoch's; keras-nightly 3.16 another count): a build the stand-ins left done would skip one.
+    assert drawn_after_fit(model) == drawn_after_fit(plain)
 
 
 def test_uses_keras_train_step_tells_a_models_own_train_step():

@@ -57,7 +57,8 @@ def test_learning_rate_section_and_quote_from_a_run():
 
 # --- epoch-speed -------------------------------------------------------------------------------
 
-def bench_report(plain_runs, accel_runs, hand_runs, backend="jax", batch_size=1200, plain_precision="float32"):
+def bench_report(plain_runs, accel_runs, hand_runs, backend="jax", batch_size=1200, plain_precision="float32",
+                 script_runs=None):
     """A report made by acceltrain bench's own code from child results (so its shape is the real one)."""
     from acceltrain.commands import bench
 
@@ -73,6 +74,8 @@ def bench_report(plain_runs, accel_runs, hand_runs, backend="jax", batch_size=12
     runs = {"plain": [child(e, framework="tensorflow", jit=False, precision=plain_precision) for e in plain_runs],
             "acceltrain": [child(e, first) for e, first in zip(accel_runs, (8.0, 5.0))],
             "hand": [child(e, jit=None, default=None) for e in hand_runs]}
+    if script_runs:  # (e): the plain script under acceltrain run
+        runs["script"] = [child(e) for e in script_runs]
     ceiling = {"flops_per_second": 2e11, "dtype": "float32", "matmul_size": 2048}
     config = bench.BenchConfig(epochs=3, repeats=2, backend=backend, batch_size=batch_size)
     from acceltrain.commands import machine_load
@@ -108,6 +111,23 @@ def test_epoch_speed_records_every_batch_size_and_quotes_each():
     # 0.913× against ≤ 1.15×: met, and beyond the noise (±11%) of the bound; 1.271× against ≥ 1.0×: met, beyond ±0.5%
     assert "| ≤ 1.15× | yes |" in text and "| ≥ 1.0× | yes |" in text and "within this run's noise)" not in text
     assert "at batch 32, acceltrain's epoch" in said["summary"] and "; at batch 1200, " in said["summary"]
+
+
+def test_epoch_speed_with_the_plain_script_under_acceltrain_run_judges_it_beside_runtime_fit():
+    # script run medians 1.30, 1.31 (±0.8%); hand 1.15, 1.275 (±11%): 1.305 / 1.2125 = 1.076×, within the noise
+    reports = [bench_report(**RUNS, script_runs=[[3, 1.30, 1.30], [3, 1.31, 1.31]], batch_size=32)]
+    text, said = rendered("epoch-speed", {"reports": reports})
+    assert "| (e) plain script under acceltrain run | jax | float32 (acceltrain run's choice) | 1.305 s | 0.8% |" in text
+    assert "script / hand 1.076× (within this run's noise, ±11%" in text
+    assert "plain / script 1.079× (beyond this run's noise, ±0.8%)" in text  # 1.4075 / 1.305
+    assert "interleaved (acceltrain, the plain script under `acceltrain run`, plain, hand" in text
+    assert "| a plain script under `acceltrain run`: its steady epoch over the hand-written scanned epoch's (#43) | " \
+           "32 | 1.076× (within this run's noise, ±11%: no difference shown) | ≤ 1.15× | yes (the bound lies within" in text
+    assert "| plain Keras's steady epoch over the script's under `acceltrain run` (#43) | 32 | 1.079×" in text
+    assert "a plain script's under `acceltrain run` 1.08× (within" in said["summary"]
+    # a record made before bench had (e): no script row, pair, target or words
+    text, said = rendered("epoch-speed", {"reports": [bench_report(**RUNS, batch_size=32)]})
+    assert "script" not in text and "script" not in said["summary"]
 
 
 def test_a_ratio_of_unlike_precisions_is_shown_and_not_judged():
@@ -396,6 +416,26 @@ def test_small_steps_renders_a_record_without_plain_keras_beside_it_as_before():
             "±0%) | **no** | 0.20 ms |" in text)
     assert "acceltrain / Keras" not in text
 
+
+
+def test_small_steps_bilstm_renders_launch_alone_against_plain_keras_own_two_process_fit():
+    """The section issue 45's bidirectional LSTM is recorded in (`--models bilstm --places launch`): its variants are
+    the plain run, and launch's floor, plain Keras's own 2-process fit and acceltrain's; the 2-process job's own floor
+    said against one device."""
+    from benchmarks import small_steps
+
+    seconds = {"plain": 0.05, "floor": 0.9, "keras": 1.0, "run": 1.5}
+    variants = [{"label": label, **variant, "runs": [seconds[variant["loop"]]] * 2}
+                for label, variant in small_steps.variants(["bilstm"], ["launch"]).items()]
+    assert sorted(v["label"] for v in variants) == ["bilstm floor launch", "bilstm keras launch", "bilstm plain",
+                                                    "bilstm run launch"]
+    text, _ = rendered("small-steps-bilstm", {"rounds": 2, "steps": {"bilstm": 40}, "batch": 32, "loads": [0.5, 0.6],
+                                              "variants": variants})
+    assert ("| bilstm | launch, 2 processes × 2 devices | 900.00 ms | 1000.00 ms | 1.11× (beyond this run's noise, ±0%) | "
+            "1500.00 ms (`launch`) | 1.67× (beyond this run's noise, ±0%) | **no** | 1.50× (beyond this run's noise, ±0%) |"
+            in text)
+    assert ("The 2-process CPU job's own floor, against one device: bilstm: plain Keras's own 2-process fit takes 20× "
+            "the plain one-device step (50.00 ms → 1000.00 ms)") in text
 
 def test_plain_keras_in_launchs_job_is_two_processes_joined_by_hand_without_acceltrain():
     from benchmarks import small_steps

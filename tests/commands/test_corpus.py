@@ -99,6 +99,25 @@ def test_metrics_out_of_tolerance_are_reported_and_counts_compared_exactly():
     assert corpus.mismatches({"accuracy": 0.66}, {"accuracy": 0.80}, corpus.PROCESSES) == ["accuracy: 0.8 vs plain 0.66"]
 
 
+def test_a_metric_the_plain_run_rounds_apart_is_compared_within_its_ulps_and_only_at_one_device():
+    """vae_two_models's loss: TensorFlow's plain runs under load printed 11.1156836 and 11.1156845 against 11.1156864
+    (corpus.EXACT's note); 8 float32 ulps let those through, not 9, and its reconstruction_loss stays exact."""
+    plain = {"loss": 11.115686416625977, "reconstruction_loss": 11.093935012817383}
+    ulp = 2.0 ** -20  # a float32's at 11.1
+
+    assert corpus.float32_ulp(11.115686416625977) == ulp and corpus.float32_ulp(0.75) == 2.0 ** -24
+    seen = {**plain, "loss": 11.115683555603027}  # 3 ulps below, measured on a plain run under load
+    assert corpus.mismatches(plain, seen, corpus.EXACT) == ["loss: 11.115683555603027 vs plain 11.115686416625977"]
+    assert corpus.mismatches(plain, seen, corpus.EXACT, ulps={"loss": 8}) == []
+    assert corpus.mismatches(plain, {**plain, "loss": plain["loss"] + 8 * ulp}, corpus.EXACT, ulps={"loss": 8}) == []
+    assert corpus.mismatches(plain, {**plain, "loss": plain["loss"] + 9 * ulp}, corpus.EXACT, ulps={"loss": 8}) != []
+    moved = {**seen, "reconstruction_loss": 11.093935012817383 + ulp}
+    assert corpus.mismatches(plain, moved, corpus.EXACT, ulps={"loss": 8}) \
+        == [f"reconstruction_loss: {11.093935012817383 + ulp!r} vs plain 11.093935012817383"]
+    assert corpus.BY_NAME["vae_two_models"].ulps == {"loss": 8}  # and the REPLICAS tolerance is its own at 4 and 8
+    assert corpus.mismatches(plain, {**plain, "loss": 11.3}, corpus.REPLICAS, ulps={"loss": 8}) == []
+
+
 def test_warnings_must_be_exactly_the_expected_ones():
     stderr = ("acceltrain: warning: each epoch trains on 256 of the 1,024 samples\n"
               "[1] acceltrain: warning: each epoch trains on 256 of the 1,024 samples\n"

@@ -843,13 +843,14 @@ def test_in_two_processes_evaluate_predict_and_validation_read_each_sample_once_
 
 @pytest.mark.slow
 @pytest.mark.multi_device
-@pytest.mark.parametrize("kind", ["tfdata", "pydataset", "grain"])
+@pytest.mark.parametrize("kind", ["tfdata", "pydataset", "grain", "arrays"])
 def test_a_two_process_fit_stopped_midway_resumes_from_the_next_sample(tmp_path, kind):
     """6 epochs of 10 batches, each process reading its share, SIGTERMed once the first checkpoint is written, then
     resumed: the counts are those of one uninterrupted run (6 each), so the resumed job neither fed again a batch
     trained before the stop nor skipped one (tf.data: each process's iterator restored from its own saved position;
     a PyDataset: its batches by index, from the step after the last trained; Grain: each process's iterator state at
-    the checkpoint's step, set back)."""
+    the checkpoint's step, set back; arrays: kept on each process's devices, each batch gathered there, in the
+    resumable order from the step after the last trained)."""
     folder = tmp_path / "checkpoints"
     args = ["launch", "--processes", "2", "--simulate-devices", "2", "--checkpoint-dir", folder, "--checkpoint-every",
             "10 steps", support.SCRIPTS / "counts_samples.py", kind, "6", "320", "0.1"]
@@ -866,7 +867,7 @@ def test_a_two_process_fit_stopped_midway_resumes_from_the_next_sample(tmp_path,
         if stopped.poll() is None:
             stopped.kill()
     assert stopped.returncode == 42 and "a checkpoint is saved in" in stderr, stderr[-3000:]
-    if kind != "pydataset":
+    if kind not in ("pydataset", "arrays"):
         assert sorted(path.name for path in (folder / "fit-1").glob("data-*")) == ["data-0", "data-1"]
 
     resumed = support.run_cli(*args[:-5], "--resume", *args[-5:], timeout=400)
@@ -875,7 +876,8 @@ def test_a_two_process_fit_stopped_midway_resumes_from_the_next_sample(tmp_path,
     assert _seen(resumed.stdout, 0)[kind] == [6] * 320 == _seen(resumed.stdout, 1)[kind]
     shared = {"tfdata": "each process's pipeline reads every 2nd sample of its source",
               "pydataset": "process p reads whole batches",
-              "grain": "rebuilt with Grain's ShardOptions (process p reads shard p of 2"}[kind]
+              "grain": "rebuilt with Grain's ShardOptions (process p reads shard p of 2",
+              "arrays": "in-memory data on the devices: yes (each of 2 processes the whole set"}[kind]
     assert shared in resumed.stderr
 
 

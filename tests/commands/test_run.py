@@ -64,6 +64,17 @@ def test_a_tensorflow_script_that_clears_its_session_keeps_the_strategy_for_the_
 
 
 @pytest.mark.multi_device
+def test_a_script_that_connects_and_closes_itself_keeps_the_runtime_run_holds():
+    """connect() with run's options gives the script run's runtime back; the script's close() gives back its own hold
+    only, so its fit after it still passes run's layers and is distributed as run's flags say."""
+    run = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "closes_runs_runtime.py", timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "(given back: connect() opened this runtime earlier in this process with the same options" in run.stderr
+    assert "runtime.close(): this runtime is acceltrain run's, given back to the script's connect()" in run.stderr
+    assert "replicas: 2" in run.stdout
+    assert "acceltrain: run: the script's Keras calls (1 fit) ran on DataParallel over 2 replica(s)" in run.stderr
+
+
 def test_each_fit_warning_fires_once_on_its_own_pitfall():
     cases = ["partial_epoch", "partial_epoch", "float64", "float64", "small_batch", "small_batch"]
     run = support.run_cli("run", "--simulate-devices", "8", support.SCRIPTS / "pitfalls.py", *cases, timeout=180)

@@ -1,6 +1,7 @@
 """Exact resume for tf.data.Dataset inputs: a reshuffling pipeline stopped mid-epoch resumes bit-identical."""
 
 import os
+import re
 import signal
 
 import numpy as np
@@ -64,7 +65,8 @@ def test_a_dataset_run_stopped_mid_epoch_resumes_bit_identical(runtime, tmp_path
     for got, expected in zip(resumed.get_weights(), whole.get_weights(), strict=True):
         np.testing.assert_array_equal(got, expected)
     positions = sorted(p.name for p in (tmp_path / "stopped" / "data").iterdir())
-    assert "epoch-0000" not in positions and positions[-1] == "epoch-0002"  # only those a kept checkpoint needs
+    # only those the kept checkpoints (epoch-0002-step-00007, epoch-0003-step-00000) need: the first's, and its epoch's start
+    assert positions == ["epoch-0002", "epoch-0002-step-00007"]
 
 
 def test_a_dataset_of_unknown_length_is_refused_with_checkpoints(runtime, tmp_path):
@@ -141,3 +143,113 @@ def test_a_grain_source_without_a_repr_of_its_own_is_taken_as_the_same_on_resume
     assert b"0x7f00" in _same_default_repr(state, "<__main__.Source object at 0x7f00>")
     assert b"0x7f24792c6850" in _same_default_repr(state, "<__main__.Other object at 0x7f00>")
     assert b"0x7f24792c6850" in _same_default_repr(state, "Source(records=320)")
+
+
+def _counted(shape: str, read: list):
+    """256 samples in batches of 32 (8 steps an epoch), each sample's read from the source appended to `read`, then
+    the pipeline of `shape`. Returns (dataset, its steps an epoch). The counter is a py_function, state tf.data
+    does not checkpoint: the options let its iterator be saved without it (the count plays no part in the data)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+
+    def count(x, y):
+        def note(row):
+            read.append(int(row))
+            return row
+        tf.py_function(note, [tf.constant(0)], tf.int32)
+        return x, y
+
+    source = tf.data.Dataset.from_tensor_slices((x, y)).map(count)
+    steps = 8
+    if shape == "seeded shuffle":
+        pipeline = source.shuffle(256, seed=3).batch(32)
+    elif shape == "no shuffle":
+        pipeline = source.batch(32)
+    elif shape == "stateless random map":  # its seeds from tf.data.Dataset.random, which tf.data checkpoints
+        seeds = tf.data.Dataset.random(seed=4).batch(2)
+        pipeline = tf.data.Dataset.zip(source.shuffle(64, seed=3), seeds).map(
+            lambda xy, seed: (xy[0] + 0.1 * tf.random.stateless_normal([8], seed=seed), xy[1])).batch(32)
+    elif shape == "stateful random map":  # tf.random.uniform: its state is not checkpointed; each pass draws anew
+        pipeline = source.map(lambda x, y: (x * tf.random.uniform([], 0.5, 1.5, seed=5), y)).batch(32)
+    elif shape == "repeat":  # each pass twice over the samples, reshuffled in between
+        pipeline, steps = source.shuffle(256, seed=3).batch(32).repeat(2), 16
+    elif shape == "unknown length":  # a filter: its length only as the user asserts it (as checkpoints ask)
+        pipeline = source.filter(lambda x, y: x[0] < 10.0).batch(32).apply(tf.data.experimental.assert_cardinality(8))
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return pipeline.with_options(options), steps
+
+
+@pytest.mark.parametrize("shape", ["seeded shuffle", "no shuffle", "stateless random map", "repeat",
+                                   "unknown length", "stateful random map"])
+def test_a_dataset_resume_reads_none_of_the_batches_it_skips_and_ends_where_the_whole_run_did(runtime, tmp_path,
+                                                                                             capsys, shape):
+    """Stopped at step 2 of the last epoch (the checkpoint epoch-0001-step-00002), a resume restores tf.data's
+    iterator as it stood at that checkpoint and the batches Keras had read ahead: it reads from the source at most
+    the batches left (reading the pass again from its start would read 2 more), and ends with the whole run's
+    weights. A map drawing with tf.random's stateful ops is the one pipeline that must read the pass again, and
+    says so."""
+    fit = dict(epochs=2, verbose=0, checkpoint_every="3 steps")
+    dataset, steps = _counted(shape, [])
+    whole = _model(runtime)
+    runtime.fit(whole, dataset, checkpoint_dir=tmp_path / "whole", **fit)
+    stopped = _model(runtime)
+    with pytest.raises(Interrupted):
+        runtime.fit(stopped, _counted(shape, [])[0], checkpoint_dir=tmp_path / "stopped",
+                    callbacks=[_sigterm_at(steps + 1)], **fit)
+    capsys.readouterr()
+    resumed, read = _model(runtime, seed=7), []
+    try:
+        runtime.fit(resumed, _counted(shape, read)[0], checkpoint_dir=tmp_path / "stopped", resume=True, **fit)
+    finally:
+        runtime.seed(0)
+    said = capsys.readouterr().err
+    assert "resuming from epoch-0001-step-00002: 1 epochs and 2 steps done" in said
+    for got, expected in zip(resumed.get_weights(), whole.get_weights(), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    if shape == "stateful random map":
+        assert ("the data read again from epoch-0001's start to epoch-0001-step-00002: 2 batch(es) read and not "
+                "trained, as its map draws with RandomUniform") in said
+        assert len(read) >= steps * 32
+    else:
+        assert "the data resumed where it stood at epoch-0001-step-00002 (tf.data's iterator state" in said
+        assert "no batch read again" in said
+        assert len(read) <= (steps - 2) * 32, f"read {len(read)} samples for the {steps - 2} batches left"
+
+
+@pytest.mark.parametrize("draws", ["keras layer", "tf.random"])
+def test_a_dataset_whose_iterator_tensorflow_cannot_save_trains_and_resumes_saying_how_the_resume_differs(
+        runtime, tmp_path, capsys, draws):
+    """A Keras preprocessing layer in a map (its seed a variable) or a stateful tf.random op: tf.data refuses to save
+    the iterator, which is no reason to refuse the fit (Keras's own fit runs it). It trains, says once why its
+    resume cannot be exact and how to make it so, and a resume reads the stopped epoch's pass again from its start."""
+    import keras
+    import tensorflow as tf
+
+    flip = keras.layers.RandomFlip("horizontal", seed=1) if draws == "keras layer" else None
+
+    def dataset():
+        if flip is not None:
+            return _dataset().map(lambda x, y: (tf.reshape(flip(tf.reshape(x, [-1, 2, 4, 1])), [-1, 8]), y))
+        return _dataset().map(lambda x, y: (x * tf.random.uniform([], seed=5), y))
+
+    assert _dataset().element_spec[0].shape[-1] == 8  # the reshape above: 8 features as a 2 x 4 image
+    fit = dict(epochs=2, verbose=0, checkpoint_every="3 steps")
+    stopped = _model(runtime)
+    with pytest.raises(Interrupted):
+        runtime.fit(stopped, dataset(), checkpoint_dir=tmp_path, callbacks=[_sigterm_at(8 + 4)], **fit)
+    said = capsys.readouterr().err
+    assert said.count("tf.data cannot save this dataset's iterator") == 1
+    assert re.search(r"is stateful.*stateless_.*Dataset.random.*in the model rather than in the dataset's map", said)
+    resumed = _model(runtime, seed=7)
+    try:
+        history = runtime.fit(resumed, dataset(), checkpoint_dir=tmp_path, resume=True, **fit)
+    finally:
+        runtime.seed(0)
+    said = capsys.readouterr().err
+    assert re.search(r"the data read again from epoch-0001's start to epoch-0001-step-0*(\d+): \1 batch\(es\) read and "
+                     r"not trained, as (tf.data cannot save this dataset's iterator|its map draws with RandomUniform)", said), said
+    assert np.isfinite(history.history["loss"][-1])

@@ -3,7 +3,7 @@ each batch's one-hot sample ids into a non-trainable weight (summed over the glo
 job's); the input counts each sample where it is read (a tf.data map right after the source, a PyDataset's
 __getitem__, a Grain source's __getitem__), in this process.
     python counts_samples.py KINDS [EPOCHS] [SAMPLES] [SLEEP] [evaluate]
-KINDS: tfdata,pydataset,grain,grain_by_process.
+KINDS: tfdata,pydataset,grain,grain_by_process,arrays (in-memory arrays, batch 32, shuffled: not counted as read).
 For each kind, a fresh model: prints "seen KIND: [...]" (each sample's count), "read KIND: [...]" (each sample's
 reads in this process) and "metrics: {...}" (the last kind's). SLEEP: seconds each batch takes more (a run slow
 enough to be stopped midway). "evaluate": after the fit, the same input unshuffled is passed to evaluate, predict and
@@ -77,6 +77,8 @@ def make_inputs(kind, shuffle=True):
         inputs = (inputs.shuffle(samples, seed=1) if shuffle else inputs).batch(batch)
     elif kind == "pydataset":
         inputs = Batches()
+    elif kind == "arrays":
+        inputs = ({"x": x, "id": ids}, y)
     elif kind in ("grain", "grain_by_process"):  # the second reads only its process's records (16 a batch each)
         import grain.python as grain
 
@@ -128,7 +130,8 @@ def train(kind):
 
     slowly = [keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: time.sleep(sleep))] if sleep else []
     read[:] = 0
-    history = model.fit(inputs, epochs=epochs, verbose=0, callbacks=slowly)
+    given = {"x": inputs[0], "y": inputs[1], "batch_size": batch} if kind == "arrays" else {"x": inputs}
+    history = model.fit(**given, epochs=epochs, verbose=0, callbacks=slowly)
     seen = next(layer for layer in model.layers if isinstance(layer, Seen)).seen.numpy()
     print(f"seen {kind}:", json.dumps([int(count) for count in np.rint(seen)]))
     print(f"read {kind}:", json.dumps(read.tolist()), flush=True)

@@ -15,7 +15,9 @@ as a user's run does), interleaved so that a neighbour's load falls on all of th
       and warm start-up;
   (c) hand: a jitted JAX loop written by hand for the same model, weights and optimizer: one
       `lax.scan` per epoch over data placed on the device once, computing in acceltrain's compute dtype. The floor;
-  (d) ceiling: the device's matmul throughput in that compute dtype, the best of every round.
+  (d) ceiling: the device's matmul throughput in that compute dtype, the best of every round;
+  (e) script (BenchConfig.script; benchmarks/epoch_speed.py asks for it): the recipe as a plain Keras script,
+      compile + fit on NumPy arrays (SCRIPT), run by `acceltrain run`, in the precision acceltrain run chooses.
 
 Every figure compared is a median: a run's steady epochs (those after its first) give the run's median, a
 variant's figure is the median of its runs' medians, and its noise is the spread of those run medians,
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, dataclass
 
 from acceltrain import ledger, log
@@ -45,7 +48,9 @@ LABELS = {
     "acceltrain": "(b) acceltrain",
     "hand": "(c) hand-written loop",
     "ceiling": "(d) matmul ceiling",
+    "script": "(e) plain script under acceltrain run",
 }
+PAYLOAD_ENV = "ACCELTRAIN_BENCH_PAYLOAD"  # the script variant's settings (JSON): its argv stays its own
 
 
 @dataclass
@@ -60,6 +65,7 @@ class BenchConfig:
     seed: int = 0
     checkpoints: bool = False  # time acceltrain as `acceltrain train` runs it: checkpoints, 'auto'
     device_data: str = "auto"  # acceltrain's: "off" times it on Keras's own input path (--device-data off)
+    script: bool = False  # also (e): the recipe as a plain Keras script under `acceltrain run`
 
 
 def run(config: BenchConfig, reading: machine_load.Reading | None = None) -> dict:
@@ -76,15 +82,16 @@ def run(config: BenchConfig, reading: machine_load.Reading | None = None) -> dic
             positive_int(getattr(config, name), f"--{name.replace('_', '-')}")
     batch_size = config.batch_size or recipe.BATCH_SIZE
 
-    runs = {"plain": [], "acceltrain": [], "hand": [], "ceiling": []}
+    variants = ("acceltrain", *(("script",) if config.script else ()), "plain", "hand", "ceiling")
+    runs = {variant: [] for variant in variants}
     reading = reading or machine_load.Reading.now()
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-cache-") as cache_dir:
         # acceltrain first: the hand loop and the ceiling follow its compute dtype and platform. The
         # ceiling is measured every round too, so that it sees the same load as the runs beside it.
         for repeat in range(config.repeats):
-            for variant in ("acceltrain", "plain", "hand", "ceiling"):
+            for variant in variants:
                 extra = {}
-                if variant != "acceltrain":
+                if variant not in ("acceltrain", "script"):
                     first = runs["acceltrain"][0]
                     # one precision for all: the one acceltrain ran in (plain Keras's own default is recorded beside)
                     extra = {"compute_dtype": first["compute_dtype"], "platform": first["runtime"]["platform"],
@@ -115,7 +122,8 @@ def judged(ratio: float, noises) -> dict:
     return {"ratio": ratio, "noise": noise, "verdict": verdict}
 
 
-PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"))  # (numerator, denominator)
+PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"),  # (numerator, denominator)
+         ("script", "hand"), ("plain", "script"))  # those of (e), where it ran
 
 
 def _report(config, recipe, batch_size, runs, ceiling, reading: machine_load.Reading) -> dict:
@@ -191,7 +199,8 @@ def _report(config, recipe, batch_size, runs, ceiling, reading: machine_load.Rea
         },
         # each pair: the ratio of the two variants' medians, judged against the larger spread of their run medians
         "ratios": {f"{a}_over_{b}": judged(variants[a]["median_epoch_seconds"] / variants[b]["median_epoch_seconds"],
-                                           (variants[a]["spread"], variants[b]["spread"])) for a, b in PAIRS},
+                                           (variants[a]["spread"], variants[b]["spread"]))
+                   for a, b in PAIRS if a in variants and b in variants},
         # machine_load's reading: the load before the measurement began, others' work while it ran (cores' worth)
         "load_average": {"before": reading.load_before, "after": machine_load.load_average(),
                          "others": reading.others(), "cores": os.cpu_count()},
@@ -242,7 +251,7 @@ def format_table(report: dict) -> str:
     r = report["ratios"]
     lines += ["", "Median epoch ratios (each variant's median of its runs' median steady epochs; the noise is the "
                   "larger spread of the two variants' run medians): "
-              + "; ".join(f"{a} / {b} {says(r[f'{a}_over_{b}'])}" for a, b in PAIRS) + "."]
+              + "; ".join(f"{a} / {b} {says(r[f'{a}_over_{b}'])}" for a, b in PAIRS if f"{a}_over_{b}" in r) + "."]
     cache = report["compilation_cache"]
     if "warm_seconds_to_first_epoch_end" in cache:
         lines.append(
@@ -304,18 +313,50 @@ def _run_child(variant: str, config: BenchConfig, batch_size: int, cache_dir: st
         env["KERAS_BACKEND"] = "tensorflow" if _importable("tensorflow") else "jax"
     elif variant in ("hand", "ceiling"):
         env["KERAS_BACKEND"] = "jax"
-    else:
+    else:  # acceltrain's: Runtime.fit, or the script under acceltrain run
         env["JAX_COMPILATION_CACHE_DIR"] = cache_dir  # acceltrain's own: empty on its first run, filled after
         if config.backend:
             env["KERAS_BACKEND"] = config.backend
     payload = json.dumps({**asdict(config), "batch_size": batch_size, "started": time.time(), **extra})
-    child = subprocess.run([sys.executable, "-m", "acceltrain.commands.bench", variant, payload], capture_output=True,
-                           text=True, env=env)
+    with tempfile.TemporaryDirectory(prefix="acceltrain-bench-script-") as folder:
+        command = [sys.executable, "-m", "acceltrain.commands.bench", variant, payload]
+        if variant == "script":
+            script = os.path.join(folder, "train.py")
+            with open(script, "w") as file:
+                file.write(SCRIPT)
+            env[PAYLOAD_ENV] = payload
+            devices = ["--simulate-devices", str(config.simulate_devices)] if config.simulate_devices else []
+            command = [sys.executable, "-m", "acceltrain", "run", *devices, script]
+        child = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in reversed(child.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])
     raise AcceltrainError(f"bench: {LABELS[variant]} failed (exit {child.returncode}). Its last output:\n"
                           + "\n".join((child.stdout + child.stderr).strip().splitlines()[-20:]))
+
+
+# (e): what a user writes, run by `acceltrain run`; its own data and model from the recipe, as (a)'s are. Its last
+# line is the child's result.
+SCRIPT = '''"""The recipe as a plain Keras script: compile, then fit on NumPy arrays (acceltrain bench's (e))."""
+import json
+import os
+
+import keras
+
+from acceltrain.commands import bench
+from acceltrain.training.callbacks import EpochTimer
+
+config = json.loads(os.environ[bench.PAYLOAD_ENV])
+recipe, x, y = bench._inputs(config)
+keras.utils.set_random_seed(config["seed"])
+model = recipe.build_model(total_steps=config["epochs"] * -(-len(x) // config["batch_size"]))
+timer = EpochTimer()
+model.fit(x, y, batch_size=config["batch_size"], epochs=config["epochs"], verbose=0, callbacks=[timer])
+print(bench.RESULT_TAG + json.dumps(bench._timing(
+    timer, config["started"], backend=keras.backend.backend(), samples_per_epoch=len(x),
+    jit_compile=bool(model.jit_compile), precision=model.dtype_policy.name,
+    default_precision=model.dtype_policy.name)), flush=True)
+'''
 
 
 def _importable(module: str) -> bool:
@@ -370,10 +411,11 @@ def _plain(config) -> dict:
 def _acceltrain(config) -> dict:
     """(b) The library's path: connect → scope → Runtime.fit (checkpointing as `acceltrain train` does if asked)."""
     from acceltrain import hardware
-    from acceltrain.runtime import connect
+    from acceltrain.runtime import Settings
 
-    runtime = connect(config["backend"], simulate_devices=config["simulate_devices"], verbose=False)
-    runtime.keep_data_on_devices(config.get("device_data", "auto"))
+    # connect()'s keywords read by name from bench's config (backend, simulate_devices, device_data), as `acceltrain
+    # train` reads its flags: one Settings, the same connect.
+    runtime = Settings.read(types.SimpleNamespace(**config)).connect(verbose=False)
     recipe, x, y = _inputs(config)
     runtime.seed(config["seed"])
     steps_per_epoch = math.ceil(len(x) / config["batch_size"])

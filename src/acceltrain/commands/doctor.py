@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -461,13 +462,14 @@ def _one_step(*, backend, simulate_devices, distribution, platform="auto", tpu=N
 
     from acceltrain import recipes
     from acceltrain.inputs import arrays
-    from acceltrain.cluster import Cluster
-    from acceltrain.runtime import connect
+    from acceltrain.runtime import Settings
 
     recipe = recipes.get(recipes.DEFAULT)
     batch_size = batch_size or recipe.BATCH_SIZE
-    runtime = connect(backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
-                      cluster=Cluster(tpu=tpu), precision=precision, verbose=False)
+    # connect()'s keywords read as `acceltrain train` reads its flags: one Settings, the same connect.
+    runtime = Settings.read(types.SimpleNamespace(backend=backend, simulate_devices=simulate_devices,
+                                                  distribution=distribution, platform=platform, tpu=tpu,
+                                                  precision=precision)).connect(verbose=False)
     arrays.check_batch_size(batch_size, runtime.num_replicas)
     with runtime.scope():
         model = recipe.build_model()

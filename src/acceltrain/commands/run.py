@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from acceltrain import decisions, log, preemption, user_model
+from acceltrain import decisions, log, opened, preemption, user_model
 from acceltrain.commands import outputs, run_checkpoints
 from acceltrain.commands.script_layers import FitGuard, KerasCalls
 from acceltrain.errors import AcceltrainError, UsageError
@@ -70,8 +70,9 @@ def run_script(path: str, argv=(), *, settings: Settings = Settings(),
     told = preemption.ledger_told_when_preempted(lambda: window,
                                                  lambda ledger: _tell_ledger(ledger, ledger_file, runtime))
     with told, contextlib.ExitStack() as stack:
-        stack.enter_context(runtime)  # last out: its connect()'s hold given back (closed unless another call holds
-        # the same runtime: connect() in this process with the same options gives it back), Keras's fit its own
+        # Last out: its connect()'s hold given back (closed unless another call holds the same runtime: connect() in
+        # this process with the same options gives it back), Keras's fit its own; a script's close() cannot close it
+        stack.enter_context(opened.held_by_command(runtime))
         window = stack.enter_context(runtime.timeline.window(started, start_up_until=connected))
         stack.enter_context(_as_main_script(script, argv))
         stack.enter_context(runtime.scope())  # JAX: the global distribution; TF: the strategy's scope

@@ -22,7 +22,8 @@ from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
 from acceltrain.errors import UsageError, positive_int
-from acceltrain.runtime import Settings, check_device_data
+from acceltrain.arguments import check_device_data
+from acceltrain.runtime import Settings
 
 
 def train_and_evaluate(config: TrainConfig, *, started: float | None = None) -> dict:

@@ -139,6 +139,12 @@ class EpochBatches:
     def __len__(self) -> int:
         return math.ceil(len(self.order) / self.fit.batch_size)
 
+    def local_order(self) -> np.ndarray:
+        """This process's rows of the epoch in order, batch after batch: cut at local_batch_size, batch i is `[i]`'s
+        rows (every global batch, its last too, holds a multiple of the processes: the arrays' rules)."""
+        places = np.arange(len(self.order))
+        return self.order[places % self.fit.batch_size % self.fit.num_processes == self.fit.process_index]
+
     def __getitem__(self, i: int) -> tuple:
         batch = self.fit.batch_size
         indices = self.order[i * batch:(i + 1) * batch][self.fit.process_index::self.fit.num_processes]

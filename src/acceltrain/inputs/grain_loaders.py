@@ -177,17 +177,19 @@ class GrainFeed(DatasetFeed):
     it (epoch-E-step-S/position.json), so a resume set_state()s there and reads no batch again. (Keras reads ahead of
     the step it trains: the state is the one taken before that step's batch, not the iterator's latest.)"""
 
-    def __init__(self, loader, folder: Path):
-        self.steps_per_epoch = num_batches(loader)
-        if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
-                "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
-                "and one grain.Batch, and no filter.")
-        self.dataset = loader
-        self.folder = Path(folder)
-        self._iterator = None
-        self._resumed = False
+    what = "Grain's iterator state"
+    UNCOUNTED = ("Received checkpoint_dir with a Grain DataLoader whose batches a pass cannot be counted without "
+                 "reading it. Exact resume counts the batches of each pass: give it an IndexSampler(num_epochs=1, ...) "
+                 "and one grain.Batch, and no filter.")
+    batches_of = staticmethod(num_batches)  # this module's count: a Grain loader's, not tf.data's
+
+    @staticmethod
+    def redrawn_of(loader) -> None:
+        """Nothing is read again: Grain's get_state() is the whole position, its random draws' included."""
+        return None
+
+    def __init__(self, loader, folder: Path, says: bool = True):
+        super().__init__(loader, folder, says=says)
         self._before = {}
 
     def _rest_of(self, first_step: int):
@@ -204,17 +206,19 @@ class GrainFeed(DatasetFeed):
 
         return batches()
 
-    def saved_at(self, epoch: int, step: int) -> None:
-        if step in self._before:
+    def saved_at(self, epoch: int, step: int, oldest: tuple = (0, 0)) -> None:
+        if step and step in self._before:
             self._save(epoch, step)
             self._before = {k: v for k, v in self._before.items() if k >= step}
+        self._prune(oldest)
 
     def _write(self, folder: Path, step: int) -> None:
         (folder / "position.json").write_bytes(self._before[step] if step else self._iterator.get_state())
 
-    def _read(self, folder: Path) -> None:
+    def _read(self, folder: Path) -> bool:
         self._iterator.set_state(_same_default_repr((folder / "position.json").read_bytes(),
                                                     repr(self.dataset._data_source)))
+        return True
 
 
 def _same_default_repr(state: bytes, source: str) -> bytes:

@@ -6,13 +6,16 @@ JAX, Keras reads tf.data too); TensorFlow is imported inside the functions that 
 TensorFlow is loaded already). A dataset brings its own global batch.
 """
 
+import collections
 import contextlib
 import re
 import shutil
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from acceltrain import log
 from acceltrain.errors import AcceltrainError, UsageError
 from acceltrain.inputs.arrays import join_batches, leaves, places_of_every_nth, raise_indivisible, read_batches
 
@@ -258,69 +261,187 @@ def _nth(n: int) -> str:
     return {2: "2nd", 3: "3rd"}.get(n, f"{n}th")
 
 
-# --- Exact resume: where the data stood when each epoch began ---------------------------------------------------------
+# --- Exact resume: where the data stood at each checkpoint ------------------------------------------------------------
 # A dataset's order cannot be drawn from (seed, epoch) as arrays' is: its shuffle buffers and the seeds
 # of a reshuffling `shuffle` (which depend on how many passes this process has made) live in TensorFlow.
-# So each epoch is one pass, an iterator acceltrain makes and feeds to Keras, and at the pass's start the
-# iterator's state (its seeds included) is written with tf.train.Checkpoint to `checkpoints/data/epoch-E`.
-# A run resumed at step s of epoch E restores that state into a new iterator and reads s batches past
-# it: the same batches follow, in the same order, as in the uninterrupted run.
+# So each epoch is one pass, an iterator acceltrain makes and feeds to Keras, and its state (its seeds and buffers
+# included) is written with tf.train.Checkpoint to `checkpoints/data/`: at the pass's start (epoch-E), and with each
+# checkpoint within the epoch (epoch-E-step-S). A run resumed at step s of epoch E restores the state saved with its
+# checkpoint into a new iterator, and the same batches follow, in the same order, as in the uninterrupted run, none
+# of the s before read again.
 #
-# Saved at the epoch's start, not with each checkpoint, because Keras reads ahead of the step it trains
-# (its prefetch): the iterator's own position is a few batches past the last step done. The cost is one
-# write per epoch, as large as the pipeline's buffers (a `shuffle(10_000)` of images holds 10,000 images).
+# Keras reads ahead of the step it trains (its prefetch): when a checkpoint is written at step s, the iterator stands
+# a few batches past it. Those batches (read, not trained) are kept as they pass and saved beside the state
+# (tf.data's own Dataset.save), and a resume gives them to Keras first. One pipeline cannot resume that way: a map
+# drawing with tf.random's stateful ops (tf.random.uniform, tf.image.random_*), whose state tf.data does not
+# checkpoint (it refuses, unless the dataset's options say experimental_external_state_policy=WARN): a new iterator
+# draws them again from their seeds, as each pass of the uninterrupted run did, so that resume restores the pass's
+# start and reads the s batches again, and says so.
 
-_NAME = re.compile(r"^epoch-(\d+)(-step-\d+)?$")
+UNSAVED = "position-not-saved.txt"  # in a saved position's folder: why tf.data could not save the iterator
+_NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+))?$")
+_REDRAWN = re.compile(r"^(Random(?!.*Dataset)|TruncatedNormal$|Multinomial$|ParameterizedTruncatedNormal$)")
+
+
+def redrawn_randomness(dataset) -> str | None:
+    """Why a position within a pass cannot be restored without reading (a function of the pipeline draws with a
+    stateful random op, whose stream a new iterator starts again), or None where it can."""
+    found = _graph(dataset)
+    if found.graph_def is None:
+        return "its graph could not be read, to see whether it draws random numbers tf.data does not checkpoint"
+    drawn = sorted({node.op for function in found.graph_def.library.function for node in function.node_def
+                    if _REDRAWN.match(node.op) and node.op != "RandomIndexShuffle"})
+    if not drawn:
+        return None
+    return (f"its map draws with {', '.join(drawn)} (tf.random's stateful ops), whose state tf.data does not "
+            "checkpoint: a new iterator draws again from the seed, so the pass is read from its start. To resume "
+            "without reading, draw with tf.random.stateless_* from seeds tf.data checkpoints "
+            "(tf.data.Dataset.random(seed=...) zipped in)")
 
 
 class DatasetFeed:
-    """One epoch of `dataset` at a time for Keras's fit, from one iterator whose epoch starts are saved."""
+    """One epoch of `dataset` at a time for Keras's fit, from one iterator whose state is saved at each epoch's start
+    and with each checkpoint within an epoch. `says`: this process prints the resume's line."""
 
-    def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None):
+    what = "tf.data's iterator state"
+    UNCOUNTED = ("Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume counts "
+                 "the batches of each pass: end the dataset (no .repeat()), or give it its length with "
+                 "dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")  # a subclass: its kind's
+
+    def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None, says: bool = True):
         # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
         # partial batch is dropped), the same on every run.
-        self.steps_per_epoch = num_batches(dataset) or steps_per_epoch
+        self.steps_per_epoch = self.batches_of(dataset) or steps_per_epoch
         if not self.steps_per_epoch:
-            raise UsageError(
-                "Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume "
-                "counts the batches of each pass: end the dataset (no .repeat()), or give it its length "
-                "with dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")
+            raise UsageError(self.UNCOUNTED)
         self.dataset = dataset
         self.folder = Path(folder)
+        self.says = says
+        self.redrawn = self.redrawn_of(dataset)  # why a checkpoint's step is read again on resume (None: it is not)
+        self.unsaved = None  # why tf.data cannot save this dataset's iterator (_cannot_save), once found
         self._iterator = None
         self._resumed = False
+        self._lock = threading.Lock()  # Keras's TensorFlow trainer reads the pass from a thread of its own
+        self._ahead = collections.deque()  # (step, batch): read from the pass, that step not yet begun
+        self._read_to = 0  # the step whose batch the pass gives next
+        self._restored = []  # the batches read ahead when the checkpoint resumed from was written
 
-    def epoch(self, epoch: int, first_step: int, keep_from: int = 0):
+    def epoch(self, epoch: int, first_step: int, oldest: tuple = (0, 0)):
         """The batches of `epoch` from `first_step` on (a generator). Epochs are asked for in order; the
-        first one asked for is where the run starts or resumes. Saved epoch starts before `keep_from`
-        (the oldest checkpoint's epoch) are deleted."""
+        first one asked for is where the run starts or resumes. Saved positions before `oldest` (the oldest
+        checkpoint's epoch and step) are deleted, but for that epoch's start."""
         self._iterator = iter(self.dataset)  # this epoch's pass
+        self._ahead.clear()
         skip = first_step
         if not self._resumed and (epoch or first_step):
             skip = first_step - self._restore(epoch, first_step)
+            if first_step and self.says:
+                self._say_resumed(epoch, first_step, skip)
         self._resumed = True
         if first_step == 0:
             self._save(epoch)
-        for _ in range(skip):  # the batches of this epoch trained before the stop
+        for _ in range(skip):  # the batches of this epoch trained before the stop, read again
             next(self._iterator)
-        self._prune(keep_from)
+        self._prune(oldest)
         return self._rest_of(first_step)
 
-    def _rest_of(self, first_step: int):
-        return _rest_of(self._iterator)
+    @staticmethod
+    def batches_of(dataset) -> int | None:
+        """The batches of a pass of `dataset`, where known without reading it (a subclass: its kind's count)."""
+        return num_batches(dataset)
 
-    def saved_at(self, epoch: int, step: int) -> None:
-        """A checkpoint was written at `step` of `epoch`: tf.data's position is only saved at epoch starts."""
+    @staticmethod
+    def redrawn_of(dataset) -> str | None:
+        """Why a position within a pass is read again on resume, or None (a subclass: its kind's)."""
+        return redrawn_randomness(dataset)
+
+    def _say_resumed(self, epoch: int, step: int, skip: int) -> None:
+        at = f"epoch-{epoch:04d}-step-{step:05d}"
+        if not skip:
+            ahead = f", and the {len(self._restored)} batch(es) Keras had read ahead" if self._restored else ""
+            log.info(f"the data resumed where it stood at {at} ({self.what} saved with the checkpoint{ahead}): "
+                     "no batch read again")
+        else:
+            log.info(f"the data read again from epoch-{epoch:04d}'s start to {at}: {skip} batch(es) read and not "
+                     f"trained, as {self.redrawn or 'no position was saved at that step'}")
+
+    def _rest_of(self, first_step: int):
+        restored, self._restored = self._restored, []
+        self._read_to = first_step
+
+        def batches():
+            pending = iter(restored)
+            while True:
+                with self._lock:
+                    batch = next(pending, None)
+                    if batch is None:
+                        try:
+                            batch = next(self._iterator)
+                        except StopIteration:
+                            return
+                    self._ahead.append((self._read_to, batch))
+                    self._read_to += 1
+                yield batch  # what Keras takes: a Python generator (it refuses a tf.data iterator)
+
+        return batches()
+
+    def trained(self, step: int) -> None:
+        """`step` steps of this epoch are done: their batches are no longer kept."""
+        with self._lock:
+            while self._ahead and self._ahead[0][0] < step:
+                self._ahead.popleft()
+
+    def saved_at(self, epoch: int, step: int, oldest: tuple = (0, 0)) -> None:
+        """A checkpoint was written at `step` of `epoch`: where the data stands is saved beside it (the iterator's
+        state, and the batches read past `step`), unless it must be read again on resume (self.redrawn). Step 0: an
+        epoch's end (its next one's start is saved as that epoch begins)."""
+        with self._lock:  # the pass stands still while its state is written
+            complete = len(self._ahead) >= self._read_to - step and (not self._ahead or self._ahead[0][0] <= step)
+            if step and self.redrawn is None and complete:
+                self._save(epoch, step)
+        self._prune(oldest)
 
     def _write(self, folder: Path, step: int) -> None:
         import tensorflow as tf
 
-        tf.train.Checkpoint(iterator=self._iterator).write(str(folder / "position"))
+        if self.unsaved is None:
+            try:
+                tf.train.Checkpoint(iterator=self._iterator).write(str(folder / "position"))
+            except tf.errors.FailedPreconditionError as error:
+                self._cannot_save(error.message.strip())
+        if self.unsaved is not None:  # the pass is read again from its start on resume (_read)
+            (folder / UNSAVED).write_text(self.unsaved)
+            return
+        ahead = [batch for at, batch in self._ahead if at >= step] if step else []
+        if ahead:
+            read_ahead = tf.data.Dataset.from_tensors(ahead[0])
+            for batch in ahead[1:]:
+                read_ahead = read_ahead.concatenate(tf.data.Dataset.from_tensors(batch))
+            read_ahead.save(str(folder / "read-ahead"))
 
-    def _read(self, folder: Path) -> None:
+    def _cannot_save(self, error: str) -> None:
+        """tf.data refuses to save an iterator whose pipeline reads state outside it (a Keras preprocessing layer's
+        seed variable in a map, a tf.random.Generator): the run goes on as Keras's own fit would, and a resume
+        reads the stopped epoch's pass again from a fresh iterator, saying how that differs."""
+        stateful = re.search(r"\w+ is stateful", error)  # TensorFlow's own words, without its function's path
+        self.unsaved = self.redrawn = (
+            f"tf.data cannot save this dataset's iterator ({stateful.group(0) if stateful else error}), so a resume starts the stopped epoch's pass "
+            "afresh: its order and random draws can differ from the uninterrupted run's. To resume exactly, draw "
+            "random numbers with tf.random.stateless_* from seeds of tf.data.Dataset.random(seed=...) zipped in "
+            "(tf.data saves them), or apply the random layers in the model rather than in the dataset's map")
+        log.warn(f"checkpoint_dir: {self.unsaved}.")
+
+    def _read(self, folder: Path) -> bool:
+        """Where the data stood when `folder` was saved; False where tf.data could not save it (_cannot_save)."""
         import tensorflow as tf
 
+        if (folder / UNSAVED).is_file():  # a fresh pass: the caller reads the trained batches again
+            self.redrawn = self.redrawn or (folder / UNSAVED).read_text()
+            return False
         tf.train.Checkpoint(iterator=self._iterator).read(str(folder / "position")).assert_consumed()
+        if (folder / "read-ahead").is_dir():
+            self._restored = list(tf.data.Dataset.load(str(folder / "read-ahead")))
+        return True
 
     def _save(self, epoch: int, step: int = 0) -> None:
         final = self.folder / (f"epoch-{epoch:04d}" + (f"-step-{step:05d}" if step else ""))
@@ -329,13 +450,12 @@ class DatasetFeed:
         partial.mkdir(parents=True)
         self._write(partial, step)
         shutil.rmtree(final, ignore_errors=True)
-        partial.rename(final)  # atomic: a kill leaves the previous epochs' positions whole
+        partial.rename(final)  # atomic: a kill leaves the previous positions whole
 
     def _restore(self, epoch: int, step: int) -> int:
         """Where the data stood at `step` of `epoch` (saved_at), else at the epoch's start: returns the step restored."""
         at_step = self.folder / f"epoch-{epoch:04d}-step-{step:05d}"
-        if step and at_step.is_dir():
-            self._read(at_step)
+        if step and at_step.is_dir() and self._read(at_step):
             return step
         saved = self.folder / f"epoch-{epoch:04d}"
         if not saved.is_dir():
@@ -345,18 +465,17 @@ class DatasetFeed:
         self._read(saved)
         return 0
 
-    def _prune(self, keep_from: int) -> None:
+    def _prune(self, oldest: tuple) -> None:
+        """Positions before the oldest checkpoint kept are deleted, but for its epoch's start."""
         if not self.folder.is_dir():
             return
         for path in self.folder.iterdir():
             match = _NAME.match(path.name)
-            if match and int(match.group(1)) < keep_from:
+            if not match:
+                continue
+            position = (int(match.group(1)), int(match.group(2) or 0))
+            if position < tuple(oldest) and position != (oldest[0], 0):
                 shutil.rmtree(path, ignore_errors=True)
-
-
-def _rest_of(iterator):
-    """What is left of the pass, as the Python generator Keras takes (it refuses a tf.data iterator)."""
-    yield from iterator
 
 
 @contextlib.contextmanager

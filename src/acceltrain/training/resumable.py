@@ -55,8 +55,9 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     keras_fit = keras_fit or keras_internals.keras_method(model, "fit")
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
-    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch) if prepared.is_dataset
-            else GrainFeed(prepared.x, positions) if kind_of(prepared.x) == GRAIN else None)
+    says = prepared.process_index == 0
+    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch, says=says) if prepared.is_dataset
+            else GrainFeed(prepared.x, positions, says=says) if kind_of(prepared.x) == GRAIN else None)
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
     with timeline.timed("checkpoint"):
         state = _starting_state(model, checkpoints, resume, seed, prepared.num_replicas)
@@ -97,7 +98,7 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
             saver.start_epoch(epoch, first_step)
             with timeline.timed("input_wait"):  # the device waits while the epoch's samples are put in order
                 if feed:  # a dataset or a Grain loader: the next batches of the pass's iterator, from its saved start
-                    inputs = {"x": feed.epoch(epoch, first_step, _oldest_epoch(checkpoints))}
+                    inputs = {"x": feed.epoch(epoch, first_step, _oldest(checkpoints))}
                 elif kind_of(prepared.x) == PY_DATASET:  # its batches by index, in groups of the processes' (inputs/py_dataset.py)
                     inputs = {"x": _py_dataset_epoch(prepared, state.seed, epoch, first_step, shuffle)}
                 else:  # arrays: this epoch's order, from the step reached on
@@ -313,10 +314,10 @@ def _first_call_only(method, begun: list):
     return first
 
 
-def _oldest_epoch(checkpoints) -> int:
-    """The epoch of the oldest checkpoint kept: where the dataset stood before it is no longer needed."""
+def _oldest(checkpoints) -> tuple:
+    """The (epoch, step) of the oldest checkpoint kept: where the data stood before it is no longer needed."""
     kept = checkpoints.list()
-    return int(kept[0].name.split("-")[1]) if kept else 0
+    return tuple(int(part) for part in kept[0].name.split("-")[1::2]) if kept else (0, 0)
 
 
 def _starting_state(model, checkpoints: Checkpoints, resume: bool, seed: int, num_replicas: int) -> State:
@@ -382,6 +383,8 @@ class _StepSaver(keras.callbacks.Callback):
             if chosen is not None:
                 self._step_count, self._timer = chosen or None, None
         step = self._first_step + batch  # batches of this epoch done
+        if self.positions is not None:
+            self.positions.trained(step)  # the batches before it are no longer kept for a checkpoint
         if batch == 0 or step >= self.steps_per_epoch:
             return  # nothing new since the last check; the epoch's end is checkpointed by the loop
         global_step = self._epoch * self.steps_per_epoch + step
@@ -455,8 +458,8 @@ class _StepSaver(keras.callbacks.Callback):
         for whole: the process exits next), as preemption."""
         with self.timeline.timed("preemption" if notice else "checkpoint"):
             saved = self.checkpoints.save(model, state)
-            if self.positions is not None and state.step:
-                self.positions.saved_at(state.epoch, state.step)
+            if self.positions is not None:  # where the data stands, within an epoch; those no checkpoint needs go
+                self.positions.saved_at(state.epoch, state.step, _oldest(self.checkpoints))
             if notice:
                 self.checkpoints.close()
         self.timeline.count("checkpoints")

@@ -38,8 +38,11 @@ def _model(keras, optimizer="adam"):
     return model
 
 
-def _both(runtime, monkeypatch, train, build=None):
-    """train(model) with the device data and without: (weights, what train returned) each."""
+def _both(runtime, monkeypatch, train, build=None, one_device=False):
+    """train(model) with the device data and without: (weights, what train returned) each; `one_device`: the model
+    built outside the runtime's scope, so that it trains on one CPU device (no distribution)."""
+    import contextlib
+
     import keras
 
     from acceltrain.backends.jax import steps
@@ -51,7 +54,7 @@ def _both(runtime, monkeypatch, train, build=None):
             monkeypatch.setenv(resident.ENV_OFF, "0")
         else:
             monkeypatch.delenv(resident.ENV_OFF, raising=False)
-        with runtime.scope():
+        with contextlib.nullcontext() if one_device else runtime.scope():
             model = (build or _model)(keras)
         np.random.seed(11)  # Keras draws its shuffle from NumPy's global generator
         result = train(model)
@@ -81,6 +84,24 @@ def test_a_fit_on_device_data_trains_as_keras_own_path_in_keras_order(runtime, m
     err = capsys.readouterr().err
     assert "in-memory data on the devices: yes" in err and "in-memory data on the devices: no (turned off" in err
     assert "steps an execution: 7 (no callback needs each batch" in err  # 6 full batches and the partial one
+    _same(on, off)
+
+
+@pytest.mark.parametrize("shuffle", [True, "batch"])
+def test_on_one_cpu_device_an_epochs_steps_run_in_one_compiled_loop_and_train_as_keras_does(runtime, monkeypatch,
+                                                                                           capsys, shuffle):
+    """decisions.choose_step_loop: one CPU device runs the steps of a dispatch in one compiled loop (8 run one program
+    a step): Adam + accuracy, sample weights, the partial last batch, validation data, evaluate after, the same."""
+    def train(model):
+        history = model.fit(X, Y, sample_weight=WEIGHTS, batch_size=32, epochs=3, shuffle=shuffle,
+                            validation_data=(X[:64], Y[:64]), verbose=0).history
+        return {**history, **model.evaluate(X, Y, batch_size=48, verbose=0, return_dict=True)}
+
+    on, off = _both(runtime, monkeypatch, train, one_device=True)
+    err = capsys.readouterr().err
+    assert "in-memory data on the devices: yes" in err
+    assert "steps an execution: 7 (no callback needs each batch" in err
+    assert "1 cpu device(s): the steps in one compiled loop a dispatch" in err
     _same(on, off)
 
 
@@ -203,3 +224,55 @@ def test_batch_hooked_names_callbacks_with_batch_methods_but_not_keras_progress_
     lambda_batch = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: None)
     assert resident.batch_hooked([lambda_batch, keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: None)]) \
         == [lambda_batch]
+
+
+class _Measured(dict):
+    """resident._SECONDS_A_STEP as a loaded or a quiet machine would leave it: every model's step measured at
+    `seconds`, whatever the fit measures meanwhile."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def get(self, model, default=None):
+        return self.seconds
+
+    def __setitem__(self, model, seconds):
+        pass
+
+
+@pytest.mark.parametrize("optimizer, one_device", [("adam", False), ("sgd", False), ("adam", True)])
+def test_a_step_measured_slow_or_fast_trains_the_same_weights_bit_for_bit(runtime, monkeypatch, capsys, optimizer,
+                                                                          one_device):
+    """The steps an execution runs with a callback that hears from each second (the checkpoint loop's) are sized by a
+    measured step time (choose_steps_per_dispatch's seconds_a_step): a loaded machine's slow step gives 1 step an
+    execution, a quiet one's the epoch. Which one the clock picks must not change what is computed: the same
+    weights and history to the bit, the partial last batch and validation data included; on 8 CPU devices (one program
+    a step) and on one (the steps in one compiled loop)."""
+    import contextlib
+
+    import keras
+
+    class Live(keras.callbacks.Callback):
+        steps_aware = hears_each_second = True
+
+    def train(model):
+        np.random.seed(11)
+        return model.fit(X, Y, batch_size=32, epochs=3, validation_data=(X[:64], Y[:64]), verbose=0,
+                         callbacks=[Live()]).history
+
+    from acceltrain.backends.jax import steps
+
+    trained = []
+    for seconds, told in ((10.0, "steps an execution: 1 "), (1e-6, "steps an execution: 7 ")):
+        monkeypatch.setattr(steps, "_told", set())
+        monkeypatch.setattr(resident, "_SECONDS_A_STEP", _Measured(seconds))
+        with contextlib.nullcontext() if one_device else runtime.scope():
+            model = _model(keras, optimizer)
+        history = train(model)
+        assert told in capsys.readouterr().err
+        trained.append((model.get_weights(), history))
+    (slow, slow_history), (fast, fast_history) = trained
+    for a, b in zip(slow, fast):
+        np.testing.assert_array_equal(a, b)
+    assert slow_history == fast_history

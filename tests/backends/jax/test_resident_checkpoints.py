@@ -126,3 +126,37 @@ def test_keep_data_on_devices_off_keeps_keras_path_says_which_setting_and_ends_w
     assert "in-memory data on the devices: no (turned off: --device-data off (Runtime.keep_data_on_devices('off'))" \
         in capsys.readouterr().err
     assert resident.SETTING["device_data"] == "auto"
+
+
+@only_keras_3_15
+def test_checkpoints_auto_within_epochs_or_at_their_ends_train_the_same_weights_bit_for_bit(runtime, monkeypatch,
+                                                                                             tmp_path, capsys):
+    """checkpoint every='auto' decides from a measured step time (decisions.choose_checkpoint_steps) whether to
+    checkpoint within epochs, which sizes the executions: a step measured slow (every 4 steps, as on a loaded machine)
+    or fast (at epochs' ends) must train the same weights and history to the bit."""
+    import keras
+
+    from acceltrain.backends.jax import steps
+    from acceltrain.training import resumable
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 6)).astype("float32")  # 25 steps of 16 an epoch: long enough for the step timer
+    y = (x[:, 0] > 0).astype("int32")
+    trained = []
+    for forced in (4, None):
+        monkeypatch.setattr(steps, "_told", set())
+        monkeypatch.setattr(resumable.decisions, "choose_checkpoint_steps",
+                            lambda seconds, steps_per_epoch, forced=forced: (forced, f"forced: {forced}"))
+        with runtime.scope():
+            model = _model(keras)
+        history = runtime.fit(model, x, y, batch_size=16, epochs=2, verbose=0,
+                              checkpoint_dir=tmp_path / str(forced)).history
+        trained.append((model.get_weights(), history))
+    (within, within_history), (at_ends, at_ends_history) = trained
+    for a, b in zip(within, at_ends):
+        np.testing.assert_array_equal(a, b)
+    assert within_history == at_ends_history
+    said = capsys.readouterr().err
+    assert "at most 4, the steps between checkpoints" in said and "steps an execution: 25 " in said
+    assert (tmp_path / "4" / "epoch-0001-step-00024").is_dir()  # checkpointed within epoch 2: the cadence differed
+    assert not (tmp_path / "None" / "epoch-0001-step-00024").exists()

@@ -6,7 +6,9 @@ Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) an
 (decisions.choose_device_data), they are placed on the devices once a call (replicated over the distribution's
 devices: each gathers its own rows of a batch), and Keras gets a data adapter that sends only each batch's indices and
 gathers the batch there, in Keras's own order (keras_internals.arrays_on_devices: the same host permutation, so an
-exact resume and --verify see the same batches). Validation data passes the same way.
+exact resume and --verify see the same batches). Validation data passes the same way. In a job of several processes
+each places its own share on its own devices and each device gathers its rows of the global batch (shares.py); there
+the runner of steps gathers every batch (Keras's own reads come from the host).
 
 A fit whose callbacks need no batch hook (decisions.choose_steps_per_dispatch) then runs its epoch in a few
 dispatches (`many_steps`): each one compiled loop of Keras's own train step over batches gathered on the device from a
@@ -24,6 +26,7 @@ import weakref
 import jax
 import numpy as np
 
+from acceltrain.backends.jax import shares
 from acceltrain.backends.jax.steps import _steps_must_not_overlap, _tell_once
 from acceltrain.inputs import device_arrays
 
@@ -47,21 +50,41 @@ def on_devices(call, distribution):
     arguments = call.arguments()
     validation = arguments.get("validation_data")
     epoch = getattr(arguments.get("x"), "arrays_in_order", None)  # one epoch of Runtime.fit with checkpoints
-    if epoch is not None and epoch.fit.num_processes == 1:
+    if epoch is not None:  # in a job, each process places the whole set: its epoch's rows are drawn from all of them
         parts = (epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight, validation)
     else:
         epoch, parts = None, (arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"), validation)
     split = bool(arguments.get("validation_split")) and validation is None
     arrays = device_arrays.resident(parts, split, (np.ndarray, jax.Array))
-    device_memory, copies = _device_memory(distribution) if jax.process_count() == 1 else (None, 1)
+    device_memory, copies = _device_memory(distribution)
+    processes = jax.process_count()
     on, reason = decisions.choose_device_data(
         keras_internals_backend(), arrays, device_arrays.nbytes(parts[:3]) * copies if arrays else 0, device_memory,
-        jax.process_count(), _turned_off(), keras_internals.keras_scans_steps(),
-        weights_elsewhere=_weights_elsewhere(call.model, distribution))
+        processes, _turned_off(), keras_internals.keras_scans_steps(),
+        weights_elsewhere=_weights_elsewhere(call.model, distribution),
+        share_rows=len(jax.tree.leaves(parts[0])[0]) if arrays else 0,
+        in_job_not=_in_job_not(call.model, distribution) if processes > 1 else "", whole_set=epoch is not None)
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
     return _placed(call, arguments, distribution, epoch)
+
+
+def _in_job_not(model, distribution) -> str:
+    """What keeps a fit in a job of several processes on Keras's input path, in words; empty where nothing does. Its
+    batches are gathered by the runner of steps (ManySteps) alone: one gathered outside it would reach Keras's
+    distribution, which joins local batches, as a global array."""
+    from acceltrain.backends import keras_internals
+
+    if distribution is None:
+        return "no distribution to place each share by"
+    if not shares.splits_over_every_device(distribution):
+        return "a mesh whose devices share rows of a batch (a model axis)"
+    if not keras_internals.uses_keras_train_step(model):
+        return "the model's own train_step"
+    if not model.jit_compile or model.run_eagerly:
+        return "an uncompiled step (run_eagerly or jit_compile=False)"
+    return ""
 
 
 def keep_data_on_devices(setting: str) -> None:
@@ -92,6 +115,7 @@ def _placed(call, arguments, distribution, epoch=None):
 
     kept = epoch.fit.on_devices if epoch is not None else {}  # placed arrays, by what: reused while `where` holds
     place, gather = _placer(distribution), _gather(distribution)
+    several = jax.process_count() > 1  # each process its share: Keras's own reads come from the host (_in_job_not)
     placed = {}  # the training adapter, once made: its tokens gather their batch when asked (the step timer)
 
     def token(indices):
@@ -101,7 +125,7 @@ def _placed(call, arguments, distribution, epoch=None):
         earlier = kept.get(what)
         made = keras_internals.arrays_on_devices(
             *arrays, place=place, gather=gather, token=token,
-            placed=earlier[1] if earlier and earlier[0] is distribution else None, **kwargs)
+            placed=earlier[1] if earlier and earlier[0] is distribution else None, keras_gathers=not several, **kwargs)
         kept[what] = (distribution, made.placed)
         return made
 
@@ -111,7 +135,7 @@ def _placed(call, arguments, distribution, epoch=None):
     if epoch is not None:  # the batch is the prepared one (Keras's PyDataset took it from the batches)
         train = kwargs["x"] = adapter("train", epoch.fit.x, epoch.fit.y, epoch.fit.sample_weight,
                                       batch_size=epoch.fit.local_batch_size, steps=None, shuffle=False,
-                                      class_weight=None, order=epoch.order)
+                                      class_weight=None, order=epoch.local_order())
     else:
         train = kwargs["x"] = adapter("train", arguments.get("x"), arguments.get("y"), arguments.get("sample_weight"),
                                       batch_size=arguments.get("batch_size"), steps=arguments.get("steps_per_epoch"),
@@ -124,25 +148,34 @@ def _placed(call, arguments, distribution, epoch=None):
     callbacks = kwargs.get("callbacks") or []
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
     live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
+    hooked = tuple(type(c).__name__ for c in batch_hooked(callbacks))
+    keras_step = keras_internals.uses_keras_train_step(model)
+    compiled = bool(model.jit_compile) and not model.run_eagerly
     steps, reason = decisions.choose_steps_per_dispatch(
-        steps_per_epoch, model.steps_per_execution, tuple(type(c).__name__ for c in batch_hooked(callbacks)),
-        keras_internals.uses_keras_train_step(model), bool(model.jit_compile) and not model.run_eagerly,
-        train.batch_size * 4, INDEX_BYTES, live=", ".join(live), seconds_a_step=_SECONDS_A_STEP.get(model),
+        steps_per_epoch, model.steps_per_execution, hooked, keras_step, compiled, train.batch_size * 4, INDEX_BYTES,
+        live=", ".join(live), seconds_a_step=_SECONDS_A_STEP.get(model),
         first_steps=2 * PROBE_STEPS, seconds=SECONDS_A_DISPATCH,
         steps_apart=math.gcd(*(getattr(c, "steps_apart", 0) for c in callbacks)),
         most_steps=min((c.most_steps for c in callbacks if getattr(c, "most_steps", 0)), default=0))
-    platform = _devices(distribution)[0].platform
-    in_one_program, how = decisions.choose_step_loop(platform)
+    devices = _devices(distribution)
+    in_one_program, how = decisions.choose_step_loop(devices[0].platform, len(devices))
     _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
     runner = many_steps(model, train, distribution, [c for c in callbacks if hasattr(c, "between_dispatches")],
                         in_one_program)
+    # A count the clock sized (a step measured slow on a loaded machine gives 1) runs the same programs as any other:
+    # ManySteps's step, never Keras's own, whose program rounds otherwise (1 float32 ulp in the weights, measured)
+    sized_by_us = compiled and keras_step and not hooked
     ran = call.replace(args=(), kwargs=kwargs)
-    if steps <= 1 or runner not in ((ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
-        yield call.replace(args=(), kwargs=kwargs)  # one step a dispatch, or callbacks the caller configured
+    if (steps <= 1 and not several and not sized_by_us) or runner not in (
+            (ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
+        yield call.replace(args=(), kwargs=kwargs)  # Keras's own loop, or callbacks the caller configured
+        return
+    if steps <= 1:  # one step an execution (a job of several processes, or a count the clock sized): the runner's step
+        yield ran
         return
     own = model.steps_per_execution
     model.steps_per_execution = steps  # Keras's epoch iterator steps by it
-    if own <= 1 and not _made_for_many_steps(model):
+    if own < steps and own <= 1 and not _made_for_many_steps(model):
         keras_internals.forget_compiled_functions(model)  # made again with their loop over steps_per_execution
     try:
         yield ran
@@ -231,7 +264,10 @@ def _gather(distribution):
         return _gather_on_one_device()
     if distribution not in _GATHERS:
         _GATHERS[distribution] = jax.jit(functools.partial(_batch_of, distribution))
-    return _GATHERS[distribution]
+    gather = _GATHERS[distribution]
+    if jax.process_count() > 1:  # this process's indices, laid out over the job's devices
+        return lambda placed, indices: gather(placed, shares.laid_out(distribution, indices))
+    return gather
 
 
 @functools.cache
@@ -243,6 +279,8 @@ def _placer(distribution):
     """The inputs on the devices once: on the first local device, or replicated over the distribution's mesh."""
     if distribution is None:
         return functools.partial(jax.device_put, device=jax.local_devices()[0])
+    if jax.process_count() > 1:  # each process its own share, a copy on each of its devices
+        return functools.partial(shares.place, distribution)
     from jax.sharding import NamedSharding, PartitionSpec
 
     return functools.partial(jax.device_put, device=NamedSharding(distribution.device_mesh.backend_mesh,
@@ -251,9 +289,12 @@ def _placer(distribution):
 
 def _batch_of(distribution, placed, indices):
     """A batch gathered on the devices (traced): its rows by `indices`, laid out as the distribution lays a batch."""
-    batch = jax.tree.map(lambda array: array[indices], placed)
     if distribution is None:
-        return batch
+        return jax.tree.map(lambda array: array[indices], placed)
+    if jax.process_count() > 1:
+        batch = shares.batch_of(distribution, placed, indices)
+    else:
+        batch = jax.tree.map(lambda array: array[indices], placed)
     return jax.tree.map(lambda part: jax.lax.with_sharding_constraint(
         part, distribution.get_data_layout(part.shape).backend_layout), batch)
 
@@ -273,7 +314,8 @@ jax.tree_util.register_pytree_node(_Indices, lambda token: ((), token), lambda t
 
 def many_steps(model, adapter, distribution, listeners=(), in_one_program=True):
     """The fit's callback that runs its executions as a few dispatches (ManySteps, made on first use: keras is
-    imported after connect()); `in_one_program` False: each step its own program, dispatched back to back."""
+    imported after connect()); `in_one_program` False: each step its own program, one at a time (several CPU
+    devices: decisions.choose_step_loop)."""
     return _many_steps_class()(model, adapter, distribution, listeners, in_one_program)
 
 
@@ -335,6 +377,10 @@ def _many_steps_class():
                 if self.probes < 2:
                     self.probes += 1
                     self.per_step = (time.perf_counter() - started) / count if self.probes == 2 else None
+                    if self.per_step is not None and jax.process_count() > 1:  # one count a dispatch in every process
+                        from jax.experimental import multihost_utils
+
+                        self.per_step = float(multihost_utils.broadcast_one_to_all(np.float32(self.per_step)))
                     if self.per_step is not None:
                         _SECONDS_A_STEP[self.trained] = self.per_step
                 done += count
@@ -342,7 +388,10 @@ def _many_steps_class():
                 for listener in self.listeners:
                     listener.between_dispatches(done)
             for token in tokens[len(full):]:  # the partial last batch: Keras's own step, its rows from the host
-                logs, state = keras_own(state, iter([adapter.on_host(token.indices)]))
+                batch = adapter.on_host(token.indices)
+                if jax.process_count() > 1:  # each process's rows joined into the global batch, as Keras joins them
+                    batch = shares.joined(self.distribution, batch)
+                logs, state = keras_own(state, iter([batch]))
             return logs, state
 
         def _next_count(self, left: int) -> int:
@@ -369,6 +418,8 @@ def _many_steps_class():
             """Indices split over the devices as the batch they index is (the last axis: the batch's)."""
             if self.distribution is None:
                 return indices
+            if jax.process_count() > 1:
+                return shares.laid_out(self.distribution, indices)
             from jax.sharding import NamedSharding, PartitionSpec
 
             spec = PartitionSpec(*([None] * (indices.ndim - 1)), self.distribution.batch_dim_name)

@@ -109,13 +109,13 @@ def forget_compiled_functions(model) -> None:
 
 
 def compiled_functions(model) -> tuple:
-    """The model's Keras-made train and test functions (under any wrapper of acceltrain's): new objects once Keras
+    """The model's Keras-made train and test functions (under acceltrain's train-function door): new objects once Keras
     makes them again (after compile(), or forget_compiled_functions).
 
     Relies on: Trainer keeps them in `train_function` / `test_function`, None until made.
     """
     function = getattr(model, "train_function", None)
-    while isinstance(function, _TrainFunctionDoor) or getattr(function, "acceltrain_wrapper", False):
+    while isinstance(function, _TrainFunctionDoor):
         function = function.__wrapped__
     return function, getattr(model, "test_function", None)
 

@@ -12,12 +12,14 @@ import numpy as np
 # --- In-memory arrays kept on the devices (backends/jax/resident.py) -----------------------------------------------
 
 def arrays_on_devices(x, y, sample_weight, *, batch_size, steps, shuffle, class_weight, place, gather, token,
-                      order=None, placed=None):
+                      order=None, placed=None, keras_gathers=True):
     """A Keras data adapter over in-memory arrays that keeps them on the devices: `place(inputs)` once, on the packed
     (x, y, sample_weight) with class weights already turned into sample weights, then each batch `gather(placed,
     indices)` there, in Keras's own order and sizes (the same host permutation, the partial last batch). While its
     `tokens` is True it yields `token(indices)` instead of a batch: what a runner of many steps a dispatch pulls.
     `batch_indices()`: an epoch's index arrays in order, drawn as Keras draws them.
+    `keras_gathers` False (a job of several processes: Keras joins the processes' local batches itself): the batches
+    Keras reads itself come from the host, only the tokens' are gathered on the devices.
     `order` (rows of the arrays, not shuffled further): an epoch that takes those rows in that order, as Keras would
     take the arrays `x[order]`; `placed`: the packed inputs already on the devices (an earlier epoch's `placed`).
 
@@ -31,6 +33,7 @@ def arrays_on_devices(x, y, sample_weight, *, batch_size, steps, shuffle, class_
     """
     adapter = _on_devices_class()(x, y, sample_weight, batch_size, steps, shuffle if order is None else False,
                                   class_weight, place, gather, token, placed)
+    adapter.keras_gathers = keras_gathers
     if order is not None:  # the epoch's rows: its sizes as the arrays x[order] would give them
         adapter.order = np.asarray(order, dtype=np.int32)
         adapter._num_samples = len(order)
@@ -57,6 +60,7 @@ def _on_devices_class():
         # step; an adapter Keras steps through itself, one batch a step, gives its first), and a partial one, come
         # from the host: gathered on the devices, each would compile one more program
         first_on_host = True
+        keras_gathers = True  # False: every batch Keras reads itself comes from the host
 
         def __init__(self, x, y, sample_weight, batch_size, steps, shuffle, class_weight, place, gather, token,
                      placed):
@@ -73,7 +77,7 @@ def _on_devices_class():
             for indices in self.batch_indices():
                 if self.tokens:
                     yield self._token(indices)
-                elif self.first_on_host or len(indices) != self._batch_size:
+                elif self.first_on_host or len(indices) != self._batch_size or not self.keras_gathers:
                     self.first_on_host = False
                     yield self.on_host(indices)
                 else:

@@ -113,7 +113,10 @@ def added_losses_scaled_once(model):
 
 # --- Random draws in the replicas of a strategy (backends/tensorflow.py) ------------------------------------
 
-DRAWING_MODULES = ("keras.src.backend.tensorflow.random", "keras.src.backend.tensorflow.image")
+# Each module that draws, by its names in Keras's versions, the first that imports taken (keras-nightly 3.16 moved
+# the image ops into ops/).
+DRAWING_MODULES = (("keras.src.backend.tensorflow.random",),
+                   ("keras.src.backend.tensorflow.image", "keras.src.backend.tensorflow.ops.image"))
 
 
 @contextlib.contextmanager
@@ -127,8 +130,8 @@ def draws_apart_per_replica():
     tf.data map), a draw is Keras's own.
 
     Relies on: backend/tensorflow/random.py's draws (normal, uniform, categorical, randint, truncated_normal, dropout,
-    shuffle, gamma, binomial, beta) and backend/tensorflow/image.py's each calling their module's own name
-    `draw_seed(seed)` (from random/seed_generator.py) and handing its [2] seed to tf.random.stateless_*.
+    shuffle, gamma, binomial, beta) and backend/tensorflow/image.py's (3.16: ops/image.py) each calling their module's
+    own name `draw_seed(seed)` (from random/seed_generator.py) and handing its [2] seed to tf.random.stateless_*.
     """
     import importlib
 
@@ -144,7 +147,15 @@ def draws_apart_per_replica():
                                                                            value.dtype))
         return draw_seed
 
-    modules = [importlib.import_module(name) for name in DRAWING_MODULES]
+    def first_found(names):
+        for name in names[:-1]:
+            try:
+                return importlib.import_module(name)
+            except ModuleNotFoundError:
+                continue
+        return importlib.import_module(names[-1])  # none found: its error names the newest place looked
+
+    modules = [first_found(names) for names in DRAWING_MODULES]
     with contextlib.ExitStack() as stack:
         for module in modules:
             stack.enter_context(patched(module, ["draw_seed"], lambda _, keras_draw_seed: apart(keras_draw_seed)))
