@@ -7,11 +7,13 @@ that measured it also renders it: its `summarize(raw)` gives the figures the sec
 `render(summary, record)` the section, so BENCHMARKS.md is a function of the committed records
 (`python benchmarks/render.py`).
 
-A timed figure is quoted (README, the manual) only from a quiet record (`loaded` finds none): the machine's load
-average before the run began, and the work of others while it ran (the machine's busy CPU time, /proc/stat, less
-the run's own, a second of wall: the cores' worth others kept busy), at most half its cores: 1 on the project's
-2-core machine. (The load average while it ran counts the run's own waiting threads too, so it is kept, not judged.) render.py withholds a loaded
-record's quotes, naming the rerun that brings them back (`withheld`), unless the script lists the quote in
+A timed figure is quoted (README, the manual) only from a quiet record (`loaded` finds none). The rule is
+acceltrain's own, src/acceltrain/commands/machine_load.py, which `acceltrain bench`'s line follows too, on the same
+reading (a record's Run holds it; epoch_speed.py passes it to bench.run): the machine's load average before the run
+began, and the work of others while it ran (the machine's busy CPU time, /proc/stat, less the run's own, a second of
+wall: the cores' worth others kept busy), each at most half its cores: 1 on the project's 2-core machine. (The load
+average while it ran counts the run's own waiting threads too, so it is kept, not judged.) render.py withholds a
+loaded record's quotes, naming the rerun that brings them back (`withheld`), unless the script lists the quote in
 LOAD_FREE (its figures are counts, bytes or accuracies that a busy machine does not change).
 
 Two kinds of record are not measurements of the committed kind, and say so:
@@ -26,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shlex
 import subprocess
 import sys
@@ -37,6 +38,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from acceltrain.commands import machine_load
+from acceltrain.commands.machine_load import (QUIET_LOAD_PER_CORE, cpu_busy_seconds, load_average,  # noqa: F401
+                                              own_cpu_seconds, quiet_bound)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
@@ -46,9 +51,10 @@ UNCOMMITTED = "+changes"  # after a record's commit: the tree had changes no com
 # A copied tree (the GPU machine's, benchmarks/gpu_check.sh: the device tool sends the working tree with the .git of
 # the session's first commit) names its commit here: the caller passes `git rev-parse --short HEAD` of a clean tree.
 TREE_COMMIT = "ACCELTRAIN_TREE_COMMIT"
+# run_all.py's sections after the first run on a tree their run's earlier records changed: it passes the commit it
+# began on (clean) and the records it wrote, as JSON; a record taken on that tree names the commit and those paths.
+OWN_CHANGES = "ACCELTRAIN_RUN_OWN_CHANGES"
 # Printed with the versions of a record, where installed (importlib.metadata: nothing is imported).
-# A quiet machine: a load average (1 min) of at most this many per core (1 on the project's 2-core machine).
-QUIET_LOAD_PER_CORE = 0.5
 LOAD_SAMPLE_SECONDS = 5
 LIBRARIES = ("keras", "jax", "jaxlib", "tensorflow", "tensorflow-cpu", "orbax-checkpoint", "keras-hub", "libtpu",
              "numpy")
@@ -81,11 +87,10 @@ class Run:
         self.quick = bool(args.quick)
         self.folder = results_folder(args)
         self.command = shlex.join(["python", f"benchmarks/{self.script}", *without_results(sys.argv[1:])])
-        self.started = time.time()
-        self.machine = machine()
+        self.reading = machine_load.Reading.now()  # the one reading bench's line is judged by too (bench.run(reading=))
+        self.started = self.reading.started
+        self.machine = {**machine(), "load_before": self.reading.load_before}
         self.loads = _LoadSampler()
-        self.cpu_at_start = own_cpu_seconds()
-        self.busy_at_start = cpu_busy_seconds()
         commit = versions().get("commit")
         if not self.quick and (commit is None or commit.endswith(UNCOMMITTED)):
             tree = f"a tree with uncommitted changes ({commit})" if commit else "a tree with no git commit"
@@ -96,11 +101,8 @@ class Run:
     def save(self, section: str, raw: dict) -> Path:
         finished = time.time()
         samples = self.loads.stop()
-        own = own_cpu_seconds() - self.cpu_at_start
-        busy = cpu_busy_seconds()
-        # the machine's busy CPU time less the run's own, a second of wall: the cores' worth others kept busy
-        others = (busy - self.busy_at_start - own) / (finished - self.started) if busy is not None and \
-            self.busy_at_start is not None and finished > self.started else None
+        own = self.reading.own()
+        others = self.reading.others(finished, own)  # the cores' worth others kept busy besides the run's own
         record = {
             "section": section,
             "script": self.script,
@@ -111,7 +113,7 @@ class Run:
             "finished": utc(finished),
             "wall_seconds": round(finished - self.started, 1),
             "machine": {**self.machine, "load_after": load_average(), "load_samples": samples,
-                        "own_cpu_seconds": round(own, 1), "others_load": None if others is None else round(others, 2)},
+                        "own_cpu_seconds": round(own, 1), "others_load": others},
             "versions": versions(),
             "raw": raw,
         }
@@ -144,43 +146,13 @@ class _LoadSampler:
         return self.samples
 
 
-def own_cpu_seconds() -> float:
-    """CPU seconds (user and system) this process and its ended children used so far (Run counts from its start):
-    the run's own share of the load."""
-    self_, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return self_.ru_utime + self_.ru_stime + children.ru_utime + children.ru_stime
-
-
-def cpu_busy_seconds() -> float | None:
-    """The CPU seconds every core of the machine has been busy since boot (/proc/stat: user, nice, system, irq,
-    softirq and steal: a hypervisor's other guests count as others' work); None where it cannot be read."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in fields[1:9])
-        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def quiet_bound(cores: int | None) -> float:
-    return QUIET_LOAD_PER_CORE * (cores or 2)
-
-
 def loaded(record: dict) -> str | None:
-    """Why a measured record is not quiet enough to quote a time from (None: it is): the load before it began, or
-    the others' load while it ran, above half the machine's cores."""
+    """Why a measured record is not quiet enough to quote a time from (None: it is): machine_load.loaded, the rule
+    `acceltrain bench`'s own line follows, on the record's load before it began and others' load while it ran."""
     if record.get("provenance") != MEASURED:
         return None
     machine_ = record.get("machine") or {}
-    bound = quiet_bound(machine_.get("cores"))
-    before, others = machine_.get("load_before"), machine_.get("others_load")
-    if before is None:
-        return "its load average was not recorded"
-    if before > bound:
-        return f"measured at a load average (1 min) of {before:.1f} at its start"
-    if others is not None and others > bound:
-        return f"measured while other work kept about {others:.1f} cores busy besides the run's own"
-    return None
+    return machine_load.loaded(machine_.get("load_before"), machine_.get("others_load"), machine_.get("cores"))
 
 
 def wait_for_quiet(limit_seconds: float = 300, cores: int | None = None) -> float | None:
@@ -207,13 +179,6 @@ def utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 def machine() -> dict:
     """What ran it: the CPU's model and logical cores, and the 1-minute load average now."""
     cpu = platform.processor() or "unknown CPU"
@@ -237,15 +202,29 @@ def versions() -> dict:
     if os.environ.get(TREE_COMMIT):  # a copy of a committed tree (gpu_check.sh), its own .git absent or stale
         found["commit"] = os.environ[TREE_COMMIT]
         return found
+    head, changed = tree()
+    if head is None:
+        return found
+    own = json.loads(os.environ.get(OWN_CHANGES) or "{}")  # run_all.py: the commit it began on, the records it wrote
+    if changed and own.get("commit") == head and set(changed) <= set(own.get("paths", ())):
+        found["commit"] = head
+        found["changed_by_this_run"] = changed  # its earlier sections' records, and nothing else
+    else:
+        found["commit"] = head + (UNCOMMITTED if changed else "")
+    return found
+
+
+def tree() -> tuple[str | None, list[str]]:
+    """The commit checked out (None: no git) and the tracked paths changed since it, from the repository's root."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True)
-        if head.returncode == 0:
-            found["commit"] = head.stdout.strip() + (UNCOMMITTED if dirty.stdout.strip() else "")
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                capture_output=True, text=True)
     except OSError:
-        pass
-    return found
+        return None, []
+    if head.returncode != 0:
+        return None, []
+    return head.stdout.strip(), sorted(line[3:].split(" -> ")[-1] for line in status.stdout.splitlines() if line.strip())
 
 
 # --- Reading a record -------------------------------------------------------------------------------
@@ -342,6 +321,9 @@ def versions_phrase(found: dict) -> str:
         if key in found and label not in seen:
             said.append(f"{label} {found[key]}")
             seen.add(label)
+    if found.get("changed_by_this_run"):
+        said.append(f"the tree changed since only by the same run's earlier records "
+                    f"({', '.join(Path(path).stem for path in found['changed_by_this_run'])})")
     return ", ".join(said) if said else "versions not recorded"
 
 

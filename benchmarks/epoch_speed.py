@@ -63,7 +63,7 @@ def main():
                                    backend=args.backend,
                                    samples=2400 if args.quick else args.samples, batch_size=batch_size,
                                    script=True)
-        reports.append(bench.run(config))
+        reports.append(bench.run(config, reading=run.reading))  # its line judges the record's own reading
         print(bench.format_table(reports[-1]), flush=True)
     run.save(args.section or SECTIONS[args.backend], {"reports": reports})
 

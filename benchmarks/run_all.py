@@ -6,7 +6,10 @@
 
 Run it on a quiet machine: each benchmark's own record says what the load average was before and while it ran,
 and README and the manual quote no time from a record taken at a load above half the cores (render.py). A full
-run waits before each benchmark (up to --wait seconds) for the load average to fall to that bound. Each benchmark runs in its own process, in turn; its wall time is printed as it ends, beside the time
+run waits before each benchmark (up to --wait seconds) for the load average to fall to that bound.
+A full run starts only on a committed tree (its records name the commit); the records its own sections write do
+not stop the sections after them, whose records name the commit and the earlier records of the run
+(_results.OWN_CHANGES). Each benchmark runs in its own process, in turn; its wall time is printed as it ends, beside the time
 sections.py expects, and a table of all of them at the end. A failed benchmark keeps its old record; the
 others go on, and the exit code is 1.
 
@@ -15,6 +18,7 @@ files), renders BENCHMARKS.md and README.md from them into that folder, and touc
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -39,10 +43,13 @@ def runnable_here(section) -> bool:
     return section.needs != "gpu" or shutil.which("nvidia-smi") is not None
 
 
-def run(section, quick: bool, folder: Path, wait: float = 0) -> tuple[bool, float]:
-    """Run one benchmark in its own process, its output shown as it goes; (succeeded, wall seconds)."""
+def run(section, quick: bool, folder: Path, wait: float = 0, own: dict | None = None) -> tuple[bool, float]:
+    """Run one benchmark in its own process, its output shown as it goes; (succeeded, wall seconds). `own`: the
+    commit the run began on and the records its earlier sections wrote (_results.OWN_CHANGES)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(_results.REPO / "src"), str(_results.REPO), os.environ.get("PYTHONPATH")) if p)}
+    if own is not None:
+        env[_results.OWN_CHANGES] = json.dumps(own)
     if not quick and wait:
         load = _results.wait_for_quiet(wait)
         if load is not None and load > _results.quiet_bound(os.cpu_count()):
@@ -87,7 +94,21 @@ def main(argv=None) -> int:
     folder = _results.RESULTS
     if args.quick:
         folder = args.results or Path(tempfile.mkdtemp(prefix="acceltrain-benchmarks-quick-"))
-    timings = [(section, *run(section, args.quick, folder, args.wait)) for section in chosen]
+    own = None
+    if not args.quick:  # only the changes there before it began are refused: its own records do not stop it
+        commit = _results.versions().get("commit")
+        if commit is None or commit.endswith(_results.UNCOMMITTED):
+            tree = f"a tree with uncommitted changes ({commit})" if commit else "a tree with no git commit"
+            print(f"run_all: error: Received a full run on {tree}. A record must name the commit it measured: commit "
+                  "first (or stash), then rerun; --quick checks the pipeline on any tree. Nothing was run.",
+                  file=sys.stderr)
+            return 2
+        own = {"commit": commit, "paths": []}
+    timings = []
+    for section in chosen:
+        timings.append((section, *run(section, args.quick, folder, args.wait, own)))
+        if own is not None and timings[-1][1]:  # its record: the next sections' tree has it changed, and says so
+            own["paths"].append(str((folder / f"{section.name}.json").relative_to(_results.REPO)))
     print("\nsection                      result  wall time  expected (full run)")
     for section, succeeded, seconds in timings:
         print(f"{section.name:28} {'ok' if succeeded else 'FAILED':7} {_results.duration(seconds):>9}  "

@@ -1,7 +1,7 @@
 """benchmarks/epoch_speed.py's variant (e), the recipe as a plain Keras script under `acceltrain run`, at a tiny size:
 the script runs, its epochs are timed and read back, and the record renders its row. No timing is asserted."""
 
-from acceltrain.commands import bench
+from acceltrain.commands import bench, machine_load
 from benchmarks import epoch_speed
 
 
@@ -20,7 +20,7 @@ def test_the_plain_script_under_acceltrain_run_is_timed_and_rendered(tmp_path, m
                                                          "device_kind": "cpu", "simulated_devices": False}}
     runs = {"acceltrain": [others], "script": [result], "plain": [others], "hand": [others]}
     ceiling = {"flops_per_second": 2e11, "dtype": "float32", "matmul_size": 2048}
-    report = bench._report(config, None, 32, runs, ceiling, 0.5)
+    report = bench._report(config, None, 32, runs, ceiling, machine_load.Reading(0.0, 0.5, None, 0.0))
     assert set(report["ratios"]) == {f"{a}_over_{b}" for a, b in bench.PAIRS}
     summary = epoch_speed.summarize({"reports": [report]})
     lines = epoch_speed.table(summary["batches"][0])

@@ -189,12 +189,14 @@ def test_a_record_keeps_the_load_while_it_ran_and_others_cpu_time_less_its_own(t
     import argparse
     import itertools
 
+    from acceltrain.commands import machine_load
+
     monkeypatch.setattr(_results, "LOAD_SAMPLE_SECONDS", 0.01)
     busy, own, clock = iter([100.0, 118.0]), iter([5.0, 13.0]), itertools.chain([1000.0], itertools.repeat(1010.0))
-    monkeypatch.setattr(_results, "cpu_busy_seconds", lambda: next(busy))
-    monkeypatch.setattr(_results, "own_cpu_seconds", lambda: next(own))
-    monkeypatch.setattr(_results.time, "time", lambda: next(clock))
-    monkeypatch.setattr(_results, "load_average", lambda: 0.5)  # the 1-minute load: quiet at the start
+    monkeypatch.setattr(machine_load, "cpu_busy_seconds", lambda: next(busy))
+    monkeypatch.setattr(machine_load, "own_cpu_seconds", lambda: next(own))
+    monkeypatch.setattr(machine_load.time, "time", lambda: next(clock))
+    monkeypatch.setattr(machine_load, "load_average", lambda: 0.5)  # the 1-minute load: quiet at the start
     run = _results.Run("matmul_dtypes.py", argparse.Namespace(quick=True, results=tmp_path))
     import threading
     threading.Event().wait(0.1)  # a few load samples

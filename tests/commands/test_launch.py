@@ -601,6 +601,53 @@ def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
     assert said == ["process 1 exited with code 1; no other process was still running"]
 
 
+@pytest.mark.parametrize("code, stalled, resume, says", [
+    # Issue 41: a process that exited 42 (preempted, checkpoint saved) was said to have "failed first".
+    (42, False, "the same command plus --resume (acceltrain launch ... --checkpoint-dir ck --resume train.py)",
+     "process 1 was stopped by a notice and saved its checkpoint (exit 42: preempted, checkpoint saved, restart me); "
+     "to resume, rerun the same command plus --resume (acceltrain launch ... --checkpoint-dir ck --resume train.py)"),
+    (42, True, "", "process 1 failed first: acceltrain: error: stalled; the errors of the others came after it"),
+    (1, False, "", "process 1 failed first: acceltrain: error: stalled; the errors of the others came after it"),
+])
+def test_the_launcher_s_last_line_says_what_the_first_process_to_end_did(code, stalled, resume, says):
+    from acceltrain.commands import launch
+
+    assert launch.first_end(1, code, "acceltrain: error: stalled", 2, stalled=stalled, resume=resume) == says
+
+
+def test_a_job_stopped_by_a_notice_is_told_how_to_resume_with_launch_s_own_checkpoints_or_the_script_s(tmp_path):
+    from acceltrain import Checkpoints
+    from acceltrain.commands import launch
+
+    assert launch._resume_hint(None, "train.py", ["--epochs", "3"]) == \
+        "the same command (the script resumes from its own checkpoints)"
+    folder = tmp_path / "ck"
+    assert launch._resume_hint(Checkpoints(folder), "train.py", ["--epochs", "3"]) == (
+        f"the same command plus --resume (acceltrain launch ... --checkpoint-dir {folder} --resume train.py --epochs 3)")
+    assert launch._resume_hint(Checkpoints(folder, resume=True), "train.py", []).startswith("the same command, as it is")
+
+
+def test_the_watch_keeps_the_first_process_s_exit_code_and_whether_it_stalled(monkeypatch):
+    from acceltrain import log
+    from acceltrain.commands import launch
+
+    class Ended:
+        def __init__(self, code):
+            self.code = code
+
+        def poll(self):
+            return self.code
+
+        def wait(self, timeout=None):
+            return self.code
+
+    monkeypatch.setattr(log, "warn", lambda message: None)
+    monkeypatch.setattr(launch, "_stop", lambda children, first=None, grace=None: None)
+    first = []
+    assert launch._watch([Ended(0), Ended(42)], received=[], failed_first=first) == 42
+    assert first == [(1, 42, False)]
+
+
 def test_the_connect_flags_reach_each_launched_process(monkeypatch, tmp_path):
     """--platform, --tpu and --precision were accepted by launch and dropped (issue 20, item 12); --device-data too."""
     from acceltrain.cluster import Cluster

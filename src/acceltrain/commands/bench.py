@@ -39,6 +39,7 @@ import types
 from dataclasses import asdict, dataclass
 
 from acceltrain import ledger, log
+from acceltrain.commands import machine_load
 from acceltrain.errors import AcceltrainError, UsageError, positive_int
 
 RESULT_TAG = "ACCELTRAIN_BENCH_RESULT "
@@ -67,8 +68,10 @@ class BenchConfig:
     script: bool = False  # also (e): the recipe as a plain Keras script under `acceltrain run`
 
 
-def run(config: BenchConfig) -> dict:
-    """Measure (a), (b), (c) and (d) in child processes and return the report as plain data."""
+def run(config: BenchConfig, reading: machine_load.Reading | None = None) -> dict:
+    """Measure (a), (b), (c) and (d) in child processes and return the report as plain data. `reading`: the
+    machine as the measurement began (default: now), whose load the report's line is judged by
+    (machine_load.loaded): a benchmark record passes its own, so the line and the record judge the same reading."""
     from acceltrain import recipes
 
     recipe = recipes.get(config.recipe)
@@ -81,7 +84,7 @@ def run(config: BenchConfig) -> dict:
 
     variants = ("acceltrain", *(("script",) if config.script else ()), "plain", "hand", "ceiling")
     runs = {variant: [] for variant in variants}
-    load_before = _load_average()
+    reading = reading or machine_load.Reading.now()
     with tempfile.TemporaryDirectory(prefix="acceltrain-bench-cache-") as cache_dir:
         # acceltrain first: the hand loop and the ceiling follow its compute dtype and platform. The
         # ceiling is measured every round too, so that it sees the same load as the runs beside it.
@@ -96,15 +99,7 @@ def run(config: BenchConfig) -> dict:
                 log.info(f"bench: {LABELS[variant]}, run {repeat + 1} of {config.repeats}")
                 runs[variant].append(_run_child(variant, config, batch_size, cache_dir, extra))
     ceiling = max(runs.pop("ceiling"), key=lambda result: result["flops_per_second"])
-    return _report(config, recipe, batch_size, runs, ceiling, load_before)
-
-
-def _load_average() -> float | None:
-    """The machine's 1-minute load average: how much else was running (None where unknown)."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
+    return _report(config, recipe, batch_size, runs, ceiling, reading)
 
 
 # --- The report -------------------------------------------------------------------------------
@@ -131,7 +126,7 @@ PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"),  # 
          ("script", "hand"), ("plain", "script"))  # those of (e), where it ran
 
 
-def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
+def _report(config, recipe, batch_size, runs, ceiling, reading: machine_load.Reading) -> dict:
     accel = runs["acceltrain"][0]
     samples = accel["samples_per_epoch"]
     flops_per_sample = accel["flops_per_sample"]
@@ -206,7 +201,9 @@ def _report(config, recipe, batch_size, runs, ceiling, load_before) -> dict:
         "ratios": {f"{a}_over_{b}": judged(variants[a]["median_epoch_seconds"] / variants[b]["median_epoch_seconds"],
                                            (variants[a]["spread"], variants[b]["spread"]))
                    for a, b in PAIRS if a in variants and b in variants},
-        "load_average": {"before": load_before, "after": _load_average()},
+        # machine_load's reading: the load before the measurement began, others' work while it ran (cores' worth)
+        "load_average": {"before": reading.load_before, "after": machine_load.load_average(),
+                         "others": reading.others(), "cores": os.cpu_count()},
         "compilation_cache": cache,
     }
 
@@ -267,17 +264,29 @@ def format_table(report: dict) -> str:
     ledgers = [run for run in report["variants"]["acceltrain"].get("ledgers") or [] if run]
     if ledgers:
         lines.append(f"acceltrain's Runtime.fit, its last run: {ledger.Ledger.from_json(ledgers[-1]).line()}.")
-    load = report["load_average"]
-    if load["before"] is not None:
-        cores = os.cpu_count() or 1
-        busy = load["before"] > cores / 2  # other work held over half the cores before the runs began
-        lines.append(f"Load average (1 min) on this machine: {load['before']:.1f} before, {load['after']:.1f} after; "
-                     f"{cores} cores" + (": other work held over half of them before the runs began, so these times "
-                                         "are indicative only; rerun on a quiet machine." if busy else "."))
+    lines.append(load_line(report["load_average"]))
     peak = c["published_peak_flops_per_second"]
     lines.append(f"Published peak of {runtime['device_kind']} in {c['dtype']}: "
                  + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."))
     return "\n".join(lines)
+
+
+def load_line(load: dict) -> str:
+    """The machine's load as the report's reading holds it, judged by machine_load.loaded: the rule the benchmark
+    records are judged by, so a record and the bench it ran never disagree on whether the machine was quiet."""
+    cores = load.get("cores") or os.cpu_count()
+    others = load.get("others")
+    if load.get("before") is None:
+        return f"Load average: not readable on this machine ({cores} cores), so these times cannot be judged quiet."
+    said = (f"Load average (1 min) on this machine: {machine_load.shown(load['before'])} before the runs began, "
+            f"{machine_load.shown(load['after'])} after"
+            + ("" if others is None else f"; other work kept about {others:.1f} cores busy besides these runs")
+            + f"; {cores} cores")
+    why = machine_load.loaded(load["before"], others, cores)
+    if why is None:
+        return said + f": quiet (at most {machine_load.quiet_bound(cores):g}, half the cores, before and while they ran)."
+    return (said + f": {why}, above the quiet bound of {machine_load.quiet_bound(cores):g}, so these times are "
+            "indicative only; rerun on a quiet machine.")
 
 
 def _giga(value) -> str:

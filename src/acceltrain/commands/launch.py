@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -90,7 +91,7 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
             pump.start()
 
         # 3. Watch: the first failure, or a signal to the launcher, stops them all.
-        failed = []  # the index of the first process to fail
+        failed = []  # (index, exit code, whether it stalled) of the first process to end with an error
         try:
             code = _watch(children, received, stalled, grace, failed)
         finally:
@@ -100,10 +101,32 @@ def launch(script: str, argv=(), *, processes: int, settings: Settings = Setting
             for lines in merged.values():
                 lines.flush()
     if failed:
-        cause = merged[sys.stderr].causes[failed[0]]
-        log.warn(f"process {failed[0]} failed first{': ' + cause if cause else ' (it printed no error)'}"
-                 f"{'; the errors of the others came after it' if processes > 1 else ''}")
+        index, first_code, was_stalled = failed[0]
+        log.warn(first_end(index, first_code, merged[sys.stderr].causes[index], processes, stalled=was_stalled,
+                           resume=_resume_hint(checkpoints, script, argv)))
     return code
+
+
+def first_end(index: int, code: int, cause: str | None, processes: int, *, stalled: bool, resume: str) -> str:
+    """The launcher's last line: what the first process to end with an error did. Exit 42 with no stall is no
+    failure: that process was stopped by a notice and saved its checkpoint (preemption.RESTART_MEANING)."""
+    if code == preemption.EXIT_RESTART and not stalled:
+        return (f"process {index} was stopped by a notice and saved its checkpoint (exit {code}: "
+                f"{preemption.RESTART_MEANING}); to resume, rerun {resume}")
+    return (f"process {index} failed first{': ' + cause if cause else ' (it printed no error)'}"
+            f"{'; the errors of the others came after it' if processes > 1 else ''}")
+
+
+def _resume_hint(checkpoints: Checkpoints | None, script: str, argv) -> str:
+    """How a job stopped by a notice resumes: with launch's checkpoints, the same command plus --resume (as it
+    is, where it had --resume); else the same command, the script resuming from its own checkpoints."""
+    from acceltrain.commands import run_checkpoints
+
+    if checkpoints is None:
+        return "the same command (the script resumes from its own checkpoints)"
+    command = (f"acceltrain launch ... --checkpoint-dir {shlex.quote(str(checkpoints.dir))} --resume "
+               f"{shlex.join([str(script), *argv])}")
+    return run_checkpoints.resume_hint(checkpoints, command)
 
 
 def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS, failed_first=None) -> int:
@@ -129,7 +152,7 @@ def _watch(children, received, stalled=(), grace: float = NOTICE_GRACE_SECONDS, 
         if failed:
             index, code = failed[0]  # the first to fail: the others may have failed for want of it
             if failed_first is not None:
-                failed_first.append(index)
+                failed_first.append((index, code, was_stalled))
             running = sorted(set(range(len(children))) - {i for i, _ in exits})
             how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if code == watchdog.EXIT_STALLED:
