@@ -6,7 +6,7 @@ Runtime.fit's alike: where a fit's inputs are in-memory arrays (NumPy or JAX) an
 (decisions.choose_device_data), they are placed on the devices once a call (replicated over the distribution's
 devices: each gathers its own rows of a batch), and Keras gets a data adapter that sends only each batch's indices and
 gathers the batch there, in Keras's own order (keras_internals.arrays_on_devices: the same host permutation, so an
-exact resume and --verify see the same batches). Validation data passes the same way. In a job of several processes
+exact resume and --verify see the same batches). Validation data Keras reads from the host. In a job of several processes
 each places its own share on its own devices and each device gathers its rows of the global batch (shares.py); there
 the runner of steps gathers every batch (Keras's own reads come from the host).
 
