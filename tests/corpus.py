@@ -196,13 +196,15 @@ SHAPES = [
     # keras_internals.added_losses_scaled_once.
     Shape("add_loss_endpoint.py", "TensorFlow: a layer's own loss (`add_loss`), a model called on a dict with no "
           "targets, compiled with no loss", refused_at={"launch-2x2": "add_loss_endpoint.py, whose line 7 sets its "
-                                                                      "backend"}),
+                                                                      "backend"},
+          warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
     # keras.io's TensorFlow NumPy models: keras.backend.clear_session() between its models reset the strategy's scope
     # acceltrain entered around the script (the later models undistributed, then "IndexError: pop from empty list"
     # at 4 and 8 devices): backends/tensorflow.py::scope leaves the scope for the reset.
     Shape("tf_numpy_models.py", "TensorFlow: models and a loss written with `tf.experimental.numpy`, 8 fits, "
           "`clear_session()`, the script's own strategy scope, TensorBoard", refused_at={
-              "launch-2x2": "tf_numpy_models.py, whose line 8 sets its backend"}),
+              "launch-2x2": "tf_numpy_models.py, whose line 8 sets its backend"},
+          warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

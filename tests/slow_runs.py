@@ -28,6 +28,13 @@ class Recorder:
 
     def __init__(self):
         self.outcomes = {}  # "tests/file.py::name" → the outcomes of its cases
+        self.deselected = {}  # "tests/file.py::name" → its slow cases a -k or -m left out (a part of it ran)
+
+    def pytest_deselected(self, items):
+        for item in items:
+            if item.get_closest_marker("slow"):
+                name = item.nodeid.split("[")[0]
+                self.deselected[name] = self.deselected.get(name, 0) + 1
 
     def pytest_runtest_logreport(self, report):
         if "slow" in report.keywords and (report.when == "call" or report.outcome != "passed"):
@@ -40,6 +47,9 @@ class Recorder:
             for name, outcomes in self.outcomes.items():
                 ended = "failed" if "failed" in outcomes else "skipped" if set(outcomes) == {"skipped"} else "passed"
                 record[name] = {"finished": finished, "commit": commit, "outcome": ended}
+                if self.deselected.get(name):  # a selection of its cases: the record says how many, not "passed"
+                    ran = sum(1 for outcome in outcomes if outcome != "skipped")
+                    record[name]["cases"] = f"{ran} of {ran + self.deselected[name]}"
             RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
 
 
@@ -60,7 +70,8 @@ def table(page_text: str, record: dict) -> str:
     rows = ["| slow test | last run (`pytest -m slow`) | commit | outcome |", "|---|---|---|---|"]
     for name, slow in named:
         run = record.get(name)
-        rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | {run['commit']} | {run['outcome']} |" if run
+        outcome = run and run["outcome"] + (f" ({run['cases']} cases)" if run.get("cases") else "")
+        rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | {run['commit']} | {outcome} |" if run
                                                   else "not recorded | | |"))
     return "\n".join(rows) + "\n"
 
@@ -74,7 +85,8 @@ _NAMED = re.compile(SLOW_REFERENCE.pattern + f"(?:{re.escape(NOT_RUN)})?")
 def annotated(text: str, record: dict) -> str:
     """`text` with NOT_RUN after each slow test it names that has no recorded pass, and none after those that have."""
     def mark(found):
-        passed = record.get(found[1], {}).get("outcome") == "passed"
+        run = record.get(found[1], {})
+        passed = run.get("outcome") == "passed" and not run.get("cases")  # a part of its cases is no recorded pass
         return found[0].removesuffix(NOT_RUN) + ("" if passed else NOT_RUN)
 
     return _NAMED.sub(mark, text)

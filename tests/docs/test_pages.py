@@ -306,7 +306,8 @@ def test_a_claim_whose_slow_test_has_no_recorded_pass_says_not_run_yet():
     assert slow_runs.rendered(text, record) == text  # rendered twice: the same page
     on_the_page = VALIDATION.read_text().split("<!-- slow-runs -->")[0]
     for name, _ in set(slow_runs.SLOW_REFERENCE.findall(on_the_page)):
-        passed = slow_runs.load().get(name, {}).get("outcome") == "passed"
+        run = slow_runs.load().get(name, {})
+        passed = run.get("outcome") == "passed" and not run.get("cases")
         assert (f"`{name}` (slow) — not run yet" in on_the_page or f"`{name}` (partly slow) — not run yet" in
                 on_the_page) is not passed, name
     for page in slow_runs.other_pages():  # README.md and the guides cite slow tests too: the same words there
@@ -334,3 +335,26 @@ def test_a_slow_run_is_recorded_by_its_controller_with_how_each_test_ended(tmp_p
     assert {name: run["outcome"] for name, run in record.items()} == {"tests/a.py::t": "failed", "tests/b.py::u": "skipped"}
     page = "`tests/a.py::t` (partly slow)\n<!-- slow-runs -->\n<!-- /slow-runs -->\n"
     assert f"| `tests/a.py::t` (partly slow) | {record['tests/a.py::t']['finished']} |" in slow_runs.rendered(page, record)
+
+
+def test_a_run_of_some_of_a_slow_tests_cases_is_recorded_as_that_many_and_is_no_pass_of_the_claim(tmp_path,
+                                                                                                  monkeypatch):
+    """A -k selection of a parametrized slow test (one corpus case) once recorded the whole matrix as passed."""
+    from types import SimpleNamespace
+
+    from tests import slow_runs
+
+    monkeypatch.setattr(slow_runs, "RECORD", tmp_path / "slow-runs.json")
+    recorder = slow_runs.Recorder()
+    slow = SimpleNamespace(get_closest_marker=lambda name: name == "slow" or None)
+    recorder.pytest_deselected([SimpleNamespace(nodeid=f"tests/a.py::t[{i}]", **vars(slow)) for i in (2, 3, 4)] +
+                               [SimpleNamespace(nodeid="tests/a.py::fast", get_closest_marker=lambda name: None)])
+    recorder.pytest_runtest_logreport(SimpleNamespace(nodeid="tests/a.py::t[1]", when="call", outcome="passed",
+                                                      keywords={"slow": 1}))
+    recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace()))
+    record = slow_runs.load()
+    assert record["tests/a.py::t"]["outcome"] == "passed" and record["tests/a.py::t"]["cases"] == "1 of 4"
+    assert "tests/a.py::fast" not in record
+    page = "Claim: `tests/a.py::t` (slow).\n<!-- slow-runs -->\n<!-- /slow-runs -->\n"
+    text = slow_runs.rendered(page, record)
+    assert text.startswith("Claim: `tests/a.py::t` (slow) — not run yet.") and "| passed (1 of 4 cases) |" in text
