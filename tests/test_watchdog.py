@@ -275,3 +275,28 @@ def test_process_0_says_a_straggler_once_from_the_median_of_each_processs_own_ti
            "median of each process's last 20 steps" in said
     steps(window, 0.010, 0.030)
     assert dog.check_stragglers() == [] and stream.getvalue() == said  # said once a run
+
+
+def test_a_steps_own_cpu_is_a_steps_however_its_steps_were_dispatched_and_a_second_beat_of_the_same_steps_adds_none():
+    """acceltrain's runner beats after each dispatch, then Keras's batch end beats the same steps again (under launch,
+    one step an execution): counted twice, a straggler burning 60 ms a step was said at about 34 ms. A beat says how
+    many steps it covers: its CPU is split over them, and a beat of none keeps the CPU for the next step."""
+    from acceltrain import preemption
+    from acceltrain.training.callbacks import StallWatch
+
+    cpu = Clock()
+    dog, clock, _, _ = _watchdog(cpu=cpu)
+    watch = StallWatch(dog)
+    dog.arm("fit")
+    watch.on_epoch_begin(0)
+    watch.between_dispatches(1)  # the compiling step: not timed
+    for step in range(2, preemption.STRAGGLER_WINDOW_STEPS + 2):
+        cpu.now += 0.060
+        watch.between_dispatches(step)  # the runner's beat
+        watch.on_train_batch_end(step - 1)  # Keras's batch end of the same step
+    assert dog.beat_now()["cpu_per_step"] == pytest.approx(0.060)
+    assert dog.beat_now()["steps"] == preemption.STRAGGLER_WINDOW_STEPS + 1
+    for done in range(25, 25 + 4 * preemption.STRAGGLER_WINDOW_STEPS, 4):  # dispatches of 4 steps, 4 × 10 ms
+        cpu.now += 0.040
+        watch.between_dispatches(done)
+    assert dog.beat_now()["cpu_per_step"] == pytest.approx(0.010)

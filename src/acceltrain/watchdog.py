@@ -160,16 +160,24 @@ class Watchdog:
                 return
             self._phase, self._last, self._unmeasured = phase, self._clock(), unmeasured
 
-    def beat(self, phase: str | None = None) -> None:
-        """A step finished. The first after a phase that compiled is not timed: its time is the compile's."""
+    def beat(self, phase: str | None = None, steps: int = 1) -> None:
+        """`steps` steps finished since the last beat (a dispatch of many steps: as many; 0: a second beat of steps
+        already heard, e.g. Keras's batch end after acceltrain's runner beat its dispatch: progress, no step). The
+        first after a phase that compiled is not timed: its time is the compile's. A step's CPU is the stretch's
+        over its steps, so a straggler's "own time a step" is a step's however its steps were dispatched."""
         with self._lock:
             if self._phase is None:
                 return
             now, cpu = self._clock(), self._cpu_clock()
+            if not steps:  # nothing new trained: the CPU since the last beat stays with the next step's
+                self._last = now
+                if phase is not None:
+                    self._phase = phase
+                return
             if not self._unmeasured:
-                self._slowest = max(self._slowest or 0.0, now - self._last)
+                self._slowest = max(self._slowest or 0.0, now - self._last)  # the longest silence between beats
                 if self._cpu_at_beat is not None:
-                    self._step_cpu.append(cpu - self._cpu_at_beat)
+                    self._step_cpu.append((cpu - self._cpu_at_beat) / steps)
             self._cpu_at_beat = cpu
             self._last, self._unmeasured = now, False
             self._steps += 1

@@ -113,7 +113,7 @@ class StallWatch(keras.callbacks.Callback):
         self.watchdog = watchdog
         self._fitting = False
         self._trained = self._validated = False  # a step done: later ones do not compile
-        self._epoch = 0
+        self._epoch = self._done = 0
 
     def on_train_begin(self, logs=None):
         self._fitting = True
@@ -121,18 +121,24 @@ class StallWatch(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch + 1
+        self._done = 0  # this epoch's steps the watchdog has heard of (Keras's batch ends, the runner's dispatches)
         self.watchdog.enter(f"fit, epoch {self._epoch}", unmeasured=not self._trained)
 
     def on_train_batch_begin(self, batch, logs=None):
         self.watchdog.begin_step()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._trained = True
-        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {batch + 1}")
+        self._beat(batch + 1)  # Keras's batch end: after its execution's last step (steps_per_execution)
 
     def between_dispatches(self, steps):
+        self._beat(steps)  # acceltrain's runner, after each dispatch of an execution's steps
+
+    def _beat(self, done: int) -> None:
+        """A beat for the steps done this epoch: the runner's dispatches and Keras's batch end both say how far the
+        epoch is; each step is counted once, so a step's own CPU is a step's."""
         self._trained = True
-        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {steps}")
+        new, self._done = max(done - self._done, 0), max(done, self._done)
+        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {done}", steps=new)
 
     def on_epoch_end(self, epoch, logs=None):
         self.watchdog.enter(f"fit, end of epoch {self._epoch} (callbacks, checkpoint)", unmeasured=True)
