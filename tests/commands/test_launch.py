@@ -580,24 +580,27 @@ def test_a_failed_job_ends_with_the_first_failure_s_cause_and_same_lines_once(tm
     assert "[all] acceltrain: fit: global batch 64 = 16 × 4 replica(s)" in job.stderr
 
 
+class _Ended:
+    """A child process that has already ended with `code` (what launch._watch polls and waits on)."""
+
+    def __init__(self, code):
+        self.code = code
+
+    def poll(self):
+        return self.code
+
+    def wait(self, timeout=None):
+        return self.code
+
+
 def test_when_no_other_process_is_running_the_launcher_says_so(monkeypatch):
     from acceltrain import log
     from acceltrain.commands import launch
 
-    class Ended:
-        def __init__(self, code):
-            self.code = code
-
-        def poll(self):
-            return self.code
-
-        def wait(self, timeout=None):
-            return self.code
-
     said = []
     monkeypatch.setattr(log, "warn", said.append)
     monkeypatch.setattr(launch, "_stop", lambda children, first=None: None)  # nothing to stop: both ended
-    assert launch._watch([Ended(0), Ended(1)], received=[]) == 1
+    assert launch._watch([_Ended(0), _Ended(1)], received=[]) == 1
     assert said == ["process 1 exited with code 1; no other process was still running"]
 
 
@@ -631,20 +634,10 @@ def test_the_watch_keeps_the_first_process_s_exit_code_and_whether_it_stalled(mo
     from acceltrain import log
     from acceltrain.commands import launch
 
-    class Ended:
-        def __init__(self, code):
-            self.code = code
-
-        def poll(self):
-            return self.code
-
-        def wait(self, timeout=None):
-            return self.code
-
     monkeypatch.setattr(log, "warn", lambda message: None)
     monkeypatch.setattr(launch, "_stop", lambda children, first=None, grace=None: None)
     first = []
-    assert launch._watch([Ended(0), Ended(42)], received=[], failed_first=first) == 42
+    assert launch._watch([_Ended(0), _Ended(42)], received=[], failed_first=first) == 42
     assert first == [(1, 42, False)]
 
 
