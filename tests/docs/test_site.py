@@ -39,11 +39,13 @@ def site(tmp_path_factory):
 
 def pages_by_hits(index: dict, words: str) -> list[tuple[str, int]]:
     """Pages of the search index, best first: a hit in a page's or a section's title counts ten (Material's
-    search, lunr, ranks title matches far above text), one in its text one."""
+    search, lunr, ranks title matches far above text), one in its text one, times the page's own `search.boost`
+    (front matter; Material multiplies a page's score by it)."""
     hits = collections.Counter()
     for entry in index["docs"]:
         count = lambda text: len(re.findall(re.escape(words.lower()), text.lower()))  # noqa: E731
-        hits[entry["location"].split("#")[0]] += 10 * count(entry["title"]) + count(entry["text"])
+        score = 10 * count(entry["title"]) + count(entry["text"])
+        hits[entry["location"].split("#")[0]] += score * entry.get("boost", 1)
     return [(page, score) for page, score in hits.most_common() if score]
 
 
