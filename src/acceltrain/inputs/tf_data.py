@@ -301,22 +301,34 @@ def redrawn_randomness(dataset) -> str | None:
 
 class DatasetFeed:
     """One epoch of `dataset` at a time for Keras's fit, from one iterator whose state is saved at each epoch's start
-    and with each checkpoint within an epoch. `says`: this process prints the resume's line."""
+    and with each checkpoint within an epoch. `says`: this process prints the resume's line; `as_dataset`: each epoch
+    given to Keras as a tf.data.Dataset (the TensorFlow backend: _rest_of says why)."""
 
     what = "tf.data's iterator state"
     UNCOUNTED = ("Received checkpoint_dir with a tf.data.Dataset of unknown or infinite length. Exact resume counts "
                  "the batches of each pass: end the dataset (no .repeat()), or give it its length with "
                  "dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)).")  # a subclass: its kind's
 
-    def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None, says: bool = True):
+    UNCOUNTED_STEPS = (
+        "checkpoint_dir: this dataset's passes are of a length TensorFlow does not know (acceltrain made its batches "
+        "full with rebatch(drop_remainder=True), or a filter), and, under a tf.distribute strategy, Keras's fit on "
+        "such a pass can count optimizer steps it never took at the pass's end (TensorFlow's own: a plain Keras fit "
+        "does it too), at random, which Adam's step size follows: the run, resumed or not, is not repeatable bit for "
+        "bit. To make it so, batch with drop_remainder=True (dataset.batch(N, drop_remainder=True)), or tell its "
+        "length (dataset.apply(tf.data.experimental.assert_cardinality(N_BATCHES)))")
+
+    def __init__(self, dataset, folder: Path, steps_per_epoch: int | None = None, says: bool = True,
+                 as_dataset: bool = False):
         # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
         # partial batch is dropped), the same on every run.
         self.steps_per_epoch = self.batches_of(dataset) or steps_per_epoch
         if not self.steps_per_epoch:
             raise UsageError(self.UNCOUNTED)
         self.dataset = dataset
+        self.counted = self.batches_of(dataset)  # the batches of a pass, where known (None: unknown)
         self.folder = Path(folder)
         self.says = says
+        self.as_dataset = as_dataset  # each epoch given to Keras as a tf.data.Dataset, not a generator (_rest_of)
         self.redrawn = self.redrawn_of(dataset)  # why a checkpoint's step is read again on resume (None: it is not)
         self.unsaved = None  # why tf.data cannot save this dataset's iterator (_cannot_save), once found
         self._iterator = None
@@ -366,24 +378,46 @@ class DatasetFeed:
                      f"trained, as {self.redrawn or 'no position was saved at that step'}")
 
     def _rest_of(self, first_step: int):
-        restored, self._restored = self._restored, []
-        self._read_to = first_step
+        """What Keras's fit reads this epoch from `first_step` on: the batches restored first, then the pass's. Each
+        reader reads from `first_step` by position, the batches read already (kept until trained) given again, so
+        a reader Keras drops costs the next none: Keras's TensorFlow trainer, under a strategy, reads one batch of
+        each fit through an iterator of its own (its _maybe_symbolic_build), whose prefetch reads several, then drops
+        it. So on TensorFlow Keras is given a tf.data.Dataset, each iteration a reader of its own: a generator is
+        one reader, and what the dropped iterator read of it is lost (Keras 3.15.1 under MirroredStrategy: 6 steps
+        for 8 batches, each fit; issue 45)."""
+        with self._lock:
+            self._ahead.extend(enumerate(self._restored, first_step))
+            self._read_to = first_step + len(self._restored)
+            self._restored = []
+        if not self.as_dataset:
+            return self._read_from(first_step)  # what Keras takes: a Python generator (it refuses a tf.data iterator)
+        import tensorflow as tf
 
-        def batches():
-            pending = iter(restored)
-            while True:
-                with self._lock:
-                    batch = next(pending, None)
-                    if batch is None:
-                        try:
-                            batch = next(self._iterator)
-                        except StopIteration:
-                            return
+        given = tf.data.Dataset.from_generator(lambda: self._read_from(first_step),
+                                               output_signature=self.dataset.element_spec)
+        # Its length told, where TensorFlow knows the pass's: a pass of unknown length, run to its end under a
+        # strategy, can count optimizer steps it never took (UNCOUNTED_STEPS)
+        return given if self.counted is None else given.apply(
+            tf.data.experimental.assert_cardinality(self.counted - first_step))
+
+    def _read_from(self, step: int):
+        """The pass's batches from `step` on (a generator): those read already and kept, then the iterator's next."""
+        while True:
+            with self._lock:
+                kept = self._ahead[0][0] if self._ahead else self._read_to  # the first batch not yet let go
+                if step < kept:
+                    return  # a reader left behind (one Keras dropped): its batches were trained since
+                if step < self._read_to:
+                    batch = self._ahead[step - kept][1]
+                else:
+                    try:
+                        batch = next(self._iterator)
+                    except StopIteration:
+                        return
                     self._ahead.append((self._read_to, batch))
                     self._read_to += 1
-                yield batch  # what Keras takes: a Python generator (it refuses a tf.data iterator)
-
-        return batches()
+            step += 1
+            yield batch
 
     def trained(self, step: int) -> None:
         """`step` steps of this epoch are done: their batches are no longer kept."""
