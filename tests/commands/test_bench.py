@@ -15,7 +15,7 @@ from acceltrain.hardware import cpu, gpu, tpu
 SRC = Path(__file__).resolve().parent.parent / "src"
 VARIANT_FIELDS = {"label", "backend", "precision", "default_precision", "jit_compile", "median_epoch_seconds",
                   "run_medians", "spread", "samples_per_epoch", "samples_per_second", "seconds_to_first_epoch_end",
-                  "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
+                  "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs", "cpu_run_medians"}
 
 
 def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
@@ -42,6 +42,9 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
         medians = [statistics.median(run["epoch_seconds"][1:]) for run in variant["runs"]]
         assert variant["run_medians"] == medians and variant["median_epoch_seconds"] == statistics.median(medians)
         assert variant["spread"] == pytest.approx((max(medians) - min(medians)) / min(medians))
+        # the process's CPU time a steady epoch, the same medians
+        assert variant["cpu_run_medians"] == [statistics.median(run["epoch_cpu_seconds"][1:]) for run in variant["runs"]]
+        assert all(len(run["threads"]) == 3 for run in variant["runs"])
         assert variant["precision"] == "float32"  # acceltrain's on a CPU: every variant runs in it
     assert report["variants"]["plain"]["default_precision"] == "float32"  # Keras's own, labelled
     assert report["variants"]["hand"]["default_precision"] is None and report["one_precision"]
