@@ -114,6 +114,7 @@ def summarize_one(report: dict) -> dict:
             "median": median, "run_medians": medians, "spread": _noise.spread(medians),
             "cpu_median": statistics.median(cpu_medians) if cpu_medians else None, "cpu_run_medians": cpu_medians,
             "cpu_spread": _noise.spread(cpu_medians),
+            "threads": sorted({count for r in v["runs"] for count in r.get("threads") or () if count is not None}),
             "samples_per_second": samples / median, "first_epoch_end": v["seconds_to_first_epoch_end"],
             "train_flops": train_flops,
             "of_ceiling": train_flops / ceiling["flops_per_second"] if train_flops and same_dtype else None,
@@ -342,6 +343,10 @@ def render(summary: dict, record: dict) -> str:
                              for v in batch["variants"].values() if v.get("cpu_run_medians"))
         if cpu_runs:
             lines.append(f"Its CPU time, the same way (s): {cpu_runs}.")
+        threads = "; ".join(f"{v['label']} " + "-".join(str(n) for n in sorted({min(v["threads"]), max(v["threads"])}))
+                            for v in batch["variants"].values() if v.get("threads"))
+        if threads:
+            lines.append(f"The processes' threads at an epoch's end (the OS's count, every run): {threads}.")
     peak = batches[0]["ceiling"]["published_peak"]
     lines += ["", f"Published peak of {runtime['device_kind']} in {batches[0]['ceiling']['dtype']}: "
               + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."),

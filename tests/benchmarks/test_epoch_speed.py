@@ -37,6 +37,9 @@ def test_the_plain_script_under_acceltrain_run_is_timed_and_rendered(tmp_path, m
     assert f"script / hand {result['epoch_cpu_seconds'][1] / 1.5:.3f}× (noise unknown)" in \
         epoch_speed.cpu_ratios_line(summary["batches"][0])
     assert any("acceltrain run" in line for line in epoch_speed.targets(summary))
+    rendered = epoch_speed.render(summary, {"command": "python benchmarks/epoch_speed.py"})
+    assert f"(e) plain script under acceltrain run {min(result['threads'])}" in rendered  # its threads, every run
+    assert "Its CPU time, the same way (s):" in rendered
 
 
 def test_a_record_made_before_cpu_time_was_measured_renders_without_its_columns():
