@@ -240,20 +240,22 @@ def format_table(report: dict) -> str:
         + ("; acceltrain with --device-data off (Keras's own input path)"
            if report["config"].get("device_data") == "off" else ""),
         "",
-        "| | backend | precision (its own default) | median epoch | spread of runs | samples/s | to first epoch end "
-        "| train FLOP/s | of ceiling | of peak |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| | backend | precision (its own default) | median epoch | spread of runs | CPU an epoch | its spread "
+        "| samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"].values():
         default = v["default_precision"] or "none: follows acceltrain's"
+        cpu = v.get("cpu_run_medians") or []  # the process's CPU time a steady epoch: what load stretches least
         lines.append(
             f"| {v['label']} | {v['backend']} | {v['precision']} ({default}) | {v['median_epoch_seconds']:.3f} s | "
-            f"{_percent(v['spread'])} | {v['samples_per_second']:,.0f} | "
+            f"{_percent(v['spread'])} | {f'{statistics.median(cpu):.3f} s' if cpu else 'n/a'} | "
+            f"{_percent(spread(cpu)) if cpu else 'n/a'} | {v['samples_per_second']:,.0f} | "
             f"{v['seconds_to_first_epoch_end']:.1f} s | {_giga(v['train_flops_per_second'])} | "
             f"{_percent(v['fraction_of_ceiling'])} | {_percent(v['fraction_of_peak'])} |"
         )
     c = report["ceiling"]
-    lines.append(f"| {c['label']} | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | {_giga(c['flops_per_second'])} | "
+    lines.append(f"| {c['label']} | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | | | {_giga(c['flops_per_second'])} | "
                  f"100% | {_percent(c['fraction_of_peak'])} |")
     r = report["ratios"]
     lines += ["", "Median epoch ratios (each variant's median of its runs' median steady epochs; the noise is the "
