@@ -15,8 +15,9 @@ noise of a ratio the larger spread of the two variants' run medians (benchmarks/
 come from the same statistic. Beside each wall time, the process's CPU time (user + system, all its threads) a steady
 epoch, by the same medians and judged the same way: a neighbour's load stretches a wall time far more than a CPU time.
 Runs a batch size: REPEATS (more at the small batches, where a run's figure moved most from run to run: a process
-fast in one run and slow in the next shows as a spread, and enough runs say which is the usual one). Records made before bench ran plain Keras in acceltrain's precision (plain Keras then
-ran in Keras's default, float32) say so, and give no verdict on a ratio of unlike precisions.
+fast in one run and slow in the next shows as a spread, and enough runs say which is the usual one). Records made
+before bench ran plain Keras in acceltrain's precision (plain Keras then ran in Keras's default, float32) say so, and
+give no verdict on a ratio of unlike precisions.
 """
 
 import argparse
