@@ -22,7 +22,9 @@ as a user's run does), interleaved so that a neighbour's load falls on all of th
 Every figure compared is a median: a run's steady epochs (those after its first) give the run's median, a
 variant's figure is the median of its runs' medians, and its noise is the spread of those run medians,
 (max - min) / min. A ratio of two variants is judged against the larger of their two spreads: the verdict
-and its noise come from the same statistic.
+and its noise come from the same statistic. Beside each epoch's wall time a child records its process's CPU time
+(user + system, all threads) and its threads: the table shows the CPU time's medians too, which a neighbour's load
+stretches far less than the wall time.
 
 The parent process imports no framework. A child prints one line, RESULT_TAG + JSON, on stdout.
 """
