@@ -19,6 +19,12 @@ def follow_placement(call, proceed):
     by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
     import keras
 
+    from acceltrain.backends import keras_internals
+
+    # a script's fit and Runtime.fit's as `acceltrain train`'s: the optimizer's slots made in one program (5 eager ones
+    # for the seed's MLP's RMSprop) and the metrics' results the last step's (3 eager ones), where Keras allows
+    keras_internals.optimizer_built_at_once(call.model)
+    keras_internals.metrics_results_from_the_last_step(call.model)
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
     in_force = distribution or keras.distribution.distribution()
     with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
