@@ -243,10 +243,33 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     one whatever `kind`.
     """
     if device_names[0].startswith("tpu:"):
-        return tpu_system.strategy(_tpu_resolver)
+        return _made(tpu_system.strategy(_tpu_resolver))
     if kind == "none":
         return None
-    return tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names])
+    return _made(tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names]))
+
+
+_MADE: list = []  # the strategies a runtime made (make_distribution): any other a model keeps is its maker's own
+
+
+def _made(strategy):
+    _MADE.append(strategy)
+    return strategy
+
+
+def own_distribution(model=None):
+    """The strategy `model` was made under where no runtime made it: a script's own (its `with strategy.scope():`
+    around the model), under which its fit, evaluate and predict run wherever they are called (Keras keeps the
+    strategy on the model); None for a runtime's, TensorFlow's default strategy, or no model."""
+    strategy = getattr(model, "distribute_strategy", None) if model is not None else None
+    if strategy is None or any(strategy is made for made in _MADE):
+        return None
+    return None if type(strategy).__name__.strip("_") == "DefaultDistributionStrategy" else strategy
+
+
+def mesh_words(distribution) -> str:
+    """'devices CPU:0, CPU:1': a strategy's devices, a replica each (it replicates every variable: no mesh of axes)."""
+    return "devices " + ", ".join(device.rpartition("device:")[2] for device in distribution.extended.worker_devices)
 
 
 def distribution_name(distribution) -> str:
