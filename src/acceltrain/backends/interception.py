@@ -41,7 +41,10 @@ LAYERS = (
     "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
-SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)
+SCRIPT_LAYERS = ("script_calls", "script_inputs")
+# How a keras.callbacks.CallbackList is read and joined (keras_internals.callbacks_in, callbacks_added: set there as it
+# is imported, which connect() does), for Call.with_callback: no Keras here
+CALLBACK_LISTS: dict = {}  # what only a script's own calls pass (acceltrain run)
 CALLS = ("fit", "evaluate", "predict")
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
 _open: list = []  # a share per open runtime: the interception is installed while there is one
@@ -94,11 +97,9 @@ class Call:
         if callbacks is None or isinstance(callbacks, (list, tuple)):
             given = list(callbacks or ())
             added = [callback, *given]
-        else:  # a keras.callbacks.CallbackList: Keras is loaded
-            from acceltrain.backends import keras_internals
-
-            given = keras_internals.callbacks_in(callbacks)
-            added = keras_internals.callbacks_added(callbacks, self.model, first=[callback])
+        else:  # a keras.callbacks.CallbackList: keras_internals is loaded (connect() imports it)
+            given = CALLBACK_LISTS["read"](callbacks)
+            added = CALLBACK_LISTS["add"](callbacks, self.model, first=[callback])
         if added is None or any(type(c) is type(callback) for c in given):
             return self
         return self.replace(kwargs={**self.kwargs, "callbacks": added})

@@ -18,7 +18,7 @@ import functools
 
 import keras
 
-from acceltrain.backends.interception import patched, runtimes_open
+from acceltrain.backends.interception import CALLBACK_LISTS, patched, runtimes_open
 
 
 # --- Seeding ----------------------------------------------------------------------------------
@@ -491,6 +491,9 @@ def callbacks_in(given) -> list:
     if isinstance(given, keras.callbacks.CallbackList):
         return list(given.callbacks)
     return list(given or ())
+
+
+CALLBACK_LISTS.update(read=callbacks_in, add=callbacks_added)
 
 
 # --- Saving -------------------------------------------------------------------------------------
