@@ -22,7 +22,7 @@ import acceltrain
 if sys.argv[1:] == ["one-loop"]:
     from acceltrain import decisions
 
-    decisions.choose_step_loop = lambda platform: (True, "one-loop: the steps in one compiled loop a dispatch")
+    decisions.choose_step_loop = lambda platform, devices: (True, "one-loop: the steps in one compiled loop a dispatch")
 runtime = acceltrain.connect()
 import keras  # noqa: E402  (after connect: it sets the backend)
 
