@@ -147,7 +147,7 @@ class Trained:
     def _fit(self, call, proceed):
         from acceltrain.training.callbacks import DivergenceCheck
 
-        runtime, plan = self.runtime.as_called(call.model), self.plan  # under the caller's own distribution: its replicas
+        runtime, plan = self.runtime.as_called(call.model), self.plan  # under the caller's own distribution: its own
         prepared = call.prepared  # the inputs, prepared by the layer above (Inputs)
         arguments = call.arguments()
         dog = plan.watchdog or runtime.watchdog  # the one the stall watch of the call beats (Inputs)
@@ -155,7 +155,7 @@ class Trained:
         for name in _PREPARED:  # what the prepared inputs give Keras (prepared.local(), prepared.epoch())
             arguments.pop(name, None)
         epochs = arguments.pop("epochs", 1)
-        callbacks, verbose = arguments.pop("callbacks", None), arguments.pop("verbose", "auto")  # a list or CallbackList
+        callbacks, verbose = arguments.pop("callbacks", None), arguments.pop("verbose", "auto")  # list or CallbackList
         if prepared.is_dataset:
             arguments.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.

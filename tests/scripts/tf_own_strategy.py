@@ -63,7 +63,7 @@ history = sequential.fit(x, y, batch_size=64, epochs=2, verbose=0,
                          callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=lambda e, logs: epochs_seen.append(e))])
 said("own sequential accuracy", round(history.history["accuracy"][-1], 4))
 said("own sequential epochs seen", len(epochs_seen))
-said("own sequential evaluate", round(sequential.evaluate(x, y, batch_size=64, verbose=0, return_dict=True)["accuracy"], 4))
+said("own sequential evaluate", round(sequential.evaluate(x, y, batch_size=64, verbose=0)[1], 4))
 said("own sequential predict", sequential.predict(x[:100], batch_size=50, verbose=0).shape)
 dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64)
 said("own train_step loss", round(subclassed.fit(dataset, epochs=2, verbose=0).history["loss"][-1], 4))
