@@ -41,10 +41,10 @@ LAYERS = (
     "trained",        # the runtime's own loop: Runtime.fit's, and run --checkpoint-dir's (assembly.Trained)
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
-SCRIPT_LAYERS = ("script_calls", "script_inputs")
-# How a keras.callbacks.CallbackList is read and joined (keras_internals.callbacks_in, callbacks_added: set there as it
-# is imported, which connect() does), for Call.with_callback: no Keras here
-CALLBACK_LISTS: dict = {}  # what only a script's own calls pass (acceltrain run)
+SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)
+# How a keras.callbacks.CallbackList is read and joined (keras_internals/callbacks.py: callbacks_in, callbacks_added,
+# set there as it is imported, which connect() does), for Call.with_callback: no Keras here
+CALLBACK_LISTS: dict = {}
 CALLS = ("fit", "evaluate", "predict")
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
 _open: list = []  # a share per open runtime: the interception is installed while there is one
