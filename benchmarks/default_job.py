@@ -13,6 +13,9 @@ What runs, each in its own Python process, interleaved round by round (so a neig
              train / no-ledger - 1, of the median steady epoch (the time of the steps);
   hand:      `acceltrain bench`'s hand-written jitted JAX loop (one lax.scan an epoch, the data on the device once);
   plain:     `acceltrain bench`'s plain Keras fit on TensorFlow with Keras's defaults;
+  validated: once, `acceltrain train --epochs E` as README runs it (validation split 0.1, checkpoints auto): its
+             ledger's validation (and the final evaluate) per sample over a training step's per sample, bound 2x
+             (issue 43), and the programs it compiled, bound 8;
   own cost:  once, the default job's Runtime.fit with every function of the ledger's recording timed from inside
              (LedgerWatch's callbacks, the Timeline's add/begin/end/count/book): their seconds over the ledger's
              device steps; apart, the one read of the step's FLOPs at the first epoch's end (a trace of the step). On a shared machine this ratio holds where the A/B above
@@ -48,6 +51,9 @@ TRAIN_FLAGS = {"train": [], "no-ledger": [], "every-epoch": ["--checkpoint-every
 # The issue's bounds (#23): the default job within 1.10x the hand loop, not slower than plain Keras; the ledger's
 # overhead at most 1 % of step time.
 HAND_BOUND, LEDGER_BOUND = 1.10, 0.01
+# Issue 43's: an evaluated sample at most 2x a trained one's cost (the ledger's evaluation over its device steps, each
+# a sample), and at most 8 compiled programs in the job as README runs it.
+VALIDATION_BOUND, PROGRAMS_BOUND = 2.0, 8
 
 
 def main():
@@ -59,6 +65,7 @@ def main():
     record = _results.Run(__file__, args)
     epochs, repeats = (2, 1) if args.quick else (args.epochs, args.repeats)
     raw = measure(epochs, repeats, samples=2400 if args.quick else None)
+    raw["validated"] = validated(epochs, 2400 if args.quick else None)
     raw["own_cost"] = _own_cost_child(epochs, 2400 if args.quick else None)
     print(render(summarize(raw), {"command": record.command}))
     record.save(SECTION, raw)
@@ -91,13 +98,22 @@ def measure(epochs: int, repeats: int, samples: int | None) -> dict:
     return {"epochs": epochs, "repeats": repeats, "samples": samples, "batch_size": recipe.BATCH_SIZE, "runs": runs}
 
 
-def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool, flags: list[str] = ()) -> dict:
+def validated(epochs: int, samples: int | None) -> dict:
+    """One `acceltrain train` as README runs it, its validation split kept: its ledger (metrics.json's)."""
+    print("default-job: `acceltrain train` with its validation, once", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="acceltrain-default-job-") as folder:
+        data = _small_data(Path(folder), samples) if samples else None
+        return {"ledger": _train(Path(folder) / "validated", epochs, data, ledger=True, validation=True)["ledger"]}
+
+
+def _train(out: Path, epochs: int, data: Path | None, *, ledger: bool, flags: list[str] = (),
+           validation: bool = False) -> dict:
     """One `acceltrain train` in its own process: its epochs, its ledger, what it computed in."""
     env = {**os.environ, "ACCELTRAIN_LEDGER": "1" if ledger else "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("KERAS_BACKEND", None)
     # --validation-split 0: the same work as the hand loop and plain Keras (all the samples trained on, none validated)
     command = [sys.executable, "-m", "acceltrain", "train", "--epochs", str(epochs), "--out", str(out),
-               "--validation-split", "0"]
+               *([] if validation else ["--validation-split", "0"])]
     command += (["--data", str(data)] if data else []) + list(flags)
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -227,7 +243,20 @@ def summarize(raw: dict) -> dict:
         "ledger": ledgers[-1] if ledgers else None,
         "auto": [run["auto"][0] for run in raw["runs"]["train"] if run.get("auto")],
         "own_cost": _own_share(raw.get("own_cost")),
+        "validated": _validation_cost(raw.get("validated")),
     }
+
+
+def _validation_cost(validated: dict | None) -> dict | None:
+    """The validated run's ledger: an evaluated sample's seconds over a trained one's, and the programs compiled."""
+    if not validated or not validated.get("ledger"):
+        return None
+    from acceltrain import ledger
+
+    saved = ledger.Ledger.from_json(validated["ledger"])
+    trained, evaluated = saved.per_sample()
+    return {"trained": trained, "evaluated": evaluated, "ratio": evaluated / trained if trained and evaluated else None,
+            "programs": saved.facts.get("compiles"), "line": saved.line()}
 
 
 def _own_share(own: dict | None) -> dict | None:
@@ -287,6 +316,13 @@ def render(summary: dict, record: dict) -> str:
                      f"time (bound: ≤ {_noise.percent(LEDGER_BOUND)})"
                      + (f"; once a run, at its first epoch's end, reading the step's FLOPs took {own['flops_seconds']:.2f} s"
                         if own.get("flops_seconds") else "") + ".")
+    cost = summary.get("validated")
+    if cost and cost["ratio"] is not None:
+        lines.append(f"- Validation's cost, one `acceltrain train` run as README runs it (validation split 0.1, the "
+                     f"test set evaluated at its end), from its ledger: {cost['evaluated'] * 1e6:,.1f} µs an evaluated "
+                     f"sample over {cost['trained'] * 1e6:,.1f} µs a trained one, {cost['ratio']:.2f}× (bound: ≤ "
+                     f"{VALIDATION_BOUND:g}×); {cost['programs']} compiled programs (bound: ≤ {PROGRAMS_BOUND}). "
+                     f"Its ledger: {cost['line']}.")
     if summary["ledger"]:
         lines += ["", f"The last `acceltrain train` run's ledger: "
                       f"{ledger.Ledger.from_json(summary['ledger']).line()}."]

@@ -1,6 +1,6 @@
 """How fast does the seed's MNIST job train per epoch: plain Keras, acceltrain, a hand loop, in one precision.
 
-    python benchmarks/epoch_speed.py [--batch-sizes 32 128 1200] [--epochs 4] [--repeats 3] [--backend jax|tensorflow]
+    python benchmarks/epoch_speed.py [--batch-sizes 32 128 1200] [--epochs 4] [--repeats N] [--backend jax|tensorflow]
                                      [--quick]
 
 Runs `acceltrain bench` (src/acceltrain/commands/bench.py: each variant in its own process, the variants
@@ -12,8 +12,12 @@ samples at batch 1,200, 2 runs each.
 
 Every figure is a median: each run's median steady epoch (after its first), a variant's median of those, and the
 noise of a ratio the larger spread of the two variants' run medians (benchmarks/_noise.py): the verdict and its noise
-come from the same statistic. Records made before bench ran plain Keras in acceltrain's precision (plain Keras then
-ran in Keras's default, float32) say so, and give no verdict on a ratio of unlike precisions.
+come from the same statistic. Beside each wall time, the process's CPU time (user + system, all its threads) a steady
+epoch, by the same medians and judged the same way: a neighbour's load stretches a wall time far more than a CPU time.
+Runs a batch size: REPEATS (more at the small batches, where a run's figure moved most from run to run: a process
+fast in one run and slow in the next shows as a spread, and enough runs say which is the usual one). Records made
+before bench ran plain Keras in acceltrain's precision (plain Keras then ran in Keras's default, float32) say so, and
+give no verdict on a ratio of unlike precisions.
 """
 
 import argparse
@@ -28,6 +32,10 @@ from benchmarks import _noise, _results  # noqa: E402
 
 SECTIONS = {"jax": "epoch-speed", "tensorflow": "epoch-speed-tensorflow"}
 BATCH_SIZES = (32, 128, 1200)  # issue #43's: small steps, where a loop's overhead shows, and the recipe's own
+# Runs of each variant a batch size (--repeats: one count for all). About 80 s a round at 32, 60 at 128 and 50 at 1,200
+# on the project's 2 cores (the quiet record of f07e52e's rounds): 5, 4 and 2 rounds fit a quiet rerun in about 12 min.
+REPEATS = {32: 5, 128: 4, 1200: 2}
+DEFAULT_REPEATS = 3  # any other batch size
 # (numerator, denominator); those of (e), the plain script under `acceltrain run`, where the record has it
 PAIRS = (("plain", "acceltrain"), ("acceltrain", "hand"), ("plain", "hand"), ("script", "hand"), ("plain", "script"))
 # Issue #43's targets: (ratio, its label, the bound on a CPU, on an accelerator, at least or at most).
@@ -47,7 +55,9 @@ def main():
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES), metavar="N",
                         help=f"one bench a batch size, in turn (default: {' '.join(map(str, BATCH_SIZES))})")
     parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, help="runs of each variant at every batch size (default: REPEATS, "
+                        + ", ".join(f"{runs} at {batch}" for batch, runs in REPEATS.items())
+                        + f", {DEFAULT_REPEATS} at any other)")
     parser.add_argument("--samples", type=int, help="train on the first N samples (default: all 60,000)")
     parser.add_argument("--backend", choices=tuple(SECTIONS), default="jax",
                         help="acceltrain's backend (b); each has its own section")
@@ -59,7 +69,8 @@ def main():
 
     reports = []
     for batch_size in ([1200] if args.quick else args.batch_sizes):
-        config = bench.BenchConfig(epochs=2 if args.quick else args.epochs, repeats=2 if args.quick else args.repeats,
+        config = bench.BenchConfig(epochs=2 if args.quick else args.epochs,
+                                   repeats=2 if args.quick else repeats(batch_size, args.repeats),
                                    backend=args.backend,
                                    samples=2400 if args.quick else args.samples, batch_size=batch_size,
                                    script=True)
@@ -68,10 +79,19 @@ def main():
     run.save(args.section or SECTIONS[args.backend], {"reports": reports})
 
 
+def repeats(batch_size: int, asked: int | None = None) -> int:
+    """The runs of each variant at `batch_size`: the ones asked for, else REPEATS's."""
+    return asked or REPEATS.get(batch_size, DEFAULT_REPEATS)
+
+
 # --- Rendering ----------------------------------------------------------------------------------
 
-def _runs_medians(variant: dict) -> list[float]:
-    return [statistics.median(r["epoch_seconds"][1:] or r["epoch_seconds"]) for r in variant["runs"]]
+def _runs_medians(variant: dict, key: str = "epoch_seconds") -> list[float]:
+    """Each run's median steady epoch; of `key` "epoch_cpu_seconds", its CPU time ([] in a record made before bench
+    measured it)."""
+    if any(key not in r for r in variant["runs"]):
+        return []
+    return [statistics.median(r[key][1:] or r[key]) for r in variant["runs"]]
 
 
 def summarize_one(report: dict) -> dict:
@@ -83,6 +103,7 @@ def summarize_one(report: dict) -> dict:
     for name, v in report["variants"].items():
         medians = _runs_medians(v)
         median = statistics.median(medians)
+        cpu_medians = _runs_medians(v, "epoch_cpu_seconds")
         samples = v.get("samples_per_epoch", report["samples_per_epoch"])
         precision = v.get("precision") or (KERAS_DEFAULT_PRECISION if name == "plain" else report["precision"])
         train_flops = flops * samples / median if flops else None
@@ -92,6 +113,9 @@ def summarize_one(report: dict) -> dict:
             "label": v["label"], "backend": v["backend"], "jit_compile": v["jit_compile"],
             "precision": precision, "default_precision": v.get("default_precision"),
             "median": median, "run_medians": medians, "spread": _noise.spread(medians),
+            "cpu_median": statistics.median(cpu_medians) if cpu_medians else None, "cpu_run_medians": cpu_medians,
+            "cpu_spread": _noise.spread(cpu_medians),
+            "threads": sorted({count for r in v["runs"] for count in r.get("threads") or () if count is not None}),
             "samples_per_second": samples / median, "first_epoch_end": v["seconds_to_first_epoch_end"],
             "train_flops": train_flops,
             "of_ceiling": train_flops / ceiling["flops_per_second"] if train_flops and same_dtype else None,
@@ -136,12 +160,14 @@ def pairs(batch: dict) -> list[tuple[str, str]]:
     return [(a, b) for a, b in PAIRS if a in batch["variants"] and b in batch["variants"]]
 
 
-def differences(batch: dict) -> dict:
+def differences(batch: dict, medians: str = "run_medians") -> dict:
     """Each pair's ratio of medians, judged against the larger spread of the two variants' run medians; None for a
-    pair that ran in unlike precisions."""
+    pair that ran in unlike precisions. `medians` "cpu_run_medians": the same of their CPU times (None for a pair of
+    which one has none: a record made before bench measured it)."""
     variants = batch["variants"]
-    return {f"{a}_over_{b}": (_noise.compare(variants[b]["run_medians"], variants[a]["run_medians"])
-                              if comparable(batch, a, b) else None)
+    return {f"{a}_over_{b}": (_noise.compare(variants[b][medians], variants[a][medians])
+                              if comparable(batch, a, b) and variants[a].get(medians) and variants[b].get(medians)
+                              else None)
             for a, b in pairs(batch)}
 
 
@@ -189,32 +215,52 @@ def _precision(batch: dict, variant: dict, name: str) -> str:
 
 
 def table(batch: dict) -> list[str]:
+    """The batch size's table; a record made before bench measured CPU time has no CPU columns."""
     flops = batch["flops_per_sample"]
+    with_cpu = any(v.get("cpu_median") is not None for v in batch["variants"].values())
     lines = [
         f"Batch {batch['batch_size']}: {batch['samples_per_epoch']} samples an epoch; {batch['epochs']} epochs × "
         f"{batch['repeats']} runs each; acceltrain in {batch['precision']} (compute in {batch['compute_dtype']}); "
         + (f"{flops / 1e6:.2f} MFLOP a sample (forward and backward)" if flops else "FLOP count unknown for this model")
         + ("; acceltrain checkpoints every epoch" if batch["checkpoints"] else ""),
         "",
-        "| | backend | precision | median epoch | spread of runs | samples/s | to first epoch end | train FLOP/s "
-        "| of ceiling | of peak |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| | backend | precision | median epoch | spread of runs | " + ("CPU an epoch | its spread | " if with_cpu else "")
+        + "samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if with_cpu else ""),
     ]
     for name, v in batch["variants"].items():
+        cpu = v.get("cpu_median")
+        cpu_cells = (f"{f'{cpu:.3f} s' if cpu is not None else 'n/a'} | {_spread(v.get('cpu_spread'))} | "
+                     if with_cpu else "")
         lines.append(f"| {v['label']} | {v['backend']} | {_precision(batch, v, name)} | {v['median']:.3f} s | "
-                     f"{_noise.percent(v['spread']) if v['spread'] is not None else 'n/a'} | "
+                     f"{_spread(v['spread'])} | {cpu_cells}"
                      f"{v['samples_per_second']:,.0f} | {v['first_epoch_end']:.1f} s | {_giga(v['train_flops'])} | "
                      f"{_percent(v['of_ceiling'])} | {_percent(v['of_peak'])} |")
     c = batch["ceiling"]
-    lines.append(f"| (d) matmul ceiling | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | "
-                 f"{_giga(c['flops_per_second'])} | 100% | {_percent(c['of_peak'])} |")
+    lines.append(f"| (d) matmul ceiling | jax | {c['dtype']}, {c['matmul_size']}³ | | | {'| | ' if with_cpu else ''}"
+                 f"| | {_giga(c['flops_per_second'])} | 100% | {_percent(c['of_peak'])} |")
     return lines
+
+
+def _spread(value) -> str:
+    return _noise.percent(value) if value is not None else "n/a"
 
 
 def ratios_line(batch: dict) -> str:
     return ("Median epoch ratios, judged against the larger spread of the two variants' run medians "
             "(benchmarks/_noise.py): " + "; ".join(f"{a} / {b} {said_ratio(batch, a, b, '{:.3f}×')}"
                                                     for a, b in pairs(batch)) + ".")
+
+
+def cpu_ratios_line(batch: dict) -> str:
+    """The same ratios of CPU time a steady epoch, each judged against the spread of the CPU medians; empty for a
+    record made before bench measured CPU time."""
+    judged = {key: value for key, value in differences(batch, "cpu_run_medians").items() if value is not None}
+    if not judged:
+        return ""
+    return ("The same of the processes' CPU time a steady epoch (user + system, all threads; judged against the "
+            "spread of the CPU medians): " + "; ".join(f"{key.replace('_over_', ' / ')} {value.says('{:.3f}×')}"
+                                                      for key, value in judged.items()) + ".")
 
 
 def targets(summary: dict) -> list[str]:
@@ -275,6 +321,8 @@ def render(summary: dict, record: dict) -> str:
     ]
     for batch in batches:
         lines += ["", *table(batch), "", ratios_line(batch)]
+        if cpu_ratios_line(batch):
+            lines.append(cpu_ratios_line(batch))
         if not batch["one_precision"]:
             lines.append("This record compares unlike precisions: "
                          + "; ".join(f"{v['label']} ran in {_precision(batch, v, name)}"
@@ -292,6 +340,14 @@ def render(summary: dict, record: dict) -> str:
         runs = "; ".join(f"{v['label']}: " + ", ".join(f"{s:.3f}" for s in v["run_medians"])
                          for v in batch["variants"].values())
         lines.append(f"Each run's median steady epoch, in the order run (s): {runs}.")
+        cpu_runs = "; ".join(f"{v['label']}: " + ", ".join(f"{s:.3f}" for s in v["cpu_run_medians"])
+                             for v in batch["variants"].values() if v.get("cpu_run_medians"))
+        if cpu_runs:
+            lines.append(f"Its CPU time, the same way (s): {cpu_runs}.")
+        threads = "; ".join(f"{v['label']} " + "-".join(str(n) for n in sorted({min(v["threads"]), max(v["threads"])}))
+                            for v in batch["variants"].values() if v.get("threads"))
+        if threads:
+            lines.append(f"The processes' threads at an epoch's end (the OS's count, every run): {threads}.")
     peak = batches[0]["ceiling"]["published_peak"]
     lines += ["", f"Published peak of {runtime['device_kind']} in {batches[0]['ceiling']['dtype']}: "
               + (f"{_giga(peak)}FLOP/s." if peak else "none known (see acceltrain/hardware/)."),

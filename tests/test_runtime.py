@@ -418,3 +418,40 @@ def test_library_errors_name_the_python_argument_not_the_flag(runtime, tmp_path,
     with pytest.raises(UsageError) as raised:
         runtime.fit(model, x, y, **{"batch_size": 32, "checkpoint_dir": tmp_path, **arguments})
     assert named in str(raised.value) and "--" not in str(raised.value)
+
+
+def test_runtime_build_gives_the_weights_keras_initializes_op_by_op_from_one_program(runtime):
+    """Runtime.build's weights get their initial values from one program (13 compiled ops for the seed's MLP before,
+    one an initializer and shape): the same arrays as the same build under the runtime's scope, op by op."""
+    import jax
+    import keras
+
+    from acceltrain.backends.jax import compiles
+    from acceltrain.recipes import mnist_mlp
+
+    def build():
+        return mnist_mlp.build_model(total_steps=10)
+
+    names = []
+
+    def span(event, start, end, fun_name=None, **_):
+        if event == compiles.BACKEND_COMPILE:
+            names.append(fun_name)
+
+    built = []
+    for how in ("runtime.build", "op by op"):
+        runtime.seed(3)
+        jax.monitoring.register_event_time_span_listener(span)
+        try:
+            if how == "runtime.build":
+                built.append(runtime.build(build))
+            else:
+                with runtime.scope():
+                    built.append(build())
+        finally:
+            jax.monitoring.unregister_event_time_span_listener(span)
+        if how == "runtime.build":
+            assert names.count("jit(initial_values)") == 1 and not any("uniform" in name for name in names), names
+    for ours, keras_own in zip(*(model.get_weights() for model in built)):
+        np.testing.assert_array_equal(ours, keras_own)
+    assert len(built[0].weights) == len(built[1].weights) == 10 and keras.backend.backend() == "jax"

@@ -409,7 +409,12 @@ class Runtime:
             choice = placement.choose_for_model(self, build_model, layout_map, job)
             if choice is not None:
                 self._use_distribution(*choice)
-        with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext():
+        from acceltrain.backends import keras_internals
+
+        # the weights' initial values from one program (on JAX), not one compiled op per initializer and shape (13 for
+        # the seed's MLP): the same arrays, from the same seeds, as `acceltrain train`'s build
+        with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext(), \
+                keras_internals.variables_initialized_at_once():
             model = build_model()
         if setting is not None:
             autopilots.built(model, setting)

@@ -580,6 +580,30 @@ def test_watch_evaluation_batches_make_test_function_and_function_state_iterator
     assert not hasattr(model.test_function, "__wrapped__") and model.test_function.__name__ != "counted"
 
 
+def test_test_states_through_make_test_function_and_test_function_state_iterator(monkeypatch):
+    """JAXTrainer.evaluate (and fit's validation) keep a test function already made and call it with (state,
+    iterator), the state the (trainable, non-trainable, metrics) values: each call's state passes `through` first
+    (fit's validation, three batches, and evaluate's), and the function is Keras's own again after the undo."""
+    import keras
+
+    from acceltrain.backends.jax import resident
+
+    monkeypatch.setenv(resident.ENV_OFF, "0")  # Keras's own steps an execution: its functions are not made again
+    model = _model()
+    states = []
+    undo = keras_internals.test_states_through(model, lambda state: states.append(state) or state)
+    made = keras_internals.compiled_functions(model)[1]
+    x, y = np.zeros((10, 3), "float32"), np.zeros((10, 2), "float32")
+    model.fit(x, y, batch_size=4, epochs=1, validation_data=(x[:9], y[:9]), verbose=0)
+    model.evaluate(x, y, batch_size=4, verbose=0)
+    assert len(states) == 3 + 3 and all(len(state) == 3 for state in states)
+    assert len(states[0][2]) == len(model.metrics_variables)
+    undo()
+    assert model.test_function is not made and model.test_function.__name__ != "through_first"
+    assert keras_internals.test_states_through(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+                                               lambda state: state) is None  # not compiled: nothing to wrap
+
+
 def test_keras_scans_steps_data_adapter_get_jax_iterator_super_batch():
     """Keras 3.15's DataAdapter.get_jax_iterator takes no super_batch; keras-nightly 3.16's does."""
     import keras

@@ -385,6 +385,27 @@ def test_default_job_says_what_a_checkpoint_every_epoch_costs_beside_auto_and_wh
     assert said["auto-chose"] == "a checkpoint took 62 ms to write, 7.8% of a 0.80 s epoch > 2% → every 4 epochs (1.9%)"
 
 
+def test_default_job_says_validations_cost_a_sample_over_a_training_steps_from_the_validated_runs_own_ledger():
+    """Issue 43's bound: the ledger's evaluation a sample (validation and the final evaluate) over its device steps a
+    sample, at most 2x, and the programs the job compiled, at most 8; a record without the run renders without it."""
+    def runs(*medians):
+        return [{"epoch_seconds": [9.0, m, m, m], "ledger": None} for m in medians]
+
+    parts = {"start_up": 3.0, "compilation": 1.0, "device_steps": 8.0, "evaluation": 0.6, "rest": 1.0}
+    saved = {"wall_seconds": 13.6, "parts": parts, "started": 0.0, "ended": 13.6, "compiles": 7,
+             "samples": 400_000, "evaluation_samples": 60_000}  # 20 µs a trained sample, 10 µs an evaluated one
+    raw = {"epochs": 4, "repeats": 2, "samples": None, "batch_size": 1200, "runs": {
+        "train": runs(1.00, 1.01), "no-ledger": runs(1.00, 1.01), "hand": runs(0.95, 0.96),
+        "plain": runs(1.40, 1.42)}}
+    text, _ = rendered("default-job", raw)
+    assert "Validation's cost" not in text
+    text, _ = rendered("default-job", {**raw, "validated": {"ledger": saved}})
+    assert ("- Validation's cost, one `acceltrain train` run as README runs it (validation split 0.1, the test set "
+            "evaluated at its end), from its ledger: 10.0 µs an evaluated sample over 20.0 µs a trained one, 0.50× "
+            "(bound: ≤ 2×); 7 compiled programs (bound: ≤ 8). Its ledger: where the 13.6 s went: device steps 8.0 s "
+            "(59 %, 20.0 µs a sample)") in text
+
+
 # --- small-steps ---------------------------------------------------------------------------------
 
 def small_steps_raw(with_keras: bool) -> dict:

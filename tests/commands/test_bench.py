@@ -15,7 +15,7 @@ from acceltrain.hardware import cpu, gpu, tpu
 SRC = Path(__file__).resolve().parent.parent / "src"
 VARIANT_FIELDS = {"label", "backend", "precision", "default_precision", "jit_compile", "median_epoch_seconds",
                   "run_medians", "spread", "samples_per_epoch", "samples_per_second", "seconds_to_first_epoch_end",
-                  "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs"}
+                  "train_flops_per_second", "fraction_of_ceiling", "fraction_of_peak", "runs", "cpu_run_medians"}
 
 
 def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
@@ -42,6 +42,9 @@ def test_bench_cli_prints_the_table_and_writes_every_field(tmp_path):
         medians = [statistics.median(run["epoch_seconds"][1:]) for run in variant["runs"]]
         assert variant["run_medians"] == medians and variant["median_epoch_seconds"] == statistics.median(medians)
         assert variant["spread"] == pytest.approx((max(medians) - min(medians)) / min(medians))
+        # the process's CPU time a steady epoch, the same medians
+        assert variant["cpu_run_medians"] == [statistics.median(run["epoch_cpu_seconds"][1:]) for run in variant["runs"]]
+        assert all(len(run["threads"]) == 3 for run in variant["runs"])
         assert variant["precision"] == "float32"  # acceltrain's on a CPU: every variant runs in it
     assert report["variants"]["plain"]["default_precision"] == "float32"  # Keras's own, labelled
     assert report["variants"]["hand"]["default_precision"] is None and report["one_precision"]
@@ -129,3 +132,34 @@ def test_plain_keras_runs_in_the_precision_acceltrain_ran_and_labels_its_own_def
     result = json.loads(next(line for line in done.stdout.splitlines() if line.startswith(bench.RESULT_TAG))
                         [len(bench.RESULT_TAG):])
     assert result["precision"] == (precision or "float32") and result["default_precision"] == "float32"
+
+
+def test_the_table_shows_each_variant_s_cpu_time_an_epoch_beside_its_wall_time():
+    """Each run's median steady epoch of CPU time (user + system, all threads), the variant's median of those and
+    their spread, as the wall time's; a child that measured none (an older bench's result) says n/a."""
+    from acceltrain.commands import machine_load
+
+    runtime = {"backend": "jax", "platform": "cpu", "num_devices": 1, "device_kind": "cpu", "simulated_devices": False}
+
+    def child(wall, cpu=None):
+        return {"epoch_seconds": wall, **({"epoch_cpu_seconds": cpu, "threads": [21] * len(cpu)} if cpu else {}),
+                "seconds_to_first_epoch_end": 5.0, "fit_to_first_epoch_end": 2.0, "backend": "jax", "jit_compile": True,
+                "samples_per_epoch": 60000, "flops_per_sample": 2.64e6, "runtime": runtime, "precision": "float32",
+                "default_precision": "float32", "compute_dtype": "float32", "peak_flops_per_second": None}
+
+    runs = {"acceltrain": [child([3, 2.0, 2.2], [4, 2.9, 3.1]), child([3, 1.5, 1.5], [4, 3.3, 3.3])],
+            "plain": [child([3, 1.4, 1.4]), child([3, 1.4, 1.4])],
+            "hand": [child([3, 1.5, 1.5], [4, 2.5, 2.5]), child([3, 1.6, 1.6], [4, 2.5, 2.5])]}
+    ceiling = {"flops_per_second": 2e11, "dtype": "float32", "matmul_size": 2048}
+    config = bench.BenchConfig(epochs=3, repeats=2)
+    report = bench._report(config, None, 32, runs, ceiling, machine_load.Reading(0.0, 0.5, None, 0.0))
+    assert report["variants"]["acceltrain"]["cpu_run_medians"] == [3.0, 3.3]
+    assert report["variants"]["plain"]["cpu_run_medians"] == []
+    assert [len(run["threads"]) for run in report["variants"]["acceltrain"]["runs"]] == [3, 3]
+    table = bench.format_table(report)
+    # the wall time's spread is 40% (1.5 s and 2.1 s a run); the CPU time's 10% (3.0 s and 3.3 s)
+    assert "| (b) acceltrain | jax | float32 (float32) | 1.800 s | 40% | 3.150 s | 10% |" in table
+    assert "| (a) plain Keras fit | jax | float32 (float32) | 1.400 s | 0% | n/a | n/a |" in table
+    assert "| (c) hand-written loop | jax | float32 (float32) | 1.550 s | 7% | 2.500 s | 0% |" in table
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert all(row.count("|") == rows[0].count("|") for row in rows)

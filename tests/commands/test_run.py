@@ -1,6 +1,8 @@
 """`acceltrain run SCRIPT.py`: plain scripts, unchanged, on 8 simulated devices (each test a fresh process)."""
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -622,3 +624,24 @@ def test_the_plain_run_of_a_verdict_stops_at_the_failed_call_and_says_how_it_end
     assert plain_check.shown(script, ["a"], "tensorflow") == f"KERAS_BACKEND=tensorflow {sys.executable} {script} a"
     assert plain_check.shown(script, ["a"], "jax") == (f"{sys.executable} -m acceltrain.commands.plain_check --backend "
                                                        f"jax -- {script} a")  # the variable alone would not hold
+
+
+def test_a_scripts_fit_under_run_compiles_no_program_more_than_the_same_fit_through_runtime_fit(tmp_path):
+    """Adam + accuracy, a partial last batch, validation data, on one device: the fit's programs (issue 43: the seed's
+    MLP compiled 23 under `acceltrain run` against 10 through Runtime.fit) are the same by name either way, at most 5:
+    the optimizer's slots in one program, the loop of steps, Keras's step on the partial batch, a test step a
+    validation batch shape; and the two train the same."""
+    def fit_programs(stderr: str) -> list[str]:
+        lines = stderr.splitlines()
+        within = lines[lines.index("fit starts"):lines.index("fit ends")]
+        return [line.split()[2].rstrip(":") for line in within if line.startswith("acceltrain: program ")]
+
+    script = support.SCRIPTS / "counts_programs.py"
+    run = support.run_cli("run", "-v", script, "script", timeout=300, JAX_COMPILATION_CACHE_DIR=str(tmp_path / "a"))
+    library = subprocess.run([sys.executable, script, "library"], env=support.env(
+        JAX_COMPILATION_CACHE_DIR=str(tmp_path / "b")), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and library.returncode == 0, run.stderr[-2000:] + library.stderr[-2000:]
+    by_run, by_library = fit_programs(run.stderr), fit_programs(library.stderr)
+    assert len(by_run) <= len(by_library) <= 5, (by_run, by_library)
+    assert sorted(by_run) == sorted(by_library), (by_run, by_library)
+    assert run.stdout.strip().splitlines()[-1] == library.stdout.strip().splitlines()[-1]  # the same evaluation

@@ -144,3 +144,21 @@ def test_what_compiles_or_runs_between_epochs_may_take_the_users_timeout(runtime
 @pytest.mark.parametrize("moment", ["fit, epoch 2, step 3", "validation 2"])
 def test_a_stall_in_a_phase_already_timed_is_named_within_the_step_bound(runtime, moment):
     assert _watched_calls(runtime, {moment: 100}) == [(moment, True)]  # steps of 1 s: the bound is 60 s
+
+
+def test_the_epoch_timer_counts_the_process_s_cpu_time_beside_the_wall_time():
+    import time
+
+    from acceltrain.training.callbacks import EpochTimer
+
+    timer = EpochTimer()
+    timer.on_train_begin()
+    busy_until = time.process_time() + 0.3
+    while time.process_time() < busy_until:  # an epoch that computes: its CPU time counted
+        pass
+    timer.on_epoch_end(0)
+    time.sleep(0.3)  # an epoch that waits: wall time, next to no CPU time
+    timer.on_epoch_end(1)
+    assert timer.epoch_cpu_seconds[0] >= 0.3 and timer.epoch_seconds[0] >= 0.3
+    assert timer.epoch_seconds[1] >= 0.3 and timer.epoch_cpu_seconds[1] < 0.1
+    assert len(timer.threads) == 2 and all(count >= 1 for count in timer.threads)  # the OS's count (Linux)

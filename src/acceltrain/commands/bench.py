@@ -22,7 +22,9 @@ as a user's run does), interleaved so that a neighbour's load falls on all of th
 Every figure compared is a median: a run's steady epochs (those after its first) give the run's median, a
 variant's figure is the median of its runs' medians, and its noise is the spread of those run medians,
 (max - min) / min. A ratio of two variants is judged against the larger of their two spreads: the verdict
-and its noise come from the same statistic.
+and its noise come from the same statistic. Beside each epoch's wall time a child records its process's CPU time
+(user + system, all threads) and its threads: the table shows the CPU time's medians too, which a neighbour's load
+stretches far less than the wall time.
 
 The parent process imports no framework. A child prints one line, RESULT_TAG + JSON, on stdout.
 """
@@ -104,9 +106,12 @@ def run(config: BenchConfig, reading: machine_load.Reading | None = None) -> dic
 
 # --- The report -------------------------------------------------------------------------------
 
-def run_medians(runs: list[dict]) -> list[float]:
-    """Each run's median steady epoch: its epochs after the first (which compiles); all of them if it had one."""
-    return [statistics.median(run["epoch_seconds"][1:] or run["epoch_seconds"]) for run in runs]
+def run_medians(runs: list[dict], key: str = "epoch_seconds") -> list[float]:
+    """Each run's median steady epoch: its epochs after the first (which compiles); all of them if it had one.
+    `key` "epoch_cpu_seconds": the same of the process's CPU time (an empty list from a run that has none)."""
+    if any(key not in run for run in runs):
+        return []
+    return [statistics.median(run[key][1:] or run[key]) for run in runs]
 
 
 def spread(values: list[float]) -> float | None:
@@ -154,6 +159,9 @@ def _report(config, recipe, batch_size, runs, ceiling, reading: machine_load.Rea
             "median_epoch_seconds": median,
             "run_medians": medians,
             "spread": spread(medians),
+            # the process's CPU time (user + system, all its threads) a steady epoch, the same medians: a loaded
+            # machine stretches a wall time more than this
+            "cpu_run_medians": run_medians(child_runs, "epoch_cpu_seconds"),
             "samples_per_epoch": own_samples,
             "samples_per_second": own_samples / median,
             # Start-up, data, build and compile, and the first epoch: the median run's (acceltrain's warm runs: its
@@ -164,7 +172,8 @@ def _report(config, recipe, batch_size, runs, ceiling, reading: machine_load.Rea
             # of the ceiling in the compute dtype that ran (the same dtype for every variant)
             "fraction_of_ceiling": train_flops / ceiling_flops if train_flops else None,
             "fraction_of_peak": train_flops / peak if train_flops and peak else None,
-            "runs": [{k: r[k] for k in ("epoch_seconds", "seconds_to_first_epoch_end", "fit_to_first_epoch_end")}
+            "runs": [{k: r[k] for k in ("epoch_seconds", "epoch_cpu_seconds", "threads", "seconds_to_first_epoch_end",
+                                        "fit_to_first_epoch_end") if k in r}
                      for r in child_runs],
         }
         if name == "acceltrain":  # each run's ledger of its Runtime.fit: the first with a cold compilation cache
@@ -233,20 +242,22 @@ def format_table(report: dict) -> str:
         + ("; acceltrain with --device-data off (Keras's own input path)"
            if report["config"].get("device_data") == "off" else ""),
         "",
-        "| | backend | precision (its own default) | median epoch | spread of runs | samples/s | to first epoch end "
-        "| train FLOP/s | of ceiling | of peak |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| | backend | precision (its own default) | median epoch | spread of runs | CPU an epoch | its spread "
+        "| samples/s | to first epoch end | train FLOP/s | of ceiling | of peak |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"].values():
         default = v["default_precision"] or "none: follows acceltrain's"
+        cpu = v.get("cpu_run_medians") or []  # the process's CPU time a steady epoch: what load stretches least
         lines.append(
             f"| {v['label']} | {v['backend']} | {v['precision']} ({default}) | {v['median_epoch_seconds']:.3f} s | "
-            f"{_percent(v['spread'])} | {v['samples_per_second']:,.0f} | "
+            f"{_percent(v['spread'])} | {f'{statistics.median(cpu):.3f} s' if cpu else 'n/a'} | "
+            f"{_percent(spread(cpu)) if cpu else 'n/a'} | {v['samples_per_second']:,.0f} | "
             f"{v['seconds_to_first_epoch_end']:.1f} s | {_giga(v['train_flops_per_second'])} | "
             f"{_percent(v['fraction_of_ceiling'])} | {_percent(v['fraction_of_peak'])} |"
         )
     c = report["ceiling"]
-    lines.append(f"| {c['label']} | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | {_giga(c['flops_per_second'])} | "
+    lines.append(f"| {c['label']} | jax | {c['dtype']}, {c['matmul_size']}³ | | | | | | | {_giga(c['flops_per_second'])} | "
                  f"100% | {_percent(c['fraction_of_peak'])} |")
     r = report["ratios"]
     lines += ["", "Median epoch ratios (each variant's median of its runs' median steady epochs; the noise is the "
@@ -385,7 +396,8 @@ def _inputs(config):
 def _timing(timer, started: float, **extra) -> dict:
     """The epochs' times of an EpochTimer (absolute, comparable with `started` in the parent process)."""
     first_end = timer.epoch_ends[0]
-    return {"epoch_seconds": timer.epoch_seconds, "seconds_to_first_epoch_end": first_end - started,
+    return {"epoch_seconds": timer.epoch_seconds, "epoch_cpu_seconds": timer.epoch_cpu_seconds,
+            "threads": timer.threads, "seconds_to_first_epoch_end": first_end - started,
             "fit_to_first_epoch_end": first_end - timer.fit_start, **extra}
 
 
@@ -466,7 +478,7 @@ def _hand(config) -> dict:
     steps = len(x) // batch
 
     timer = EpochTimer()
-    timer.fit_start = time.time()
+    timer.on_train_begin()  # its wall and CPU clocks start here, as a fit's do
     params = [(jnp.asarray(kernel), jnp.asarray(bias)) for kernel, bias, _ in layers]
     velocities = jax.tree_util.tree_map(jnp.zeros_like, params)
     x_device, y_device = jax.device_put(x), jax.device_put(y)
@@ -495,11 +507,11 @@ def _hand(config) -> dict:
         return params, velocities, losses.mean(), accuracies.mean()
 
     key = jax.random.key(config["seed"])
-    for _ in range(config["epochs"]):
+    for number in range(config["epochs"]):
         key, epoch_key = jax.random.split(key)
         params, velocities, loss, accuracy = epoch(params, velocities, epoch_key)
         float(loss)  # wait for the epoch, as Keras does for its epoch-end logs
-        timer.epoch_ends.append(time.time())
+        timer.on_epoch_end(number)
     # weights in float32, computing in the compute dtype: acceltrain's policy, written out (no default of its own)
     return _timing(timer, config["started"], backend="jax", samples_per_epoch=steps * batch, final_loss=float(loss),
                    final_accuracy=float(accuracy), precision=config.get("precision"), default_precision=None)

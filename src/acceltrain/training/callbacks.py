@@ -70,25 +70,49 @@ def _learning_rate(model) -> float | None:
 
 class EpochTimer(keras.callbacks.Callback):
     """When fit started and each epoch ended, as time.time() (comparable across processes: `acceltrain bench`
-    counts from its parent's start). Keras syncs the metrics at each epoch's end, so the times are real."""
+    counts from its parent's start). Keras syncs the metrics at each epoch's end, so the times are real.
+
+    Beside each wall time, the process's CPU time (user + system, every thread's: time.process_time) and its
+    number of threads at each epoch's end: a neighbour's load stretches the wall time, hardly the CPU time."""
 
     def __init__(self):
         super().__init__()
         self.fit_start = None
         self.epoch_ends = []
+        self._cpu_start = None
+        self.cpu_ends = []
+        self.threads = []  # the process's threads (the OS's count) at each epoch's end
 
     def on_train_begin(self, logs=None):
         if self.fit_start is None:  # with checkpoints, Runtime.fit calls Keras's fit once an epoch
             self.fit_start = time.time()
+            self._cpu_start = time.process_time()
 
     def on_epoch_end(self, epoch, logs=None):
         self.epoch_ends.append(time.time())
+        self.cpu_ends.append(time.process_time())
+        self.threads.append(_thread_count())
 
     @property
     def epoch_seconds(self) -> list[float]:
         """Each epoch's wall time, from the end of the one before (the first's from fit's start: its compile)."""
         ends = [self.fit_start, *self.epoch_ends]
         return [end - start for start, end in zip(ends, ends[1:])]
+
+    @property
+    def epoch_cpu_seconds(self) -> list[float]:
+        """Each epoch's CPU time of the whole process (user + system, all its threads), counted as epoch_seconds."""
+        ends = [self._cpu_start, *self.cpu_ends]
+        return [end - start for start, end in zip(ends, ends[1:])]
+
+
+def _thread_count() -> int | None:
+    """The process's threads as the OS counts them (Python's, XLA's and TensorFlow's pools alike); None off Linux."""
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 class StallWatch(keras.callbacks.Callback):

@@ -3,6 +3,8 @@ and many steps an execution where no callback needs each batch. Every fit here r
 (ACCELTRAIN_DEVICE_DATA unset) and without (=0, Keras's own path), and must train the same: same losses, metrics and
 weights, on the 8 simulated devices of the test process."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -276,3 +278,48 @@ def test_a_step_measured_slow_or_fast_trains_the_same_weights_bit_for_bit(runtim
     for a, b in zip(slow, fast):
         np.testing.assert_array_equal(a, b)
     assert slow_history == fast_history
+
+
+@contextlib.contextmanager
+def _programs_compiled():
+    """The names of the programs JAX compiles inside (its backend-compile events), in order."""
+    import jax
+
+    from acceltrain.backends.jax import compiles
+
+    names = []
+
+    def span(event, start, end, fun_name=None, **_):
+        if event == compiles.BACKEND_COMPILE:
+            names.append(fun_name)
+
+    jax.monitoring.register_event_time_span_listener(span)
+    try:
+        yield names
+    finally:
+        jax.monitoring.unregister_event_time_span_listener(span)
+
+
+def test_one_loop_program_serves_every_count_of_steps_the_clock_sizes(runtime, monkeypatch, capsys):
+    """The loop's count of steps is a traced argument and its buffer of indices as large as an execution of the
+    epoch may be: fits whose steps an execution the clock sized 7, 3 and 1 (a quiet machine, a loaded one, a slower
+    one) run one loop program. Its buffer once took the count's rows: `acceltrain train` on a loaded machine compiled
+    the loop again for each count it measured (12 programs, issue 43)."""
+    import keras
+
+    from acceltrain.backends.jax import steps
+
+    class Live(keras.callbacks.Callback):
+        steps_aware = hears_each_second = True
+
+    model = _model(keras)  # outside the runtime's scope: one CPU device, the steps in one compiled loop
+    compiled = []
+    for seconds, told in ((1e-6, "steps an execution: 7 "), (0.3, "steps an execution: 3 "),
+                          (10.0, "steps an execution: 1 ")):
+        monkeypatch.setattr(steps, "_told", set())
+        monkeypatch.setattr(resident, "_SECONDS_A_STEP", _Measured(seconds))
+        with _programs_compiled() as names:
+            model.fit(X, Y, batch_size=32, epochs=2, validation_data=(X[:64], Y[:64]), verbose=0, callbacks=[Live()])
+        assert told in capsys.readouterr().err
+        compiled.append(names)
+    assert compiled[0].count("jit(loop)") == 1 and compiled[1:] == [[], []], compiled

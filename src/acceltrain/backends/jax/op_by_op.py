@@ -19,6 +19,12 @@ def follow_placement(call, proceed):
     by op made safe (op_by_op_made_safe). A model built outside any acceltrain distribution runs as Keras runs it."""
     import keras
 
+    from acceltrain.backends import keras_internals
+
+    # a script's fit and Runtime.fit's as `acceltrain train`'s: the optimizer's slots made in one program (5 eager ones
+    # for the seed's MLP's RMSprop) and the metrics' results the last step's (3 eager ones), where Keras allows
+    keras_internals.optimizer_built_at_once(call.model)
+    keras_internals.metrics_results_from_the_last_step(call.model)
     distribution = distribution_of(call.model) if keras.distribution.distribution() is None else None
     in_force = distribution or keras.distribution.distribution()
     with scope(distribution), op_by_op_made_safe(call.model, in_force) as undistributed:
@@ -26,8 +32,40 @@ def follow_placement(call, proceed):
             call.undistributed.append(undistributed)
         for callback in [] if undistributed else step_callbacks(in_force):
             call = call.with_callback(callback)
-        with on_devices(call, None if undistributed else in_force) as call:  # in-memory arrays kept there
+        on_one = undistributed or in_force is None
+        with on_devices(call, None if undistributed else in_force) as call, evaluation_committed(call, on_one):
             return proceed(call)
+
+
+@contextlib.contextmanager
+def evaluation_committed(call, one_device: bool):
+    """On one device, each evaluation step of a fit's validation or an evaluate takes its state committed to the
+    device, as the step puts it out: Keras's reset metrics are uncommitted arrays, so its first step compiled one
+    program and the rest another, the same step twice (a test_step more in `acceltrain train`, issue 43). Under a
+    distribution every value is laid out, committed already."""
+    arguments = call.arguments() if call.name == "fit" else {}
+    if not one_device or call.name == "predict" or (call.name == "fit" and arguments.get("validation_data") is None
+                                                     and not arguments.get("validation_split")):
+        yield
+        return
+    from acceltrain.backends import keras_internals
+
+    undo = keras_internals.test_states_through(call.model, _committed)
+    try:
+        yield
+    finally:
+        if undo is not None:
+            undo()
+
+
+def _committed(state):
+    """`state` with each uncommitted array committed to the device it is on (no copy)."""
+    def committed(leaf):
+        if isinstance(leaf, jax.Array) and not leaf.committed:
+            return jax.device_put(leaf, next(iter(leaf.devices())))
+        return leaf
+
+    return jax.tree.map(committed, state)
 
 
 @contextlib.contextmanager

@@ -160,8 +160,14 @@ def _placed(call, arguments, distribution, epoch=None):
     devices = _devices(distribution)
     in_one_program, how = decisions.choose_step_loop(devices[0].platform, len(devices))
     _tell_once(f"steps an execution: {steps} ({reason}){f'; {how}' if steps > 1 else ''}")
+    # The loop's buffer of indices holds as many steps as any execution of the fit's epochs may run, whatever count
+    # the clock sized: its rows are the program's shape, the count a traced argument, so one program serves every
+    # count (a buffer of the count's rows compiled the loop again for each count measured: 12 programs in a loaded
+    # `acceltrain train`, 2 in a quiet one)
+    whole = max(epoch.fit.steps_per_epoch or 0, steps_per_epoch) if epoch is not None else steps_per_epoch
+    rows = min(whole, max(steps, INDEX_BYTES // (train.batch_size * 4)))
     runner = many_steps(model, train, distribution, [c for c in callbacks if hasattr(c, "between_dispatches")],
-                        in_one_program)
+                        in_one_program, rows)
     # A count the clock sized (a step measured slow on a loaded machine gives 1) runs the same programs as any other:
     # ManySteps's step, never Keras's own, whose program rounds otherwise (1 float32 ulp in the weights, measured)
     sized_by_us = compiled and keras_step and not hooked
@@ -312,11 +318,12 @@ jax.tree_util.register_pytree_node(_Indices, lambda token: ((), token), lambda t
 
 # --- Many steps a dispatch --------------------------------------------------------------------------------------------
 
-def many_steps(model, adapter, distribution, listeners=(), in_one_program=True):
+def many_steps(model, adapter, distribution, listeners=(), in_one_program=True, rows=1):
     """The fit's callback that runs its executions as a few dispatches (ManySteps, made on first use: keras is
     imported after connect()); `in_one_program` False: each step its own program, one at a time (several CPU
-    devices: decisions.choose_step_loop)."""
-    return _many_steps_class()(model, adapter, distribution, listeners, in_one_program)
+    devices: decisions.choose_step_loop). `rows`: the most steps an execution of the fit may run (the loop's buffer
+    holds at least as many, and as many as the model's earlier fits asked)."""
+    return _many_steps_class()(model, adapter, distribution, listeners, in_one_program, rows)
 
 
 @functools.cache
@@ -331,9 +338,9 @@ def _many_steps_class():
 
         steps_aware = True
 
-        def __init__(self, model, adapter, distribution, listeners, in_one_program):
+        def __init__(self, model, adapter, distribution, listeners, in_one_program, rows):
             super().__init__()
-            self.in_one_program = in_one_program
+            self.in_one_program, self.rows = in_one_program, rows
             # `trained`, never Callback.model inside a step: on JAX reading that syncs Keras's last state into the
             # variables, whose arrays the step is about to take (donated)
             self.trained, self.adapter, self.distribution = model, adapter, distribution
@@ -401,7 +408,8 @@ def _many_steps_class():
 
         def _run(self, state, indices):
             if self._loop is None:
-                self._loop = _loop_for(self.trained, self.distribution, self.in_one_program, state)
+                self._loop, self.rows = _loop_for(self.trained, self.distribution, self.in_one_program, state,
+                                                  self.rows)
             placed = self.adapter.placed
             if not self.in_one_program:  # one program a step, back to back: no Keras between them
                 logs, wait = None, self.distribution is not None and _steps_must_not_overlap(self.distribution)
@@ -410,7 +418,7 @@ def _many_steps_class():
                     if wait:  # several CPU devices: a step's collectives may deadlock with the next's (steps.py)
                         jax.block_until_ready(logs)
                 return logs, state
-            buffer = np.zeros((self.trained.steps_per_execution, self.adapter.batch_size), np.int32)
+            buffer = np.zeros((max(self.rows, len(indices)), self.adapter.batch_size), np.int32)
             buffer[:len(indices)] = indices
             return self._loop(state, placed, self._laid_out(buffer), np.int32(len(indices)))
 
@@ -428,20 +436,23 @@ def _many_steps_class():
     return ManySteps
 
 
-_LOOPS = weakref.WeakKeyDictionary()  # model: (the Keras train function they go with, {key: (distribution, loop)})
+# model: (the Keras train function they go with, {key: (distribution, loop, its buffer's rows)})
+_LOOPS = weakref.WeakKeyDictionary()
 
 
-def _loop_for(model, distribution, in_one_program: bool, state):
-    """_compiled, made once while the model's Keras functions stand: a later fit reuses its programs."""
+def _loop_for(model, distribution, in_one_program: bool, state, rows: int) -> tuple:
+    """(_compiled, the rows of its buffer of indices), made once while the model's Keras functions stand: a later
+    fit reuses its program, with a buffer as large as any fit before it asked (one shape: one program)."""
     function = _functions(model)[0]
     made, loops = _LOOPS.get(model, (None, {}))
     if made is not function or function is None:
         loops = {}
     kept = loops.get(in_one_program)
     if kept is None or kept[0] is not distribution:
-        kept = loops[in_one_program] = (distribution, _compiled(model, distribution, in_one_program, state))
+        kept = (distribution, _compiled(model, distribution, in_one_program, state), rows)
+    kept = loops[in_one_program] = (*kept[:2], max(kept[2], rows))
     _LOOPS[model] = (function, loops)
-    return kept[1]
+    return kept[1], kept[2]
 
 
 def _compiled(model, distribution, in_one_program: bool, state):

@@ -274,6 +274,32 @@ def watch_evaluation_batches(model, kind: str, on_batch):
     return undo
 
 
+def test_states_through(model, through):
+    """From now on until the undo returned, each call of the model's test function (fit's validation and evaluate)
+    takes its state through `through(state)` first. Returns the undo, or None where it cannot (TensorFlow; a model
+    not compiled).
+
+    Relies on: JAXTrainer.evaluate (fit's validation too) calls make_test_function(), which keeps an existing
+    `test_function`, then `logs, state = self.test_function(state, iterator)` once an execution, `state` the
+    (trainable, non-trainable, metrics) variables' values.
+    """
+    if keras.backend.backend() != "jax" or not model.compiled:
+        return None
+    model.make_test_function()
+    function = model.test_function
+
+    def through_first(state, iterator):
+        return function(through(state), iterator)
+
+    model.test_function = through_first
+
+    def undo():
+        if getattr(model, "test_function", None) is through_first:
+            model.test_function = function
+
+    return undo
+
+
 def _keras_own(function):
     """Keras's train function under acceltrain's door."""
     while isinstance(function, _TrainFunctionDoor):
