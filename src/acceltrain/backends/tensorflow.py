@@ -246,6 +246,7 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
         return _made(tpu_system.strategy(_tpu_resolver))
     if kind == "none":
         return None
+    _device_datasets_untuned(True)
     return _made(tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names]))
 
 
@@ -270,6 +271,35 @@ def own_distribution(model=None):
 def mesh_words(distribution) -> str:
     """'devices CPU:0, CPU:1': a strategy's devices, a replica each (it replicates every variable: no mesh of axes)."""
     return "devices " + ", ".join(device.rpartition("device:")[2] for device in distribution.extended.worker_devices)
+
+
+def _device_datasets_untuned(untuned: bool) -> None:
+    """A MirroredStrategy's per-device datasets made without tf.data's autotuning while `untuned` (from
+    make_distribution until release), TensorFlow's own function given back after.
+
+    A distributed dataset is read through a MultiDeviceIterator, which makes one small dataset a replica (TensorFlow's
+    `multi_device_iterator_ops._create_device_dataset`: the replica's share of each batch, prefetched one element
+    ahead, a fixed buffer), each iterated with TensorFlow's default options, so each starts tf.data's autotuning
+    thread, which has nothing of it to tune. Dropping such an iterator (Keras makes a new one every epoch of a dataset
+    of known length, and every evaluate) waits for those threads to end, and in TensorFlow 2.21 each is seen to end
+    only when its next optimization comes due, not when the iterator is cancelled: its period doubles up to 60 s, so a
+    drop on 8 logical CPUs stood still 74 and 134 s (main thread holding the GIL, in ~LogicalThreadWrapper under
+    ~RootDataset::Iterator), where it took 0.01-0.05 s with their autotuning off, the user's own pipeline still
+    autotuned (tests/scripts/distributed_dataset_dropped.py, no acceltrain). The batches are the same: nothing on
+    the device side was tuned (tests/backends/test_tensorflow.py)."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops as device_datasets
+
+    made = device_datasets._create_device_dataset
+    if untuned and not hasattr(made, "tensorflows"):
+        def create_device_dataset(*args, **kwargs):
+            options = tf.data.Options()
+            options.autotune.enabled = False
+            return made(*args, **kwargs).with_options(options)
+
+        create_device_dataset.tensorflows = made
+        device_datasets._create_device_dataset = create_device_dataset
+    elif not untuned and hasattr(made, "tensorflows"):
+        device_datasets._create_device_dataset = made.tensorflows
 
 
 def distribution_name(distribution) -> str:
@@ -351,7 +381,9 @@ def _plain_in_dataset_functions(next_creator, **kwargs):
 
 
 def release(distribution) -> None:
-    """Nothing to undo: TensorFlow keeps the strategy on the model."""
+    """TensorFlow keeps the strategy on the model; its per-device datasets are autotuned again (make_distribution)."""
+    if isinstance(distribution, tf.distribute.MirroredStrategy):
+        _device_datasets_untuned(False)
 
 
 def keep_data_on_devices(setting: str) -> None:
