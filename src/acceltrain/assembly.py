@@ -79,9 +79,10 @@ class FirstFits:
 
     def __call__(self, call, proceed):
         framework = self.runtime.backend_module
-        called = self.runtime.as_called()
+        called = self.runtime.as_called(call.model)
         if called is not self.runtime:  # the caller's own distribution: kept, as plainly; nothing laid out again
-            self._tell_own(called)
+            if framework.SHARDS:  # TensorFlow's scope said so as the script made its model (backends' scope)
+                self._tell_own(called)
             return proceed(call)
         if call.name == "fit" and call.model not in self.placed:
             self._first(call)
@@ -146,7 +147,7 @@ class Trained:
     def _fit(self, call, proceed):
         from acceltrain.training.callbacks import DivergenceCheck
 
-        runtime, plan = self.runtime.as_called(), self.plan  # under the caller's own distribution: its replicas
+        runtime, plan = self.runtime.as_called(call.model), self.plan  # under the caller's own distribution: its own
         prepared = call.prepared  # the inputs, prepared by the layer above (Inputs)
         arguments = call.arguments()
         dog = plan.watchdog or runtime.watchdog  # the one the stall watch of the call beats (Inputs)
@@ -154,7 +155,7 @@ class Trained:
         for name in _PREPARED:  # what the prepared inputs give Keras (prepared.local(), prepared.epoch())
             arguments.pop(name, None)
         epochs = arguments.pop("epochs", 1)
-        callbacks, verbose = list(arguments.pop("callbacks", None) or ()), arguments.pop("verbose", "auto")
+        callbacks, verbose = arguments.pop("callbacks", None), arguments.pop("verbose", "auto")  # list or CallbackList
         if prepared.is_dataset:
             arguments.setdefault("shuffle", False)  # a dataset shuffles itself; Keras warns at its default True
         # 2. Checkpoints, where asked for.
@@ -163,12 +164,18 @@ class Trained:
         self._tune(model, prepared)
         # 4. Train, watching for divergence; in a multi-process job, each process batches its share.
         divergence = DivergenceCheck(inputs.classes_of(model).num_classes)
-        watched = [*callbacks, divergence]  # acceltrain's own first: the stall watch (Inputs), the ledger's watch
+        # acceltrain's own first: the stall watch (Inputs), the ledger's watch; a CallbackList the caller built gets
+        # the check too, in a new list over its callbacks (a subclass of it goes as it came: nothing joins it)
+        watched = keras_internals.callbacks_added(callbacks, model, last=[divergence]) or callbacks
 
         def keras_fit(**kwargs):  # each Keras fit of the loop, through the layers below this one
             return proceed(call.replace(args=(), kwargs=kwargs))
 
-        with dog.watching("fit (compiling and running the first step)"), runtime.scope():
+        # A script's fit (run --checkpoint-dir) runs in run's own scope, which makes only Keras's objects under the
+        # distribution (Runtime.scope(keras_only=True)), and the model's distribution (FirstFits): its callbacks and
+        # the rest of its code run as the script wrote them, as its fits without checkpoints do
+        scoped = contextlib.nullcontext() if plan.script else runtime.scope()
+        with dog.watching("fit (compiling and running the first step)"), scoped:
             if checkpointing is None:
                 history = _fit_once(keras_fit, prepared, epochs, watched, verbose, arguments)
             else:
@@ -197,7 +204,7 @@ class Trained:
         """Steps per compiled call: the platform's, within an epoch, unless the user set theirs (said when it
         replaces the model's), or the model's own (a script's). XLA (jit_compile) stays as the model was compiled:
         Keras's own choice or yours."""
-        runtime = self.runtime.as_called()
+        runtime = self.runtime.as_called(model)
         asked = model.steps_per_execution if self.plan.keep_steps_per_execution else self.plan.steps_per_execution
         steps, steps_reason = decisions.choose_steps_per_execution(
             runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, asked,
@@ -236,7 +243,7 @@ class Inputs:
         from acceltrain.layout import placement
 
         as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
-        runtime = as_called() if as_called is not None else self.runtime
+        runtime = as_called(call.model) if as_called is not None else self.runtime
         checked = self.plan.checks_inputs(call.name)
         arguments = call.arguments()
         if not checked and streams.is_stream(arguments.get("x")) and not splits(runtime):
@@ -341,9 +348,10 @@ def _fit_once(keras_fit, prepared, epochs, callbacks, verbose, fit_kwargs):
 
     timer = EpochTimer()
     x, y, sample_weight = prepared.local()
+    timed = keras_internals.callbacks_added(callbacks, None, last=[timer]) or callbacks  # a subclass: as it came
     history = keras_fit(x=x, y=y, sample_weight=sample_weight, batch_size=prepared.local_batch_size, epochs=epochs,
                         validation_data=prepared.validation_data,
-                        validation_batch_size=prepared.validation_batch_size, callbacks=[*callbacks, timer],
+                        validation_batch_size=prepared.validation_batch_size, callbacks=timed,
                         verbose=verbose, **fit_kwargs)
     history.epoch_seconds = timer.epoch_seconds
     return history

@@ -306,16 +306,18 @@ class Runtime:
     def distribution_name(self) -> str:
         return self._framework.distribution_name(self.distribution)
 
-    def own_distribution(self):
-        """The Keras distribution in force now that no open runtime made: the caller's own (a script's
-        keras.distribution.set_distribution, or its scope), which its calls keep, as they do plainly; None where
-        there is none, or on a backend that does not shard."""
-        return self._framework.own_distribution() if self._framework.SHARDS else None
+    def own_distribution(self, model=None):
+        """The distribution a call of `model` made now runs under that no open runtime made: the caller's own, which
+        its calls keep, as they do plainly (on JAX a script's keras.distribution.set_distribution, or its scope; on
+        TensorFlow the strategy `model` was made under, a script's own `with strategy.scope():`); None where there is
+        none."""
+        return self._framework.own_distribution(model)
 
-    def as_called(self):
-        """This runtime as a call made now sees it: under the caller's own distribution (own_distribution), that
-        distribution, its name and its replicas (its mesh's batch axis); otherwise the runtime itself."""
-        own = self.own_distribution()
+    def as_called(self, model=None):
+        """This runtime as a call of `model` made now sees it: under the caller's own distribution (own_distribution),
+        that distribution, its name and its replicas (its mesh's batch axis, a strategy's replicas); otherwise the
+        runtime itself."""
+        own = self.own_distribution(model)
         return self if own is None else _UnderOwn(self, own)
 
     def describe(self) -> dict:
@@ -498,7 +500,7 @@ class Runtime:
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
-            "callbacks": list(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
+            "callbacks": _as_given(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:
@@ -530,7 +532,7 @@ class Runtime:
         by the layers that make them)."""
         from acceltrain.backends import interception, keras_internals
 
-        kwargs["callbacks"] = list(kwargs.get("callbacks") or ())
+        kwargs["callbacks"] = _as_given(kwargs.get("callbacks"))
         return interception.Call(name, model, args, kwargs, keras_internals.keras_own(name))
 
     def _assemble(self, call, plan=None, *, autopilot: bool = True, verify: int | None = None):
@@ -633,6 +635,12 @@ def _check_compiled(model) -> None:
         )
 
 
+def _as_given(callbacks):
+    """A call's callbacks: a list of those given, or a keras.callbacks.CallbackList the caller built, as it came (the
+    layers that add acceltrain's own add them to it too: interception.Call.with_callback)."""
+    return callbacks if callbacks is not None and not isinstance(callbacks, (list, tuple)) else list(callbacks or ())
+
+
 class _UnderOwn:
     """A runtime as a call under the caller's own distribution sees it (Runtime.as_called): that distribution, its
     name, its replicas (the size of its mesh's batch axis) and its scope; everything else the runtime's. `words`:
@@ -643,10 +651,15 @@ class _UnderOwn:
         self._runtime, self.distribution = runtime, distribution
         self.distribution_name = framework.distribution_name(distribution)
         self.num_replicas = framework.num_replicas(distribution)
-        self.words = f"the script's own {self.distribution_name} (mesh {framework.mesh_words(distribution)})"
+        self.words = f"the script's own {self.distribution_name} ({framework.mesh_words(distribution)})"
 
     def scope(self, *, keras_only: bool = False):
         return self._runtime.backend_module.scope(self.distribution, keras_only)
+
+    @property
+    def split(self) -> inputs.Split:
+        """The runtime's, over this distribution's replicas: every batch divided, cut and said by them."""
+        return dataclasses.replace(self._runtime.split, num_replicas=self.num_replicas)
 
     def __getattr__(self, name):
         return getattr(self._runtime, name)

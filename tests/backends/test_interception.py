@@ -107,6 +107,37 @@ def test_call_with_callback_adds_once_where_it_can(args, kwargs, expected):
     assert got == expected
 
 
+def test_call_with_callback_joins_a_callback_list_the_caller_built_but_not_a_subclass_of_it():
+    """Under launch, a fit given a keras.callbacks.CallbackList kept Keras's host input path while the device-data line
+    said yes (issue 45): acceltrain's callbacks (the runner of steps among them) were left out of it. Now they join it:
+    a new CallbackList over the caller's callbacks (its History too), acceltrain's first, its model and parameters kept,
+    a subclass of CallbackList keeps its own methods, untouched."""
+    import keras
+
+    class Marker(keras.callbacks.Callback):
+        pass
+
+    def fit(model, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None):
+        pass
+
+    model, mine = _model(), keras.callbacks.LambdaCallback()
+    given = keras.callbacks.CallbackList([mine], add_history=True, model=model, epochs=3)
+    called = interception.Call("fit", model, (), {"callbacks": given}, fit)
+    assert called.takes_callbacks()
+    joined = called.with_callback(Marker()).kwargs["callbacks"]
+    assert isinstance(joined, keras.callbacks.CallbackList) and joined is not given
+    assert [type(c).__name__ for c in joined.callbacks] == ["Marker", "LambdaCallback", "History"]
+    assert joined.callbacks[0].model is model and joined.callbacks[0].params == {"epochs": 3} == joined.params
+    assert given.callbacks == [mine, given.callbacks[1]]  # the caller's own list is not changed
+    assert keras_internals.callbacks_in(joined) == joined.callbacks
+
+    class OwnList(keras.callbacks.CallbackList):
+        pass
+
+    own = called.replace(kwargs={"callbacks": OwnList([mine], model=model)})
+    assert not own.takes_callbacks() and own.with_callback(Marker()) is own
+
+
 def test_assemble_passes_the_given_layers_in_the_order_of_layers_and_walking_records_them(runtime):
     """acceltrain's own fits (Runtime.fit) name their layers; the interception's slots are not consulted."""
     model, seen = _model(), []

@@ -113,6 +113,33 @@ def test_async_safe_is_what_keras_reads_to_dispatch_callbacks_on_its_thread():
     assert CallbackList([safe()], model=_model())._async_train is True
 
 
+def test_callbacks_added_keeps_a_callback_list_as_keras_uses_one_given_to_fit():
+    """Keras's fit uses a CallbackList it is given as it is (no set_model, no set_params: its maker's), its callbacks
+    in `callbacks` and its parameters in `params`; callbacks_added makes a new one over them with acceltrain's, Keras's
+    dispatch on its thread decided over all (a per-step callback of acceltrain's makes Keras wait, as in a list)."""
+    import keras
+    from keras.src.callbacks.callback_list import CallbackList
+
+    class PerStep(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    model, heard = _model(), []
+    mine = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: heard.append(epoch))
+    given = CallbackList([mine], add_history=True, model=model, epochs=5)  # its maker's parameters, not the fit's
+    model.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), epochs=2, verbose=0, callbacks=given)
+    assert heard == [0, 1] and mine.params == {"epochs": 5} and given.params == {"epochs": 5}
+    assert [type(c).__name__ for c in given.callbacks] == ["LambdaCallback", "History"]  # no progress bar added
+    assert CallbackList([mine], model=model)._async_train is True
+    joined = keras_internals.callbacks_added(given, model, first=[PerStep()])
+    assert joined._async_train is False and joined.callbacks[1:] == given.callbacks
+    assert joined.callbacks[0]._model is model and joined.callbacks[0].params == {"epochs": 5}
+    assert joined._history is given.callbacks[1] and model.history is given.callbacks[1]
+    assert keras_internals.callbacks_added([mine], model, last=[PerStep()])[0] is mine
+    assert keras_internals.callbacks_added(type("Own", (CallbackList,), {})([mine]), model, first=[PerStep()]) is None
+    assert keras_internals.callbacks_in(given) == given.callbacks and keras_internals.callbacks_in(None) == []
+
+
 def test_watch_train_steps_sees_each_executions_next_and_unwatch_gives_the_function_back():
     """JAXTrainer.fit makes its train function before on_epoch_begin and keeps one that exists; each execution is
     train_function(state, iterator), whose steps pull their batches with next(iterator) inside it."""

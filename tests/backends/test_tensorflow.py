@@ -304,3 +304,24 @@ def test_own_train_step_is_found_on_the_class_or_a_class_between_it_and_keras_mo
     assert tf_backend.own_train_step(direct.__new__(direct)) is own
     assert tf_backend.own_train_step(below.__new__(below)) is own
     assert tf_backend.own_train_step(keras.Sequential.__new__(keras.Sequential)) is False
+
+
+def test_a_distributed_datasets_replicas_are_read_untuned_so_dropping_its_iterator_does_not_stand_still():
+    """Issue 45's stall: TensorFlow alone (no acceltrain) autotunes each replica's dataset of a MirroredStrategy's
+    distributed dataset, whose autotuning threads a dropped iterator waits for (backends/tensorflow.py::
+    _device_datasets_untuned: 74 and 134 s on 8 logical CPUs). acceltrain's strategy reads them untuned: every
+    replica reads the same batches as TensorFlow's own, the user's pipeline keeps its own setting, and TensorFlow's
+    function is its own again once the strategy is released."""
+    runs = {}
+    for way in ("plain", "acceltrain"):
+        done = subprocess.run([sys.executable, str(support.SCRIPTS / "distributed_dataset_dropped.py"), way],
+                              capture_output=True, text=True, env=this_acceltrain_env(), timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[way] = json.loads(done.stdout.splitlines()[-1])
+    plain, ours = runs["plain"], runs["acceltrain"]
+
+    assert plain["replicas_autotuned"] == [None] * 8  # TensorFlow's default: autotuned
+    assert ours["replicas_autotuned"] == [False] * 8
+    assert ours["source_autotuned"] == plain["source_autotuned"] is None  # the user's pipeline: as it was made
+    assert ours["read"] == plain["read"] and len(ours["read"]) == 10 and len(ours["read"][0]) == 8
+    assert ours["tensorflows_own_again"] is True

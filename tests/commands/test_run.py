@@ -85,8 +85,53 @@ def test_a_tensorflow_script_runs_as_written_but_for_what_keras_makes_in_the_str
     assert lines["own variable"] == "ResourceVariable"
     assert lines["strategy outside fit"] == "_DefaultDistributionStrategy"
     assert lines["own variable after fit"] == "24"  # 8 steps × 3 epochs, counted by the script's callback
+    assert lines["strategy in a callback"] == "_DefaultDistributionStrategy"
     assert lines["model variable"] == ("MirroredVariable" if devices > 1 else "ResourceVariable")
     assert ("the rest runs outside it, as written" in run.stderr) == (devices > 1)
+
+
+@pytest.mark.tensorflow
+def test_a_tensorflow_scripts_checkpointed_fits_run_outside_the_strategys_scope_too(tmp_path):
+    """Issue 45: with --checkpoint-dir the runtime's own loop trained the script's fits inside the whole strategy's
+    scope, where without checkpoints only Keras's objects are made in it: the script's callback saw acceltrain's
+    MirroredStrategy in force. Now it sees TensorFlow's default strategy, as plainly and as without checkpoints; the
+    models are still mirrored over the 4 replicas (the same shapes: a Sequential with Adam and accuracy on tf.data, a
+    callback updating the script's own variable, its own train_step, evaluate/predict/save after fit). The metrics
+    differ from a plain run's by design (each epoch's order drawn from the seed: run_checkpoints.py). (The callback
+    hears 12 batch ends where a plain fit's hears 24, before this change too: not asserted here.)"""
+    script = support.SCRIPTS / "tf_scope_shapes.py"
+    run = support.run_cli("run", "--backend", "tensorflow", "--simulate-devices", "4", "--checkpoint-dir",
+                          tmp_path / "ckpt", script, timeout=400)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in run.stdout.splitlines())
+    assert lines["strategy in a callback"] == lines["strategy outside fit"] == "_DefaultDistributionStrategy"
+    assert lines["own variable"] == "ResourceVariable" and lines["model variable"] == "MirroredVariable"
+    assert int(lines["own variable after fit"]) > 0  # the script's callback updated its own variable, outside the scope
+    assert (tmp_path / "ckpt" / "fit-1").is_dir() and (tmp_path / "ckpt" / "fit-2").is_dir()
+
+
+@pytest.mark.tensorflow
+def test_a_tensorflow_scripts_own_strategy_is_named_as_where_its_calls_ran():
+    """Issue 45: a TensorFlow script that makes its models in its own MirroredStrategy's scope keeps that strategy
+    under run, but the closing line counted its calls as run on acceltrain's "MirroredStrategy over 4 replica(s)", the
+    batch line split its batch over 4 replicas, and its predict with a batch of 50 (which divides over its 2) was
+    refused. Now each line names its strategy and its split (a Sequential with Adam, accuracy and a callback on
+    arrays, then evaluate and predict; a model with its own train_step on tf.data), and it prints what it prints
+    plainly."""
+    script = support.SCRIPTS / "tf_own_strategy.py"
+    plain = support.python(script, timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+
+    run = support.run_cli("run", "--backend", "tensorflow", "--simulate-devices", "4", script, timeout=400)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout == plain.stdout
+    own = "the script's own MirroredStrategy (devices CPU:0, CPU:1)"
+    assert f"acceltrain: fit: global batch 64 = 32 × 2 replica(s) of {own}" in run.stderr
+    said = [line for line in run.stderr.splitlines() if line.startswith("acceltrain: run: the script's Keras calls")]
+    assert said == [f"acceltrain: run: the script's Keras calls (2 fit, 1 evaluate, 1 predict) ran on {own}"]
+    assert "ran on MirroredStrategy" not in run.stderr and "4 replica(s)" not in run.stderr
 
 
 @pytest.mark.multi_device

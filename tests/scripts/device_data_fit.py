@@ -4,9 +4,11 @@ count (the arrays' rules leave out the last few), shuffled, validation_data; the
 each process places its own share on its devices (the first fit); prints, for each fit, its global metrics and a
 digest of the trained weights, with every digit.
 
-    acceltrain launch --processes 2 --simulate-devices 2 device_data_fit.py [callbacks | one-loop]
+    acceltrain launch --processes 2 --simulate-devices 2 device_data_fit.py [callbacks | callback-list | one-loop]
 
-`callbacks`: a callback with a batch hook (one step an execution, each batch's logs heard). `one-loop`: the steps of
+`callbacks`: a callback with a batch hook (one step an execution, each batch's logs heard). `callback-list`: the same
+callback in a keras.callbacks.CallbackList the script built (with Keras's History), as a caller that configures its
+callbacks itself passes them. `one-loop`: the steps of
 an execution in one compiled loop, as on an accelerator (decisions.choose_step_loop's answer there; CPU's is a program
 a step).
 """
@@ -20,7 +22,7 @@ import acceltrain
 if sys.argv[1:] == ["one-loop"]:
     from acceltrain import decisions
 
-    decisions.choose_step_loop = lambda platform: (True, "one-loop: the steps in one compiled loop a dispatch")
+    decisions.choose_step_loop = lambda platform, devices: (True, "one-loop: the steps in one compiled loop a dispatch")
 runtime = acceltrain.connect()
 import keras  # noqa: E402  (after connect: it sets the backend)
 
@@ -38,7 +40,9 @@ def fit(setting: str) -> str:
         model.compile(keras.optimizers.Adam(1e-2), "sparse_categorical_crossentropy", metrics=["accuracy"])
     heard = []
     callbacks = [keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: heard.append(batch))] \
-        if sys.argv[1:] == ["callbacks"] else []
+        if sys.argv[1:] in (["callbacks"], ["callback-list"]) else []
+    if sys.argv[1:] == ["callback-list"]:
+        callbacks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model, verbose=0, epochs=3)
     history = runtime.fit(model, x, y, batch_size=64, epochs=3, validation_data=(x[:200], y[:200]), verbose=0,
                           callbacks=callbacks)
     test = runtime.evaluate(model, x[:400], y[:400], batch_size=80, verbose=0)

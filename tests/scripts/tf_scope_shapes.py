@@ -2,7 +2,7 @@
 what Keras needs in the strategy's scope): a Sequential with Adam and accuracy fed by a tf.data pipeline built before
 the model (map, shuffle, batch), a subclassed model with its own train_step and metric, a tf.Variable of the script's
 own outside any model, and evaluate, predict, save, load and a second model built for inference after fit. Prints
-one "name: value" line each; the variables' and strategies' kinds as the script sees them outside fit.
+one "name: value" line each; the variables' and strategies' kinds as the script sees them outside fit and in a callback.
 With OWN_MIRRORED=N it is the hand-written distributed script instead: N logical CPUs, its two models made and compiled
 in its own MirroredStrategy's scope, fit and the rest outside it, as TensorFlow's guides write it.
 python tf_scope_shapes.py  (tests/commands/test_run.py)"""
@@ -50,15 +50,20 @@ with made_in():
 said("model variable", type(model.weights[0].value).__name__)
 
 
+strategies_in_callback = set()
+
+
 class CountSteps(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         steps_seen.assign_add(1)  # the script's own variable, from a callback: outside any replica, as plainly
+        strategies_in_callback.add(type(tf.distribute.get_strategy()).__name__)  # the default strategy, as plainly
 
 
 history = model.fit(dataset, epochs=3, verbose=0, callbacks=[CountSteps()])
 said("sequential accuracy", round(history.history["accuracy"][-1], 4))
 said("sequential loss", round(history.history["loss"][-1], 4))
 said("own variable after fit", int(steps_seen.numpy()))
+said("strategy in a callback", ", ".join(sorted(strategies_in_callback)))
 
 
 class OwnStep(keras.Model):

@@ -253,6 +253,7 @@ INTERFACE = (
     "device_counts", "devices", "device_kind", "compute_capability", "process_count", "process_index",
     # distribution, and the layer of Keras's fit/evaluate/predict that follows it (interception.LAYERS)
     "make_distribution", "distribution_name", "num_replicas", "scope", "release", "follow_placement",
+    "own_distribution", "mesh_words",
     "step_callbacks", "steps_one_at_a_time", "op_by_op_made_safe", "keep_data_on_devices",
     # unmodified scripts
     "devices_spanned", "gathering_predictions", "join_shares",
@@ -267,5 +268,5 @@ INTERFACE = (
 SHARDING = (
     "make_sharded_distribution", "candidate_distribution", "distribution_of", "is_layout_map", "sharding_parts",
     "indivisible_weights", "variable_layouts", "first_device_bytes", "device_memory", "abstract_state",
-    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device", "own_distribution", "mesh_words",
+    "weighed", "layouts_of", "relayout", "verify_steps", "steps_on_one_device",
 )

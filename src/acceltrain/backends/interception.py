@@ -42,6 +42,9 @@ LAYERS = (
     "placement",      # every runtime: the model's own distribution, steps one at a time on CPUs (backend's, intercept())
 )
 SCRIPT_LAYERS = ("script_calls", "script_inputs")  # what only a script's own calls pass (acceltrain run)
+# How a keras.callbacks.CallbackList is read and joined (keras_internals/callbacks.py: callbacks_in, callbacks_added,
+# set there as it is imported, which connect() does), for Call.with_callback: no Keras here
+CALLBACK_LISTS: dict = {}
 CALLS = ("fit", "evaluate", "predict")
 _layers = dict.fromkeys(LAYERS)  # the slots: a layer, or None where empty
 _open: list = []  # a share per open runtime: the interception is installed while there is one
@@ -70,22 +73,36 @@ class Call:
         """The arguments by Keras's names (x, y, batch_size ...): bound_arguments."""
         return bound_arguments(self.keras, self.model, self.args, self.kwargs)
 
+    def takes_callbacks(self) -> bool:
+        """Whether acceltrain's callbacks can join the call's (with_callback): not where they came by position or in a
+        subclass of keras.callbacks.CallbackList."""
+        names = list(inspect.signature(self.keras).parameters)[1:]  # less the model
+        if "callbacks" not in names or len(self.args) > names.index("callbacks"):
+            return False
+        callbacks = self.kwargs.get("callbacks")
+        return callbacks is None or isinstance(callbacks, (list, tuple)) or type(callbacks).__name__ == "CallbackList" \
+            and type(callbacks).__module__.startswith("keras.")
+
     def with_callback(self, callback) -> "Call":
         """The call with `callback` first among its callbacks (so it sees an epoch's end before the script's
-        callbacks run theirs). Left as it is where the callbacks came by position or
-        as a CallbackList the caller built, or already hold a callback of the same class.
+        callbacks run theirs), in a keras.callbacks.CallbackList the caller built too (a new one over the same
+        callbacks: keras_internals.callbacks_added). Left as it is where the callbacks came by position or in a
+        subclass of CallbackList (its own methods stand), or already hold a callback of the same class.
 
         Relies on: fit/evaluate/predict take `callbacks` as a list or a CallbackList.
         """
-        names = list(inspect.signature(self.keras).parameters)[1:]  # less the model
-        if "callbacks" not in names or len(self.args) > names.index("callbacks"):
+        if not self.takes_callbacks():
             return self
         callbacks = self.kwargs.get("callbacks")
-        if callbacks is not None and not isinstance(callbacks, (list, tuple)):
-            return self  # a keras.callbacks.CallbackList: already configured by the caller
-        if any(type(c) is type(callback) for c in callbacks or ()):
+        if callbacks is None or isinstance(callbacks, (list, tuple)):
+            given = list(callbacks or ())
+            added = [callback, *given]
+        else:  # a keras.callbacks.CallbackList: keras_internals is loaded (connect() imports it)
+            given = CALLBACK_LISTS["read"](callbacks)
+            added = CALLBACK_LISTS["add"](callbacks, self.model, first=[callback])
+        if added is None or any(type(c) is type(callback) for c in given):
             return self
-        return self.replace(kwargs={**self.kwargs, "callbacks": [callback, *(callbacks or ())]})
+        return self.replace(kwargs={**self.kwargs, "callbacks": added})
 
 
 def intercept(trainer, placement, autopilot=None):

@@ -243,10 +243,63 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
     one whatever `kind`.
     """
     if device_names[0].startswith("tpu:"):
-        return tpu_system.strategy(_tpu_resolver)
+        return _made(tpu_system.strategy(_tpu_resolver))
     if kind == "none":
         return None
-    return tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names])
+    _device_datasets_untuned(True)
+    return _made(tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names]))
+
+
+_MADE: list = []  # the strategies a runtime made (make_distribution): any other a model keeps is its maker's own
+
+
+def _made(strategy):
+    _MADE.append(strategy)
+    return strategy
+
+
+def own_distribution(model=None):
+    """The strategy `model` was made under where no runtime made it: a script's own (its `with strategy.scope():`
+    around the model), under which its fit, evaluate and predict run wherever they are called (Keras keeps the
+    strategy on the model); None for a runtime's, TensorFlow's default strategy, or no model."""
+    strategy = getattr(model, "distribute_strategy", None) if model is not None else None
+    if strategy is None or any(strategy is made for made in _MADE):
+        return None
+    return None if type(strategy).__name__.strip("_") == "DefaultDistributionStrategy" else strategy
+
+
+def mesh_words(distribution) -> str:
+    """'devices CPU:0, CPU:1': a strategy's devices, a replica each (it replicates every variable: no mesh of axes)."""
+    return "devices " + ", ".join(device.rpartition("device:")[2] for device in distribution.extended.worker_devices)
+
+
+def _device_datasets_untuned(untuned: bool) -> None:
+    """A MirroredStrategy's per-device datasets made without tf.data's autotuning while `untuned` (from
+    make_distribution until release), TensorFlow's own function given back after.
+
+    A distributed dataset is read through a MultiDeviceIterator, which makes one small dataset a replica (TensorFlow's
+    `multi_device_iterator_ops._create_device_dataset`: the replica's share of each batch, prefetched one element
+    ahead, a fixed buffer), each iterated with TensorFlow's default options, so each starts tf.data's autotuning
+    thread, which has nothing of it to tune. Dropping such an iterator (Keras makes a new one every epoch of a dataset
+    of known length, and every evaluate) waits for those threads to end, and in TensorFlow 2.21 each is seen to end
+    only when its next optimization comes due, not when the iterator is cancelled: its period doubles up to 60 s, so a
+    drop on 8 logical CPUs stood still 74 and 134 s (main thread holding the GIL, in ~LogicalThreadWrapper under
+    ~RootDataset::Iterator), where it took 0.01-0.05 s with their autotuning off, the user's own pipeline still
+    autotuned (tests/scripts/distributed_dataset_dropped.py, no acceltrain). The batches are the same: nothing on
+    the device side was tuned (tests/backends/test_tensorflow.py)."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops as device_datasets
+
+    made = device_datasets._create_device_dataset
+    if untuned and not hasattr(made, "tensorflows"):
+        def create_device_dataset(*args, **kwargs):
+            options = tf.data.Options()
+            options.autotune.enabled = False
+            return made(*args, **kwargs).with_options(options)
+
+        create_device_dataset.tensorflows = made
+        device_datasets._create_device_dataset = create_device_dataset
+    elif not untuned and hasattr(made, "tensorflows"):
+        device_datasets._create_device_dataset = made.tensorflows
 
 
 def distribution_name(distribution) -> str:
@@ -328,7 +381,9 @@ def _plain_in_dataset_functions(next_creator, **kwargs):
 
 
 def release(distribution) -> None:
-    """Nothing to undo: TensorFlow keeps the strategy on the model."""
+    """TensorFlow keeps the strategy on the model; its per-device datasets are autotuned again (make_distribution)."""
+    if isinstance(distribution, tf.distribute.MirroredStrategy):
+        _device_datasets_untuned(False)
 
 
 def keep_data_on_devices(setting: str) -> None:

@@ -42,7 +42,7 @@ class KerasCalls:
 
         outermost = self._depth == 0
         as_called = getattr(self.runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
-        own = getattr(as_called(), "words", "") if outermost and as_called is not None else ""
+        own = getattr(as_called(call.model), "words", "") if outermost and as_called is not None else ""
         self._depth += 1
         self.counts[call.name] += outermost
         before = keras_internals.variable_values(call.model) if outermost else []
@@ -143,15 +143,24 @@ class FitGuard:
         self._runtime, self.plan = runtime, plan
         self.warned: set[str] = set()
         self.placement_told = False
+        self._models: list = []  # the model of each call passing the door now, innermost last
 
     @property
     def runtime(self):
-        """The runtime as the call being made sees it: under the script's own distribution, that distribution's
-        replicas (Runtime.as_called), by which every batch is checked, cut and said."""
+        """The runtime as the call being made sees it: under the script's own distribution (on TensorFlow, the
+        strategy its model was made under), that distribution's replicas (Runtime.as_called), by which every batch is
+        checked, cut and said."""
         as_called = getattr(self._runtime, "as_called", None)  # None: a stand-in runtime (tests of run's layers)
-        return as_called() if as_called is not None else self._runtime
+        return as_called(*self._models[-1:]) if as_called is not None else self._runtime
 
     def __call__(self, call, proceed):
+        self._models.append(call.model)
+        try:
+            return self._door(call, proceed)
+        finally:
+            self._models.pop()
+
+    def _door(self, call, proceed):
         if self.plan is not None and self.plan.checks_inputs(call.name):
             return proceed(call)
         call, arguments = self._tensors_as_arrays(call)

@@ -140,10 +140,11 @@ def scope(distribution, keras_only: bool = False):
         yield
 
 
-def own_distribution():
+def own_distribution(model=None):
     """The Keras distribution in force that no open runtime made: a script's own (keras.distribution.set_distribution,
     or its scope: a ModelParallel over a keras_hub layout map, a DataParallel of its own), or None. A call under it
-    runs under it, as it does plainly; what is said of the call names it, with its mesh's batch split."""
+    runs under it, as it does plainly; what is said of the call names it, with its mesh's batch split. Keras on JAX
+    reads the distribution from global state at each call, whatever `model` was made under."""
     import keras
 
     current = keras.distribution.distribution()
@@ -151,9 +152,9 @@ def own_distribution():
 
 
 def mesh_words(distribution) -> str:
-    """'batch 1 × model 4': the distribution's mesh, axis by axis."""
+    """'mesh batch 1 × model 4': the distribution's mesh, axis by axis."""
     mesh = distribution.device_mesh
-    return " × ".join(f"{name} {size}" for name, size in zip(mesh.axis_names, mesh.shape))
+    return "mesh " + " × ".join(f"{name} {size}" for name, size in zip(mesh.axis_names, mesh.shape))
 
 
 def distribution_of(model):

@@ -63,19 +63,23 @@ def on_devices(call, distribution):
         processes, _turned_off(), keras_internals.keras_scans_steps(),
         weights_elsewhere=_weights_elsewhere(call.model, distribution),
         share_rows=len(jax.tree.leaves(parts[0])[0]) if arrays else 0,
-        in_job_not=_in_job_not(call.model, distribution) if processes > 1 else "", whole_set=epoch is not None)
+        in_job_not=_in_job_not(call, distribution) if processes > 1 else "", whole_set=epoch is not None)
     _tell_once(f"in-memory data on the devices: {'yes' if on else 'no'} ({reason})")
     if not on:
         return contextlib.nullcontext(call)
     return _placed(call, arguments, distribution, epoch)
 
 
-def _in_job_not(model, distribution) -> str:
+def _in_job_not(call, distribution) -> str:
     """What keeps a fit in a job of several processes on Keras's input path, in words; empty where nothing does. Its
     batches are gathered by the runner of steps (ManySteps) alone: one gathered outside it would reach Keras's
-    distribution, which joins local batches, as a global array."""
+    distribution, which joins local batches, as a global array; a fit whose callbacks it cannot join (a subclass of
+    CallbackList, its own methods standing: Call.with_callback) keeps Keras's path."""
     from acceltrain.backends import keras_internals
 
+    model = call.model
+    if not call.takes_callbacks():
+        return "callbacks acceltrain's runner of steps cannot join (given by position, or a subclass of CallbackList)"
     if distribution is None:
         return "no distribution to place each share by"
     if not shares.splits_over_every_device(distribution):
@@ -145,7 +149,7 @@ def _placed(call, arguments, distribution, epoch=None):
     # validation_data stays as given: Keras's own test step on batches from the host. Gathered on the devices it
     # compiled a gather for each of its batch shapes (3 programs more in `acceltrain train`, issue 43's count), and a
     # pass read from the host costs a fraction of a training step a sample (the ledger's evaluation line)
-    callbacks = kwargs.get("callbacks") or []
+    callbacks = keras_internals.callbacks_in(kwargs.get("callbacks"))  # a list, or a CallbackList the caller built
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
     live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
     hooked = tuple(type(c).__name__ for c in batch_hooked(callbacks))
@@ -172,8 +176,8 @@ def _placed(call, arguments, distribution, epoch=None):
     # ManySteps's step, never Keras's own, whose program rounds otherwise (1 float32 ulp in the weights, measured)
     sized_by_us = compiled and keras_step and not hooked
     ran = call.replace(args=(), kwargs=kwargs)
-    if (steps <= 1 and not several and not sized_by_us) or runner not in (
-            (ran := ran.with_callback(runner)).kwargs.get("callbacks") or ()):
+    if (steps <= 1 and not several and not sized_by_us) or runner not in keras_internals.callbacks_in(
+            (ran := ran.with_callback(runner)).kwargs.get("callbacks")):
         yield call.replace(args=(), kwargs=kwargs)  # Keras's own loop, or callbacks the caller configured
         return
     if steps <= 1:  # one step an execution (a job of several processes, or a count the clock sized): the runner's step

@@ -475,19 +475,6 @@ def saving_without_tensorflow():
             lazy._available = None  # asked again later, Keras imports it as it would have
 
 
-# --- Callbacks ----------------------------------------------------------------------------------
-
-def async_safe(callback_class):
-    """Mark a Callback class safe to run from Keras's callback thread.
-
-    Relies on: CallbackList._configure_async_dispatch dispatches batch-end callbacks on a thread pool when
-    every callback has `async_safe = True`; any callback without it makes Keras wait on the host for each
-    step's metrics.
-    """
-    callback_class.async_safe = True
-    return callback_class
-
-
 # --- Saving -------------------------------------------------------------------------------------
 
 SAVING_METHODS = ("save", "save_weights")
@@ -679,6 +666,7 @@ def keep_last_batch(model) -> dict:
 
 
 # --- The rest, one module a concern (each is Keras's private code too) -----------------------------------------
+from acceltrain.backends.keras_internals.callbacks import async_safe, callbacks_added, callbacks_in  # noqa: E402
 from acceltrain.backends.keras_internals.builds import (  # noqa: E402
     metrics_results_from_the_last_step, optimizer_built_at_once, variables_initialized_at_once)
 from acceltrain.backends.keras_internals.device_data import arrays_on_devices, keras_scans_steps  # noqa: E402
