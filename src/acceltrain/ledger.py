@@ -13,7 +13,8 @@ The parts (PARTS):
   reports none: there the first step of each new train function (its tracing, compiling, and the step) is
   booked here;
 - input_wait: the host fetching the next batch (the `next()` of Keras's iterator, on JAX; acceltrain preparing
-  an epoch's order of the samples) while no step ran on the device;
+  an epoch's order of the samples; Keras making an epoch's iterator, before its first step and after its last:
+  under a tf.distribute strategy a multi-device iterator a dataset) while no step ran on the device;
 - device_steps: from a step's dispatch (its batch in hand) until its metrics were on the host;
 - host_syncs: where acceltrain makes Keras wait for each step (one step at a time on CPU devices,
   backends.step_callbacks), the time the device sat idle between steps, input aside: the host's per-step work
@@ -23,7 +24,8 @@ The parts (PARTS):
 - checkpoint: the training loop blocked saving, restoring or finishing a checkpoint;
 - preemption: after a resume, the steps run again that the stopped run had done past its last checkpoint;
 - rest: what no part covers (building the model, writing outputs: the model, the report; callbacks' work at an
-  epoch's end; a `run` script's own code outside its Keras calls, such as its imports: keras.utils.set_random_seed
+  epoch's end; a fit's set-up before its first epoch: Keras distributing its datasets, building the model from a
+  first batch and its variables, 0.4-0.9 s of a small TensorFlow fit on 2 simulated devices, issue 45; a `run` script's own code outside its Keras calls, such as its imports: keras.utils.set_random_seed
   imports TensorFlow to seed it too; in a job of several processes, one waiting in a collective for another still
   compiling: both seen with py-spy in a 2-process launch of examples/plain_mnist.py, issue 45). A command's ledger
   ends as its last output is written: `acceltrain train` then leaves at once (cli.py::_leave_at_once), so the

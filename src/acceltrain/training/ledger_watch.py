@@ -11,6 +11,14 @@ What the callback records into the runtime's timeline:
   time to the step;
 - an epoch, as host_syncs, where acceltrain makes Keras wait for each step: what steps, input and compiles leave
   of it is the device idle between steps;
+- an epoch's start and end as input, where no step runs: from its begin callback to its first step's, Keras making
+  the epoch's iterator; from its last step's end to its validation's begin callback or, without one, to its end
+  callback, Keras making the next epoch's iterator (epoch_iterator.py: at the end of each epoch whose batches it
+  counted) and the validation's (and reading the epoch's metrics, milliseconds). Under a tf.distribute strategy
+  each is one multi-device iterator a dataset, its prefetch started: 0.1-0.5 s each on 2 simulated CPU devices
+  (issue 45), which had been booked to rest;
+- the validation inside an epoch, from its begin callback to the epoch's end callback, as evaluation: Keras letting
+  its iterator go after it included;
 - evaluation and prediction, from their begin to their end callbacks, and the rows of their batches (JAX);
 - the FLOPs of one step, at the first epoch's end (JAX: its matmuls and convolutions, as traced).
 """
@@ -44,6 +52,10 @@ class LedgerWatch(keras.callbacks.Callback):
         self._steps_per_execution = 1
         self._batches = None
         self._unwatch = None  # an evaluation's batches counted: how to stop
+        self._epoch_began = None  # the epoch's begin callback, until its first step's batch-begin
+        self._last_step_end = None  # the latest batch-end callback of the epoch (Keras's callback threads too)
+        self._in_epoch = False
+        self._validation = None  # (begin, end) callbacks of the validation inside this epoch
 
     # --- Epochs and steps ---------------------------------------------------------------------------
 
@@ -54,8 +66,18 @@ class LedgerWatch(keras.callbacks.Callback):
         keras_internals.watch_train_steps(self.model, self._timed_iterator)
         if self.syncs:
             self._epoch = self.timeline.begin("host_syncs")
+        self._epoch_began, self._last_step_end, self._in_epoch = self.timeline.clock(), None, True
 
     def on_epoch_end(self, epoch, logs=None):
+        # Keras has run every batch-end callback of the epoch by now (CallbackList flushes its threads first), and this
+        # callback comes first among the call's (Call.with_callback): the script's epoch-end work is still to come.
+        now = self.timeline.clock()
+        began, ended = self._validation or (None, None)
+        if self._last_step_end is not None:
+            self.timeline.add("input_wait", self._last_step_end, began if began is not None else now)
+        if ended is not None:
+            self.timeline.add("evaluation", ended, now)
+        self._in_epoch, self._validation = False, None
         self.timeline.end(self._epoch)
         self._epoch = None
         # At the first epoch's end, which pays the compiles already: reading the FLOPs traces the step again, a fixed
@@ -63,8 +85,12 @@ class LedgerWatch(keras.callbacks.Callback):
         self._note_flops()
 
     def on_train_batch_begin(self, batch, logs=None):
+        now = self.timeline.clock()
+        if self._epoch_began is not None:  # the epoch's iterator made: its input, no step ran
+            self.timeline.add("input_wait", self._epoch_began, now)
+            self._epoch_began = None
         self._executing = batch
-        self._dispatched[batch] = self.timeline.clock()  # the batch is pulled next (JAX): _timed_iterator moves it
+        self._dispatched[batch] = now  # the batch is pulled next (JAX): _timed_iterator moves it
         if not self.timeline.compile_events and self.timeline.first_seen(keras_internals.keras_train_function(self.model)):
             self._compiles_first.add(batch)
 
@@ -75,7 +101,11 @@ class LedgerWatch(keras.callbacks.Callback):
         if dispatched is not None:
             compiled = first in self._compiles_first
             self._compiles_first.discard(first)
+            # TensorFlow: the whole step (its input inside the graph), from the batch-begin callback to the batch-end
+            # one, which Keras calls once the step's logs are on the host (pythonify_logs, on its callback thread
+            # where every callback is async_safe): each step's own measured time, not the epoch's less the rest.
             self.timeline.add("compilation" if compiled else "device_steps", dispatched, done)
+        self._last_step_end = done if self._last_step_end is None else max(self._last_step_end, done)
         last = min(batch, self._batches - 1) if self._batches else batch
         self.timeline.count("steps", last - first + 1)
 
@@ -101,12 +131,16 @@ class LedgerWatch(keras.callbacks.Callback):
     # --- Evaluation and prediction ------------------------------------------------------------------
 
     def on_test_begin(self, logs=None, kind="test"):
+        if self._in_epoch and kind == "test":  # fit's validation
+            self._validation = (self.timeline.clock(), None)
         self._evaluating = self.timeline.begin("evaluation")
         # the samples each batch holds (JAX): what the ledger divides evaluation by, beside the steps' samples
         self._unwatch = keras_internals.watch_evaluation_batches(self.model, kind, self._count("evaluation_samples"))
 
     def on_test_end(self, logs=None):
         self.timeline.end(self._evaluating)
+        if self._in_epoch and self._validation is not None:  # fit's validation
+            self._validation = (self._validation[0], self.timeline.clock())
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
