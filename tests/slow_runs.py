@@ -43,14 +43,34 @@ class Recorder:
     def pytest_sessionfinish(self, session):
         if self.outcomes and not hasattr(session.config, "workerinput"):
             record = load()
+            before = dict(record)
             finished, commit = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), _commit()
             for name, outcomes in self.outcomes.items():
                 ended = "failed" if "failed" in outcomes else "skipped" if set(outcomes) == {"skipped"} else "passed"
                 record[name] = {"finished": finished, "commit": commit, "outcome": ended}
                 if self.deselected.get(name):  # a selection of its cases: the record says how many, not "passed"
                     ran = sum(1 for outcome in outcomes if outcome != "skipped")
+                    whole = last_whole(before.get(name))
                     record[name]["cases"] = f"{ran} of {ran + self.deselected[name]}"
+                    if whole:  # the last run of all its cases stays beside it: a selection does not erase it
+                        record[name]["whole"] = whole
             RECORD.write_text(json.dumps(dict(sorted(record.items())), indent=1) + "\n")
+
+
+def last_whole(run: dict | None) -> dict | None:
+    """The last run of all of a test's cases in its record `run` (the run itself, or the one a selection kept)."""
+    if not run:
+        return None
+    if not run.get("cases"):
+        return {key: run[key] for key in ("finished", "commit", "outcome")}
+    return run.get("whole")
+
+
+def passed(run: dict | None) -> bool:
+    """A recorded pass of the claims resting on a test: its last run passed, and if that ran only some of its cases,
+    the last run of all of them passed too."""
+    whole = last_whole(run)
+    return bool(run) and run["outcome"] == "passed" and bool(whole) and whole["outcome"] == "passed"
 
 
 def load() -> dict:
@@ -71,6 +91,9 @@ def table(page_text: str, record: dict) -> str:
     for name, slow in named:
         run = record.get(name)
         outcome = run and run["outcome"] + (f" ({run['cases']} cases)" if run.get("cases") else "")
+        if run and run.get("whole"):
+            whole = run["whole"]
+            outcome += f"; all its cases last: {whole['outcome']}, {whole['finished']}, {whole['commit']}"
         rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | {run['commit']} | {outcome} |" if run
                                                   else "not recorded | | |"))
     return "\n".join(rows) + "\n"
@@ -85,9 +108,7 @@ _NAMED = re.compile(SLOW_REFERENCE.pattern + f"(?:{re.escape(NOT_RUN)})?")
 def annotated(text: str, record: dict) -> str:
     """`text` with NOT_RUN after each slow test it names that has no recorded pass, and none after those that have."""
     def mark(found):
-        run = record.get(found[1], {})
-        passed = run.get("outcome") == "passed" and not run.get("cases")  # a part of its cases is no recorded pass
-        return found[0].removesuffix(NOT_RUN) + ("" if passed else NOT_RUN)
+        return found[0].removesuffix(NOT_RUN) + ("" if passed(record.get(found[1])) else NOT_RUN)
 
     return _NAMED.sub(mark, text)
 

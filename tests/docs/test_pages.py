@@ -306,8 +306,7 @@ def test_a_claim_whose_slow_test_has_no_recorded_pass_says_not_run_yet():
     assert slow_runs.rendered(text, record) == text  # rendered twice: the same page
     on_the_page = VALIDATION.read_text().split("<!-- slow-runs -->")[0]
     for name, _ in set(slow_runs.SLOW_REFERENCE.findall(on_the_page)):
-        run = slow_runs.load().get(name, {})
-        passed = run.get("outcome") == "passed" and not run.get("cases")
+        passed = slow_runs.passed(slow_runs.load().get(name))
         assert (f"`{name}` (slow) — not run yet" in on_the_page or f"`{name}` (partly slow) — not run yet" in
                 on_the_page) is not passed, name
     for page in slow_runs.other_pages():  # README.md and the guides cite slow tests too: the same words there
@@ -358,3 +357,37 @@ def test_a_run_of_some_of_a_slow_tests_cases_is_recorded_as_that_many_and_is_no_
     page = "Claim: `tests/a.py::t` (slow).\n<!-- slow-runs -->\n<!-- /slow-runs -->\n"
     text = slow_runs.rendered(page, record)
     assert text.startswith("Claim: `tests/a.py::t` (slow) — not run yet.") and "| passed (1 of 4 cases) |" in text
+
+
+def test_a_run_of_some_cases_after_a_whole_run_keeps_the_whole_run_beside_it(tmp_path, monkeypatch):
+    """A corpus matrix passed whole, then the cases later code touched rerun: the claim rests on both, and the table
+    shows both; where the whole run failed, a later selection that passed is still no recorded pass."""
+    from types import SimpleNamespace
+
+    from tests import slow_runs
+
+    monkeypatch.setattr(slow_runs, "RECORD", tmp_path / "slow-runs.json")
+    slow = SimpleNamespace(get_closest_marker=lambda name: name == "slow" or None)
+
+    def session(outcomes: dict, deselected: int):
+        recorder = slow_runs.Recorder()
+        recorder.pytest_deselected([SimpleNamespace(nodeid=f"tests/a.py::t[x{i}]", **vars(slow))
+                                    for i in range(deselected)])
+        for case, outcome in outcomes.items():
+            recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=f"tests/a.py::t[{case}]", when="call",
+                                                              outcome=outcome, keywords={"slow": 1}))
+        recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace()))
+        return slow_runs.load()["tests/a.py::t"]
+
+    page = "Claim: `tests/a.py::t` (slow).\n<!-- slow-runs -->\n<!-- /slow-runs -->\n"
+    for whole, claim in (("passed", "Claim: `tests/a.py::t` (slow)."), ("failed", "Claim: `tests/a.py::t` (slow) — not run yet.")):
+        slow_runs.RECORD.unlink(missing_ok=True)
+        session({"1": "passed", "2": whole}, deselected=0)
+        session({"1": "passed"}, deselected=1)
+        run = session({"2": "passed"}, deselected=1)  # a second selection keeps the same whole run
+        assert run["cases"] == "1 of 2" and run["whole"]["outcome"] == whole
+        text = slow_runs.rendered(page, {"tests/a.py::t": run})
+        assert text.startswith(claim + "\n"), text
+        assert f"| passed (1 of 2 cases); all its cases last: {whole}, {run['whole']['finished']}," in text
+    slow_runs.RECORD.unlink()
+    assert not slow_runs.passed(session({"1": "passed"}, deselected=1))  # no whole run at all: no pass
