@@ -6,7 +6,8 @@ steps and the batches trained in the whole run, the batches saved read ahead wit
     python tf_data_resume.py FOLDER DEVICES SHAPE
 
 SHAPE: "drop_remainder" (batch(32, drop_remainder=True): a pass's length TensorFlow knows) or "partial" (batch(30):
-256 samples leave a partial last batch, which acceltrain drops with a rebatch, so the length is not known).
+256 samples leave a partial last batch, which acceltrain drops with a rebatch, so the length is not known), or "grain" (a
+Grain DataLoader of batches of 32, shuffled by its sampler: its read_ahead is not noted, Grain's position is its state).
 """
 
 import contextlib
@@ -42,6 +43,22 @@ def noting(feed, epoch, step, oldest=(0, 0)):
 tf_data.DatasetFeed.saved_at = noting
 
 
+class Samples:
+    """A Grain data source of the rows of x and y (Grain checks a resumed source by its repr)."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+    def __repr__(self):
+        return f"Samples({len(self.x)})"
+
+
 def dataset():
     # TensorFlow's global seed, which runtime.seed sets, draws the shuffle's seeds with its own: the same for every
     # run's pipeline, as a script run again makes it
@@ -49,6 +66,12 @@ def dataset():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 8)).astype("float32")
     y = (x.sum(axis=1) > 0).astype("int32")
+    if shape == "grain":  # a Grain DataLoader, shuffled by its sampler's own seed
+        import grain
+
+        sampler = grain.samplers.IndexSampler(256, shuffle=True, seed=3, num_epochs=1)
+        return grain.DataLoader(data_source=Samples(x, y), sampler=sampler, operations=[grain.transforms.Batch(32)],
+                                worker_count=0)
     samples = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256, seed=3)
     return samples.batch(32, drop_remainder=True) if shape == "drop_remainder" else samples.batch(30)
 

@@ -393,8 +393,10 @@ class DatasetFeed:
             return self._read_from(first_step)  # what Keras takes: a Python generator (it refuses a tf.data iterator)
         import tensorflow as tf
 
-        given = tf.data.Dataset.from_generator(lambda: self._read_from(first_step),
-                                               output_signature=self.dataset.element_spec)
+        signature = self._signature(first_step)
+        if signature is None:
+            return self._read_from(first_step)  # nothing left in the pass: nothing a dropped reader could lose
+        given = tf.data.Dataset.from_generator(lambda: self._read_from(first_step), output_signature=signature)
         # Its length told, where TensorFlow knows the pass's: a pass of unknown length, run to its end under a
         # strategy, can count optimizer steps it never took (UNCOUNTED_STEPS)
         return given if self.counted is None else given.apply(
@@ -411,13 +413,21 @@ class DatasetFeed:
                     batch = self._ahead[step - kept][1]
                 else:
                     try:
-                        batch = next(self._iterator)
+                        batch = self._next(self._read_to)
                     except StopIteration:
                         return
                     self._ahead.append((self._read_to, batch))
                     self._read_to += 1
             step += 1
             yield batch
+
+    def _signature(self, first_step: int):
+        """The tf.TypeSpec of a batch, for the tf.data.Dataset Keras is given (None: the pass has no batch left)."""
+        return self.dataset.element_spec
+
+    def _next(self, step: int):
+        """The pass's batch for `step`, its iterator's next (called under the lock; a subclass notes its position)."""
+        return next(self._iterator)
 
     def trained(self, step: int) -> None:
         """`step` steps of this epoch are done: their batches are no longer kept."""

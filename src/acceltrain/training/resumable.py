@@ -56,9 +56,11 @@ def fit(model, prepared, *, epochs: int, checkpoints: Checkpoints, every: Every,
     # each process's own iterator (its share of the batches), saved in its own folder
     positions = checkpoints.folder / ("data" if prepared.num_processes == 1 else f"data-{prepared.process_index}")
     says = prepared.process_index == 0
-    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch, says=says,
-                        as_dataset=keras.backend.backend() == "tensorflow") if prepared.is_dataset
-            else GrainFeed(prepared.x, positions, says=says) if kind_of(prepared.x) == GRAIN else None)
+    as_dataset = keras.backend.backend() == "tensorflow"  # each epoch a tf.data.Dataset (DatasetFeed._rest_of)
+    feed = (DatasetFeed(prepared.x, positions, prepared.steps_per_epoch, says=says, as_dataset=as_dataset)
+            if prepared.is_dataset
+            else GrainFeed(prepared.x, positions, says=says, as_dataset=as_dataset) if kind_of(prepared.x) == GRAIN
+            else None)
     if isinstance(feed, DatasetFeed) and feed.as_dataset and feed.counted is None and prepared.num_replicas > 1 and says:
         log.warn(feed.UNCOUNTED_STEPS + ".")
     shuffle = fit_kwargs.pop("shuffle", True) is not False  # False: every epoch in the arrays' own order
