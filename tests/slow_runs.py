@@ -93,8 +93,9 @@ def table(page_text: str, record: dict) -> str:
         outcome = run and run["outcome"] + (f" ({run['cases']} cases)" if run.get("cases") else "")
         if run and run.get("whole"):
             whole = run["whole"]
-            outcome += f"; all its cases last: {whole['outcome']}, {whole['finished']}, {whole['commit']}"
-        rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | {run['commit']} | {outcome} |" if run
+            outcome += f"; all its cases last: {whole['outcome']}, {whole['finished']}, `{whole['commit']}`"
+        # The commit in code: a hash such as 56766e2 would read as a typed figure (tests/docs/test_pages.py).
+        rows.append(f"| `{name}` ({slow}) | " + (f"{run['finished']} | `{run['commit']}` | {outcome} |" if run
                                                   else "not recorded | | |"))
     return "\n".join(rows) + "\n"
 

@@ -268,6 +268,12 @@ def test_no_page_types_a_measured_figure():
 
 
 def test_a_typed_figure_is_found_and_a_quoted_or_coded_one_is_not(tmp_path):
+    from tests import slow_runs
+
+    record = {"tests/a.py::t": {"finished": "then", "commit": "56766e2", "outcome": "passed"}}
+    table = slow_runs.rendered("`tests/a.py::t` (slow)\n<!-- slow-runs -->\n<!-- /slow-runs -->\n", record)
+    (tmp_path / "table.md").write_text(table)
+    assert typed_figures(tmp_path / "table.md") == []  # a commit of digits and an e is no figure
     page = tmp_path / "page.md"
     page.write_text("It took 17.4 MiB here,\nand 0 to 6e-7 in three runs.\n"
                     "<!-- measured:default-job/train-vs-hand -->1.075×<!-- /measured --> and `--device-memory 14MiB`\n"
@@ -302,7 +308,7 @@ def test_a_claim_whose_slow_test_has_no_recorded_pass_says_not_run_yet():
     assert claims == ("A: `tests/a.py::test_a` (slow) — not run yet, B: `tests/b.py::test_b` (partly slow), "
                       "C: `tests/c.py::test_c` (slow) — not run yet, D: `tests/d.py::test_d` (slow) — not run yet, "
                       "E: `tests/e.py::test_e`.\n")
-    assert "not run yet" not in table and "| `tests/b.py::test_b` (partly slow) | then | abc | passed |" in table
+    assert "not run yet" not in table and "| `tests/b.py::test_b` (partly slow) | then | `abc` | passed |" in table
     assert slow_runs.rendered(text, record) == text  # rendered twice: the same page
     on_the_page = VALIDATION.read_text().split("<!-- slow-runs -->")[0]
     for name, _ in set(slow_runs.SLOW_REFERENCE.findall(on_the_page)):
@@ -388,6 +394,6 @@ def test_a_run_of_some_cases_after_a_whole_run_keeps_the_whole_run_beside_it(tmp
         assert run["cases"] == "1 of 2" and run["whole"]["outcome"] == whole
         text = slow_runs.rendered(page, {"tests/a.py::t": run})
         assert text.startswith(claim + "\n"), text
-        assert f"| passed (1 of 2 cases); all its cases last: {whole}, {run['whole']['finished']}," in text
+        assert f"| passed (1 of 2 cases); all its cases last: {whole}, {run['whole']['finished']}, `" in text
     slow_runs.RECORD.unlink()
     assert not slow_runs.passed(session({"1": "passed"}, deselected=1))  # no whole run at all: no pass
