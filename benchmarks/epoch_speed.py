@@ -383,7 +383,10 @@ def quotes(summary: dict, record: dict) -> dict:
                   if "script" in batch["variants"] else "")
         parts.append(f"at batch {batch['batch_size']}, acceltrain's epoch over the hand-written scanned loop's "
                      f"{said_ratio(batch, 'acceltrain', 'hand', '{:.2f}×')}{script}, {versus_plain}")
-    sentence = (f"On {where} ({_results.cite(record)}; median steady epochs of {last['repeats']} runs each, side by "
+    counts = sorted({batch["repeats"] for batch in summary["batches"]})  # runs per batch size may differ (more at 32)
+    runs = (f"{counts[0]} runs each" if len(counts) == 1 else "the runs of each: " +
+            ", ".join(f"{batch['repeats']} at batch {batch['batch_size']}" for batch in summary["batches"]))
+    sentence = (f"On {where} ({_results.cite(record)}; median steady epochs of {runs}, side by "
                 f"side, acceltrain in {last['precision']}): " + "; ".join(parts)
                 + f"; acceltrain reached {_percent(accel['of_ceiling'])} of the measured {last['ceiling']['dtype']} "
                   f"matmul ceiling at batch {last['batch_size']}")

@@ -30,7 +30,7 @@ class Section:
 # their settings and the epoch times they reported; `run_all.py` prints each run's wall time to correct them.
 SECTIONS = (
     Section("learning-rate", "learning_rate.py", (), 12),
-    Section("epoch-speed", "epoch_speed.py", (), 16),  # batch 32, 128 and 1,200: 3 runs each of 4 variants
+    Section("epoch-speed", "epoch_speed.py", (), 16),  # batch 32, 128 and 1,200: 5, 4 and 2 runs of each of 5 variants
     Section("epoch-speed-tensorflow", "epoch_speed.py", ("--backend", "tensorflow"), 19),
     Section("default-job", "default_job.py", (), 8),
     Section("fit-options", "fit_options.py", (), 4),
