@@ -87,7 +87,9 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
     options = {"backend": backend_name, "simulate_devices": simulate_devices, "distribution": distribution,
                "platform": platform, "cluster": joined, "stall_timeout": stall_timeout,
                "device_memory": device_memory, "mesh_shape": mesh_shape, "precision": precision,
-               "job": f"{processes_reason} ({processes})"}
+               "job": f"{processes_reason} ({processes})",
+               # ACCELTRAIN_LEDGER=0 set since: a runtime recording its ledger is not the one asked for
+               "ledger": os.environ.get("ACCELTRAIN_LEDGER", "1") != "0"}
     again, others = opened.opened_with(options, _open_runtimes)
     if again is not None:
         opened.HOLDS[again] += 1

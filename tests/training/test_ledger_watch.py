@@ -261,3 +261,16 @@ def test_a_small_tensorflow_fit_books_its_steps_and_its_epochs_iterators_not_res
     after_start_up = saved["wall_seconds"] - parts["start_up"]
     assert parts["rest"] < TF_REST_SHARE * after_start_up, (parts["rest"] / after_start_up, parts)
     assert parts["input_wait"] > 0, parts
+
+
+def test_a_runtime_recording_its_ledger_is_not_given_back_to_a_connect_with_the_ledger_off(monkeypatch):
+    """connect() gives an open runtime back to a call with the same options (a notebook cell run again); one that
+    records its ledger is not what a call with ACCELTRAIN_LEDGER=0 asks for (under xdist, a runtime an earlier test
+    held open was given to the ledger-off test above)."""
+    with acceltrain.connect(distribution="none", verbose=False) as recording:
+        monkeypatch.setenv("ACCELTRAIN_LEDGER", "0")
+        with acceltrain.connect(distribution="none", verbose=False) as quiet:
+            assert quiet is not recording and quiet.ledger_layer is None and recording.ledger_layer is not None
+        monkeypatch.setenv("ACCELTRAIN_LEDGER", "1")
+        with acceltrain.connect(distribution="none", verbose=False) as again:
+            assert again is recording  # the same options: given back, as before
