@@ -25,8 +25,9 @@ The parts (PARTS):
 - preemption: after a resume, the steps run again that the stopped run had done past its last checkpoint;
 - rest: what no part covers (building the model, writing outputs: the model, the report; callbacks' work at an
   epoch's end; a fit's set-up before its first epoch: Keras distributing its datasets, building the model from a
-  first batch and its variables, 0.4-0.9 s of a small TensorFlow fit on 2 simulated devices, issue 45; a `run` script's own code outside its Keras calls, such as its imports: keras.utils.set_random_seed
-  imports TensorFlow to seed it too; in a job of several processes, one waiting in a collective for another still
+  first batch and its variables, 0.4-0.9 s of a small TensorFlow fit on 2 simulated devices, issue 45; a `run`
+  script's own code outside its Keras calls, such as its imports: keras.utils.set_random_seed imports TensorFlow to
+  seed it too; in a job of several processes, one waiting in a collective for another still
   compiling: both seen with py-spy in a 2-process launch of examples/plain_mnist.py, issue 45). A command's ledger
   ends as its last output is written: `acceltrain train` then leaves at once (cli.py::_leave_at_once), so the
   process ends within milliseconds of it.

@@ -176,14 +176,9 @@ def _build(runtime, config: TrainConfig, job: _Job):
     trained_on = int(arrays.num_samples(train[0]) * (1 - config.validation_split))  # x may be a dict of arrays
     steps_per_epoch = math.ceil(trained_on / job.batch_size)
 
-    def build():  # initial values from one program each, not op by op; metrics' results as the last step's
-        from acceltrain.backends import keras_internals
-
-        with keras_internals.variables_initialized_at_once():
-            model = recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch)
-        keras_internals.optimizer_built_at_once(model)
-        keras_internals.metrics_results_from_the_last_step(model)
-        return model
+    def build():  # Runtime.build gives its weights their values from one program; each fit's placement (JAX) makes
+        # the optimizer's slots in one and takes the metrics' results from the last step, as for any model
+        return recipe.build_model(learning_rate=config.learning_rate, total_steps=job.epochs * steps_per_epoch)
 
     model = runtime.build(
         build,

@@ -321,11 +321,11 @@ class DatasetFeed:
                  as_dataset: bool = False):
         # Numbers the steps of a checkpoint: at least the batches of a pass (one more where the last,
         # partial batch is dropped), the same on every run.
-        self.steps_per_epoch = self.batches_of(dataset) or steps_per_epoch
+        self.counted = self.batches_of(dataset)  # the batches of a pass, where known (None: unknown)
+        self.steps_per_epoch = self.counted or steps_per_epoch
         if not self.steps_per_epoch:
             raise UsageError(self.UNCOUNTED)
         self.dataset = dataset
-        self.counted = self.batches_of(dataset)  # the batches of a pass, where known (None: unknown)
         self.folder = Path(folder)
         self.says = says
         self.as_dataset = as_dataset  # each epoch given to Keras as a tf.data.Dataset, not a generator (_rest_of)
