@@ -67,10 +67,10 @@ def test_disarmed_after_the_phase_and_off_at_zero():
 
 @pytest.mark.parametrize("timeout, slowest_step, expected_bound, expected_reason", [
     (1800, None, 1800, "the bound is --stall-timeout 1800 s (a phase's first step may compile)"),
-    (1800, 0.05, 60, "steps took at most 0.05 s so far: the bound is max(60 s, 20 × 0.05 s)"),
-    (1800, 1.9, 60, "steps took at most 1.9 s so far: the bound is max(60 s, 20 × 1.9 s)"),
-    (1800, 4.5, 90, "steps took at most 4.5 s so far: the bound is max(60 s, 20 × 4.5 s)"),
-    (1800, 120, 1800, "steps took at most 120 s so far: the bound is --stall-timeout 1800 s, lower than max(60 s, 20 × 120 s)"),
+    (1800, 0.05, 60, "a step (or a dispatch of several) took at most 0.05 s so far: the bound is max(60 s, 20 × 0.05 s)"),
+    (1800, 1.9, 60, "a step (or a dispatch of several) took at most 1.9 s so far: the bound is max(60 s, 20 × 1.9 s)"),
+    (1800, 4.5, 90, "a step (or a dispatch of several) took at most 4.5 s so far: the bound is max(60 s, 20 × 4.5 s)"),
+    (1800, 120, 1800, "a step (or a dispatch of several) took at most 120 s so far: the bound is --stall-timeout 1800 s, lower than max(60 s, 20 × 120 s)"),
     (30, 0.05, 30, "the bound is --stall-timeout 30 s, lower than max(60 s, 20 × 0.05 s)"),  # the user's: the upper bound
     (600, None, 600, "the bound is --stall-timeout 600 s"),
 ])
@@ -93,8 +93,8 @@ def test_after_the_first_steps_an_idle_process_is_named_within_the_step_bound_no
     assert not dog.check()
     clock.now += 3  # 62 s without a step, the process idle
     assert dog.check() and exits == [watchdog.EXIT_STALLED]
-    assert ("stalled: nothing moved for 62 s in fit, epoch 1, after step 4, after 4 step(s); steps took at most 1.9 s "
-            "so far: the bound is max(60 s, 20 × 1.9 s), and this process was idle (under 10% of a core) for the last "
+    assert ("stalled: nothing moved for 62 s in fit, epoch 1, after step 4, after 4 step(s); a step (or a dispatch of "
+            "several) took at most 1.9 s so far: the bound is max(60 s, 20 × 1.9 s), and this process was idle (under 10% of a core) for the last "
             "62 s") in stream.getvalue()
 
 
@@ -300,3 +300,84 @@ def test_a_steps_own_cpu_is_a_steps_however_its_steps_were_dispatched_and_a_seco
         cpu.now += 0.040
         watch.between_dispatches(done)
     assert dog.beat_now()["cpu_per_step"] == pytest.approx(0.010)
+
+
+@pytest.mark.parametrize("beats, steps", [
+    ([1, 1, 1], 3),  # one step a beat (Keras's own loop, one step an execution)
+    ([4, 4, 2], 10),  # K steps a beat (a dispatch of many steps), the last one short
+    ([8, 0, 8, 0], 16),  # each dispatch heard twice: the runner's beat, then Keras's batch end with none new
+])
+def test_the_step_counts_count_steps_however_many_a_beat_covers(beats, steps):
+    """The stall message's "after N step(s)" and the heartbeats' steps (which the stuck-process and straggler lines
+    quote) count steps, not beats: under a loop of many steps a dispatch, one beat covers many."""
+    heartbeats, wall = Heartbeats(), Clock()
+    dog, clock, stream, exits = _job_watchdog(heartbeats, wall)
+    dog.arm("fit")
+    for index, covered in enumerate(beats):
+        clock.now += 1.0  # a poll apart: each beat is published
+        dog.beat(f"fit, epoch 1, beat {index + 1}", steps=covered)
+    assert dog.beat_now()["steps"] == steps and heartbeats.published[0]["steps"] == steps
+    clock.now += 11
+    assert dog.check() and exits == [watchdog.EXIT_STALLED]
+    assert f"in fit, epoch 1, beat {len(beats)}, after {steps} step(s);" in stream.getvalue()
+
+
+def test_a_process_is_inside_an_execution_from_its_begin_to_its_end_through_the_dispatches_within_it():
+    """Keras's batch begin starts an execution (one step, or steps_per_execution's many); acceltrain's runner beats
+    after each dispatch inside it, and Keras's batch end (maybe later, from its callback thread) ends it."""
+    dog, clock, _, _ = _job_watchdog(Heartbeats(), Clock())
+    dog.arm("fit")
+    dog.begin_step()
+    for _ in range(3):  # the runner's dispatches: still inside the execution, where its collectives wait
+        dog.beat("fit, epoch 1", steps=8, ends_execution=False)
+        assert dog.beat_now()["in_step"] is True
+    dog.beat("fit, epoch 1, after step 24", steps=0)  # Keras's batch end: no step new, the execution over
+    assert dog.beat_now() | {"beat_at": None} == dog.beat_now() | {"beat_at": None, "steps": 24, "in_step": False}
+    dog.begin_step()
+    dog.begin_step()  # the next execution begins before the last one's batch end arrives (Keras's callback thread)
+    dog.beat("fit, epoch 1, after step 25")  # that batch end
+    assert dog.beat_now()["in_step"] is True
+    dog.beat("fit, epoch 1, after step 26")
+    assert dog.beat_now()["in_step"] is False and dog.beat_now()["steps"] == 26
+
+
+def test_the_stall_watch_counts_the_runners_dispatches_and_keras_batch_ends_as_the_steps_they_ran():
+    """Under acceltrain's runner, Keras's batch begin names the execution's first step, the runner's beats the
+    steps of the execution done so far, and Keras's batch end the execution's planned last step, also for the
+    epoch's last execution, which runs only what is left (50 steps at 32 an execution: 32, then 18)."""
+    from acceltrain.training.callbacks import StallWatch
+
+    dog, clock, stream, exits = _watchdog(timeout=1800)
+    watch = StallWatch(dog)
+    watch.set_params({"epochs": 1, "steps": 50, "verbose": 0})
+    dog.arm("fit")
+    watch.on_epoch_begin(0)
+    for first, dispatches in ((0, (8, 24, 32)), (32, (8, 18))):
+        watch.on_train_batch_begin(first)
+        for done in dispatches:
+            clock.now += 0.5
+            watch.between_dispatches(done)
+            assert dog.beat_now()["steps"] == first + done and dog.beat_now()["in_step"] is True
+        watch.on_train_batch_end(first + 31)
+        assert dog.beat_now()["steps"] == first + dispatches[-1] and dog.beat_now()["in_step"] is False
+    assert dog.beat_now()["steps"] == 50  # not 64: the last execution ran 18 steps, not 32
+    clock.now += 60.5
+    assert dog.check() and "after step 64, after 50 step(s)" not in stream.getvalue()
+    assert "after 50 step(s)" in stream.getvalue()
+
+
+def test_evaluate_and_predict_count_steps_under_many_steps_an_execution():
+    """Evaluate's and predict's batch ends name their execution's planned last step: the steps counted are the
+    steps run (capped at the pass's steps where Keras knows them), each pass from 0."""
+    from acceltrain.training.callbacks import StallWatch
+
+    dog, _, _, _ = _watchdog(timeout=1800)
+    watch = StallWatch(dog)
+    watch.set_params({"steps": 10, "verbose": 0})  # evaluate's: its own pass of 10 batches
+    dog.arm("evaluate")
+    for name in ("test", "predict"):
+        getattr(watch, f"on_{name}_begin")()
+        for first in (0, 4, 8):  # 4 steps an execution: 4, 4, then the 2 left
+            getattr(watch, f"on_{name}_batch_begin")(first)
+            getattr(watch, f"on_{name}_batch_end")(first + 3)
+    assert dog.beat_now()["steps"] == 20 and dog.beat_now()["in_step"] is False

@@ -553,7 +553,8 @@ def _add_stall_timeout(parser: argparse.ArgumentParser) -> None:
                         help="end the job, showing each process's stack, when no step has finished for this long "
                              f"inside fit/evaluate/predict (default: {DEFAULT_STALL_TIMEOUT:g}; 0: off). The upper "
                              "bound: after the first steps, a shorter one follows the measured step time (max(60 s, "
-                             "20 × the slowest step), counting only time this process sits idle), and is used "
+                             "20 × the slowest step, or dispatch of several), counting only time this process sits "
+                             "idle), and is used "
                              "where it is lower")
 
 

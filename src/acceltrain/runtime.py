@@ -52,7 +52,8 @@ def connect(backend: str | None = None, *, simulate_devices: int | None = None, 
         stall_timeout: seconds without a finished step inside fit/evaluate/predict after which the process
             prints its stacks and ends (see watchdog.py); default watchdog.DEFAULT_STALL_TIMEOUT, 0: off. The
             upper bound: after a phase's first steps, a shorter one follows the measured step time
-            (watchdog.stall_bound: max(60 s, 20 × the slowest step), counting only time the process sits idle).
+            (watchdog.stall_bound: max(60 s, 20 × the slowest step, or dispatch of several
+            steps), counting only time the process sits idle).
         device_memory: bytes of one device ("16GiB", "128MiB"), overriding what the hardware reports; what
             'auto' weighs a model against (a CPU reports none, so simulated devices need it to shard).
         mesh_shape: (batch, model) devices of distribution="model"; default: the model axis that fits.

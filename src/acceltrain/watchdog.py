@@ -45,8 +45,8 @@ CAUSES = ("a process that never reached this collective (it failed, or took anot
           "script), uneven data (one process has more batches than the others, so it waits alone), or a dead "
           "or unreachable host")
 
-# After the first steps, a step that takes this many times the slowest step seen so far is not a slow step
-# but a hang; never less than FLOOR_SECONDS (preemption.STALL_FLOOR_SECONDS), so a fast CPU run stuck at 0 % CPU is named in about a minute
+# After the first steps, a wait for a beat this many times the longest seen so far (a step's, or a dispatch's of several
+# steps) is not a slow step but a hang; never less than FLOOR_SECONDS (preemption.STALL_FLOOR_SECONDS), so a fast CPU run stuck at 0 % CPU is named in about a minute
 # rather than after DEFAULT_STALL_TIMEOUT (issue 22), and a step that is slow now and then (a GC pause, a
 # loaded machine: steps varied up to ~5× side by side here) stays far inside it.
 FLOOR_SECONDS = preemption.STALL_FLOOR_SECONDS
@@ -70,18 +70,18 @@ def stall_bound(timeout: float, slowest_step: float | None) -> tuple[float, str]
     """'auto': how long a phase may go without a step before the watchdog ends the process, and why.
 
     `timeout`: --stall-timeout (the user's, or the default), always the upper bound. `slowest_step`: the
-    longest step measured so far, None until a phase's first step (which compiles) has finished and
-    another has been timed; a phase that compiles or whose length steps do not predict (an epoch's end:
-    validation, callbacks, a checkpoint) has None too.
+    longest wait between beats measured so far (a step's, or a dispatch's of several steps: the wait the bound is
+    on), None until a phase's first step (which compiles) has finished and another has been timed; a phase that
+    compiles or whose length steps do not predict (an epoch's end: validation, callbacks, a checkpoint) has None too.
     """
     if slowest_step is None:
         return timeout, f"the bound is --stall-timeout {timeout:g} s (a phase's first step may compile)"
     adaptive = max(FLOOR_SECONDS, STEP_MULTIPLE * slowest_step)
     rule = f"max({FLOOR_SECONDS:g} s, {STEP_MULTIPLE} × {slowest_step:.3g} s)"
+    took = f"a step (or a dispatch of several) took at most {slowest_step:.3g} s so far"
     if adaptive >= timeout:
-        return timeout, f"steps took at most {slowest_step:.3g} s so far: the bound is --stall-timeout {timeout:g} s, " \
-                        f"lower than {rule}"
-    return adaptive, f"steps took at most {slowest_step:.3g} s so far: the bound is {rule}"
+        return timeout, f"{took}: the bound is --stall-timeout {timeout:g} s, lower than {rule}"
+    return adaptive, f"{took}: the bound is {rule}"
 
 
 class Watchdog:
@@ -103,7 +103,10 @@ class Watchdog:
         # {index: dict | None} | None); None alone. wall_clock: the time a beat carries (hosts compare it).
         self.heartbeats, self._wall = heartbeats, wall_clock
         self._total_steps, self._last_step_at = 0, wall_clock()
-        self._begun = 0  # steps begun (begin_step), against _total_steps finished: whether it is inside one
+        # Executions begun (begin_step: Keras's batch begin, one for a step or for steps_per_execution's many) against
+        # executions ended (a beat that ends one): whether it is inside one. Counted, not a flag: Keras may call the
+        # batch ends from its callback thread, after the next execution's begin.
+        self._begun = self._ended = 0
         self._straggling_said = False
         # This process's own CPU seconds of each of its last measured steps (from one beat to the next, the stretch
         # after a compile or an epoch's end left out), whose median its beat carries for the straggler check.
@@ -160,12 +163,16 @@ class Watchdog:
                 return
             self._phase, self._last, self._unmeasured = phase, self._clock(), unmeasured
 
-    def beat(self, phase: str | None = None, steps: int = 1) -> None:
+    def beat(self, phase: str | None = None, steps: int = 1, *, ends_execution: bool = True) -> None:
         """`steps` steps finished since the last beat (a dispatch of many steps: as many; 0: a second beat of steps
         already heard, e.g. Keras's batch end after acceltrain's runner beat its dispatch: progress, no step). The
+        step counts (the stall message's, the heartbeats') add `steps`: steps, however many a dispatch ran. The
         first after a phase that compiled is not timed: its time is the compile's. A step's CPU is the stretch's
-        over its steps, so a straggler's "own time a step" is a step's however its steps were dispatched."""
+        over its steps, so a straggler's "own time a step" is a step's however its steps were dispatched.
+        `ends_execution` False: a dispatch inside an execution begun (begin_step) whose end beats later (Keras's
+        batch end after acceltrain's runner's dispatches): the process is still inside it."""
         with self._lock:
+            self._ended += ends_execution  # armed or not, as begin_step counts: the two pair up
             if self._phase is None:
                 return
             now, cpu = self._clock(), self._cpu_clock()
@@ -175,13 +182,17 @@ class Watchdog:
                     self._phase = phase
                 return
             if not self._unmeasured:
-                self._slowest = max(self._slowest or 0.0, now - self._last)  # the longest silence between beats
+                # The longest silence between beats, whatever the beats cover: the bound (stall_bound) is on the wait
+                # for the next beat, and beats come one a dispatch, so a dispatch of K steps is waited for K steps'
+                # time (acceltrain's runner sizes a dispatch to about a second, backends/jax/resident.py). A bound
+                # from the time a step, 20 × (dispatch / K), would end a healthy run whose dispatches hold over 20.
+                self._slowest = max(self._slowest or 0.0, now - self._last)
                 if self._cpu_at_beat is not None:
                     self._step_cpu.append((cpu - self._cpu_at_beat) / steps)
             self._cpu_at_beat = cpu
             self._last, self._unmeasured = now, False
-            self._steps += 1
-            self._total_steps += 1
+            self._steps += steps
+            self._total_steps += steps
             self._last_step_at = self._wall()
             if phase is not None:
                 self._phase = phase
@@ -197,8 +208,9 @@ class Watchdog:
             self._publish()  # a hand-over to the publishing thread only: the beat says the step it stopped at
 
     def begin_step(self) -> None:
-        """A step begins (its beat() says it finished): between the two, a collective of the step may wait for
-        another process; a process stuck outside any step while the others are in one is the one they wait for."""
+        """A step begins, or an execution of several (Keras's batch begin; the beat() that ends it says it finished):
+        between the two, a collective of its steps may wait for another process; a process stuck outside any step
+        while the others are in one is the one they wait for."""
         with self._lock:
             self._begun += 1
 
@@ -213,7 +225,7 @@ class Watchdog:
             return {"steps": self._total_steps, "last_step_at": self._last_step_at, "beat_at": self._wall(),
                     "host": _HOST, "phase": self._phase or "its own code, outside fit, evaluate and predict",
                     "watching": watching and self._phase is not None, "cpu_per_step": self._cpu_per_step(),
-                    "in_step": self._begun > self._total_steps if self._begun else None}
+                    "in_step": self._begun > self._ended if self._begun else None}
 
     def _cpu_per_step(self) -> float | None:
         """The median of this process's own CPU seconds a step over its last STRAGGLER_WINDOW_STEPS measured steps

@@ -137,7 +137,8 @@ class StallWatch(keras.callbacks.Callback):
         self.watchdog = watchdog
         self._fitting = False
         self._trained = self._validated = False  # a step done: later ones do not compile
-        self._epoch = self._done = 0
+        self._epoch = self._done = self._begin = 0
+        self._tested = 0  # this evaluate's, validation's or predict's steps the watchdog has heard of
 
     def on_train_begin(self, logs=None):
         self._fitting = True
@@ -149,20 +150,35 @@ class StallWatch(keras.callbacks.Callback):
         self.watchdog.enter(f"fit, epoch {self._epoch}", unmeasured=not self._trained)
 
     def on_train_batch_begin(self, batch, logs=None):
+        self._begin = batch  # the execution's first step in the epoch
         self.watchdog.begin_step()
 
     def on_train_batch_end(self, batch, logs=None):
         self._beat(batch + 1)  # Keras's batch end: after its execution's last step (steps_per_execution)
 
     def between_dispatches(self, steps):
-        self._beat(steps)  # acceltrain's runner, after each dispatch of an execution's steps
+        """acceltrain's runner, after each dispatch of an execution: `steps` of the execution's done so far."""
+        self._beat(self._begin + steps, ends_execution=False)
 
-    def _beat(self, done: int) -> None:
+    def _beat(self, done: int, ends_execution: bool = True) -> None:
         """A beat for the steps done this epoch: the runner's dispatches and Keras's batch end both say how far the
-        epoch is; each step is counted once, so a step's own CPU is a step's."""
+        epoch is; each step is counted once, so a step's own CPU is a step's and the watchdog counts steps. Keras's
+        batch end names its execution's planned last step (steps_per_execution on), also for an epoch's last
+        execution, which runs only what is left: capped at the epoch's steps where Keras knows them."""
         self._trained = True
+        done = min(done, (self.params or {}).get("steps") or done)
         new, self._done = max(done - self._done, 0), max(done, self._done)
-        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {done}", steps=new)
+        self.watchdog.beat(f"fit, epoch {self._epoch}, after step {done}", steps=new, ends_execution=ends_execution)
+
+    def _beat_read(self, phase: str, done: int) -> None:
+        """Evaluate's, validation's or predict's batch end: `done` steps of the pass so far (Keras's batch index is
+        its execution's planned last step: steps_per_execution steps a beat). Capped at an evaluate's or predict's
+        steps, as _beat; a fit's validation pass has the fit's params, not its own length, so under
+        steps_per_execution K its last execution may count up to K - 1 steps it did not run (every process alike)."""
+        if not self._fitting:
+            done = min(done, (self.params or {}).get("steps") or done)
+        new, self._tested = max(done - self._tested, 0), max(done, self._tested)
+        self.watchdog.beat(f"{phase}, after step {done}", steps=new)
 
     def on_epoch_end(self, epoch, logs=None):
         self.watchdog.enter(f"fit, end of epoch {self._epoch} (callbacks, checkpoint)", unmeasured=True)
@@ -172,6 +188,7 @@ class StallWatch(keras.callbacks.Callback):
         self.watchdog.enter("fit, finishing")
 
     def on_test_begin(self, logs=None):
+        self._tested = 0
         if self._fitting:
             self.watchdog.enter("validation", unmeasured=not self._validated)
             self._validated = True
@@ -182,19 +199,20 @@ class StallWatch(keras.callbacks.Callback):
         self.watchdog.begin_step()
 
     def on_test_batch_end(self, batch, logs=None):
-        self.watchdog.beat(f"{'validation' if self._fitting else 'evaluate'}, after step {batch + 1}")
+        self._beat_read("validation" if self._fitting else "evaluate", batch + 1)
 
     def on_test_end(self, logs=None):
         self.watchdog.enter(f"fit, epoch {self._epoch}, after validation" if self._fitting else "evaluate, finishing")
 
     def on_predict_begin(self, logs=None):
+        self._tested = 0
         self.watchdog.enter("predict (compiling and running the first step)", unmeasured=True)
 
     def on_predict_batch_begin(self, batch, logs=None):
         self.watchdog.begin_step()
 
     def on_predict_batch_end(self, batch, logs=None):
-        self.watchdog.beat(f"predict, after step {batch + 1}")
+        self._beat_read("predict", batch + 1)
 
     def on_predict_end(self, logs=None):
         self.watchdog.enter("predict, finishing")
