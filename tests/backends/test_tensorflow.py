@@ -325,3 +325,38 @@ def test_a_distributed_datasets_replicas_are_read_untuned_so_dropping_its_iterat
     assert ours["source_autotuned"] == plain["source_autotuned"] is None  # the user's pipeline: as it was made
     assert ours["read"] == plain["read"] and len(ours["read"]) == 10 and len(ours["read"][0]) == 8
     assert ours["tensorflows_own_again"] is True
+
+
+_TWO_HOLDERS = """
+import json, os
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tensorflow.python.data.ops import multi_device_iterator_ops as device_datasets
+from acceltrain.backends import tensorflow as backend
+
+untuned = lambda: hasattr(device_datasets._create_device_dataset, "tensorflows")
+backend.prepare(2)
+first = backend.make_distribution("data", backend.devices("cpu"))
+second = backend.make_distribution("data", backend.devices("cpu"))
+seen = {"both_open": untuned()}
+backend.release(first)
+seen["one_released"] = untuned()
+backend.release(first)  # released again: the other still holds it
+seen["one_released_twice"] = untuned()
+backend.release(None)  # a runtime on one device (no strategy) releases nothing
+seen["none_released"] = untuned()
+backend.release(second)
+seen["both_released"] = untuned()
+print(json.dumps(seen))
+"""
+
+
+def test_the_untuned_device_datasets_stay_while_any_strategy_made_is_held_and_go_with_the_last():
+    """Two runtimes' strategies open: releasing one (a runtime closed, or Runtime.build's new distribution in place of
+    connect()'s) keeps TensorFlow's per-device datasets untuned for the other; the last release gives TensorFlow its
+    own function back."""
+    done = subprocess.run([sys.executable, "-c", _TWO_HOLDERS], capture_output=True, text=True,
+                          env=this_acceltrain_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"both_open": True, "one_released": True,
+                                                         "one_released_twice": True, "none_released": True,
+                                                         "both_released": False}

@@ -246,11 +246,17 @@ def make_distribution(kind: str, device_names: tuple[str, ...]):
         return _made(tpu_system.strategy(_tpu_resolver))
     if kind == "none":
         return None
+    strategy = _made(tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names]))
+    _UNTUNED_FOR.append(strategy)
     _device_datasets_untuned(True)
-    return _made(tf.distribute.MirroredStrategy(devices=[f"/{name}" for name in device_names]))
+    return strategy
 
 
 _MADE: list = []  # the strategies a runtime made (make_distribution): any other a model keeps is its maker's own
+# The MirroredStrategies made and not yet released, each a holder of _device_datasets_untuned: TensorFlow's own
+# function comes back when the last is released, not the first (two runtimes may be open: another connect()'s
+# options, a notebook's, Runtime.build's new distribution made before the old one is released)
+_UNTUNED_FOR: list = []
 
 
 def _made(strategy):
@@ -381,8 +387,12 @@ def _plain_in_dataset_functions(next_creator, **kwargs):
 
 
 def release(distribution) -> None:
-    """TensorFlow keeps the strategy on the model; its per-device datasets are autotuned again (make_distribution)."""
-    if isinstance(distribution, tf.distribute.MirroredStrategy):
+    """TensorFlow keeps the strategy on the model; once no strategy make_distribution made is held, per-device datasets
+    are autotuned again (TensorFlow's own function). A strategy released twice, or not made here, changes nothing."""
+    if not any(distribution is held for held in _UNTUNED_FOR):
+        return
+    _UNTUNED_FOR[:] = [held for held in _UNTUNED_FOR if held is not distribution]
+    if not _UNTUNED_FOR:
         _device_datasets_untuned(False)
 
 
