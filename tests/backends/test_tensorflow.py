@@ -281,17 +281,80 @@ def test_the_backend_set_in_keras_config_file_is_used_and_the_banner_says_so(tmp
 
 @pytest.mark.tensorflow
 def test_an_own_train_step_steps_replicas_times_as_far_under_mirrored_strategy_and_the_note_says_so():
-    """TensorFlow's own behaviour, shown without acceltrain: an own train_step whose loss is a mean over its batch
-    takes, with SGD, twice one device's step under MirroredStrategy over 2 replicas (the gradients summed over them).
-    The note a script's fit gets names the class, the factor and the way to step as on one device."""
+    """TensorFlow's own behaviour, shown without acceltrain: an own train_step whose loss is a plain mean over its
+    batch takes, with SGD, twice one device's step under MirroredStrategy over 2 replicas (the gradients summed over
+    them); one whose loss is Keras's self.compute_loss, a keras.losses object or tf.nn.compute_average_loss takes one
+    device's (divided by the replicas already). acceltrain notes each step whose source does not show the scaling
+    (a loss object called there does not say it divides: noted, and the note says such a loss needs nothing), and the
+    note names the class, the factor a plain mean gets, the way to step as on one device and what needs nothing."""
     done = support.python(support.SCRIPTS / "own_train_step_under_mirrored.py", timeout=300)
 
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines())
-    assert float(lines["one device"]) != 0 and lines["ratio"] == "2.0000", done.stdout
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    ratios = {way: lines[f"{way} ratio"] for way in ("mean", "compute_loss", "keras_loss", "average_loss")}
+    assert float(lines["mean one device"]) != 0, done.stdout
+    assert ratios == {"mean": "2.0000", "compute_loss": "1.0000", "keras_loss": "1.0000", "average_loss": "1.0000"}
+    noted = {way: lines[f"{way} noted"] for way in ratios}
+    assert noted == {"mean": "True", "compute_loss": "False", "keras_loss": "True", "average_loss": "False"}
     note = tf_backend.own_step_note("VAE", 4)
-    assert note.startswith("VAE's own train_step under 4 replicas") and "a step 4× one device's" in note
-    assert "num_replicas_in_sync" in note
+    assert note.startswith("VAE's own train_step under 4 replicas: TensorFlow sums its gradients over them. If the "
+                           "loss its tape differentiates is a plain mean") and "goes 4× as far as on one device" in note
+    assert "num_replicas_in_sync" in note and "keras.losses object, self.compute_loss or tf.nn.compute_average_loss" \
+        in note and "divided by the replicas already: nothing to change" in note
+
+
+class _Stepped:
+    """train_step bodies as a script writes them (read, never run: own_step_scales_its_loss reads the source)."""
+
+    def plain_mean(self, data):
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(self(data[0]) - data[1]))
+        return tape, loss
+
+    def keras_compute_loss(self, data):
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(y=data[1], y_pred=self(data[0]))
+        return tape, loss
+
+    def average_loss(self, data):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(self(data[0]) - data[1], global_batch_size=64)
+        return tape, loss
+
+    def divided_by_replicas(self, data):
+        loss = keras.ops.mean(self(data[0]) - data[1]) / tf.distribute.get_strategy().num_replicas_in_sync
+        return loss
+
+
+@pytest.mark.parametrize("step, compute_loss, scales", [
+    ("plain_mean", None, False), ("keras_compute_loss", None, True), ("average_loss", None, True),
+    ("divided_by_replicas", None, True),
+    ("keras_compute_loss", lambda self, **kwargs: 0.0, False),  # its own compute_loss: whatever it returns
+])
+def test_an_own_steps_source_tells_whether_it_divides_its_loss_by_the_replicas(step, compute_loss, scales):
+    import keras
+
+    body = {"train_step": getattr(_Stepped, step)}
+    if compute_loss is not None:
+        body["compute_loss"] = compute_loss
+    model_class = type("Own", (keras.Model,), body)
+    below = type("Below", (model_class,), {})  # the step found on a class between the model's and keras.Model
+    assert tf_backend.own_step_scales_its_loss(model_class.__new__(model_class)) is scales
+    assert tf_backend.own_step_scales_its_loss(below.__new__(below)) is scales
+    unreadable = type("Unreadable", (keras.Model,), {"train_step": eval("lambda self, data: data")})  # noqa: S307
+    assert tf_backend.own_step_scales_its_loss(unreadable.__new__(unreadable)) is False
+
+
+@pytest.mark.tensorflow
+def test_a_fit_with_its_own_train_step_is_noted_only_where_its_source_does_not_divide_its_loss(tmp_path):
+    """Under `acceltrain run --simulate-devices 2` (TensorFlow, 2 replicas): the step whose loss is a plain mean is
+    noted, the one whose loss is Keras's self.compute_loss is not; both train."""
+    done = support.run_cli("run", "--simulate-devices", "2", support.SCRIPTS / "own_train_steps_noted.py",
+                           cwd=tmp_path, timeout=300)
+
+    assert done.returncode == 0 and "trained" in done.stdout, done.stderr[-3000:]
+    assert "Mean's own train_step under 2 replicas: TensorFlow sums its gradients over them" in done.stderr
+    assert "Scaled's own train_step" not in done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("body, own", [({}, False), ({"train_step": lambda self, data: {}}, True),

@@ -27,7 +27,7 @@ SPLITS_UNEVEN_BATCHES = True
 SHARDS = False
 
 # What this module has beyond backends.INTERFACE: reaching a TPU by name, through a seam tests fake.
-OWN = ("tpu_ways", "find_tpu", "own_train_step", "own_step_note")
+OWN = ("tpu_ways", "find_tpu", "own_train_step", "own_step_scales_its_loss", "own_step_note")
 
 # How long connect() keeps retrying a TPU that answers but is not ready (a legacy TPU node booting,
 # a TPU VM's runtime starting), and the longest pause between tries.
@@ -418,7 +418,8 @@ def follow_placement(call, proceed):
     replicas = strategy.num_replicas_in_sync
     if call.name == "fit" and replicas > 1 and own_train_step(call.model) and type(call.model) not in _told_own_step:
         _told_own_step.add(type(call.model))
-        log.info(own_step_note(type(call.model).__name__, replicas))
+        if not own_step_scales_its_loss(call.model):
+            log.info(own_step_note(type(call.model).__name__, replicas))
     if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
     with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model), \
@@ -442,15 +443,46 @@ def own_train_step(model) -> bool:
                if issubclass(cls, keras.Model) and cls is not keras.Model)
 
 
+# What a train_step's own source calls that divides its loss by the replicas under a strategy (Keras's compute_loss, over
+# keras.losses objects, does: keras.losses.loss.scale_loss_for_distribution), or reads to do it itself: a step that
+# says one of them steps as on one device (tests/scripts/own_train_step_under_mirrored.py measures 1.0 at 2 replicas
+# for compute_loss and compute_average_loss). Read from the source only; a step whose source says none (its loss a
+# plain mean, or a keras.losses object made elsewhere: the source cannot tell) gets the note, which says what to check.
+SCALES_ITS_LOSS = ("compute_average_loss(", "num_replicas_in_sync", "self.compute_loss(")
+
+
+def own_step_scales_its_loss(model) -> bool:
+    """Whether `model`'s own train_step visibly divides its loss by the replicas: its source calls Keras's
+    self.compute_loss (and the model does not define its own compute_loss), tf.nn.compute_average_loss, or reads
+    num_replicas_in_sync (SCALES_ITS_LOSS). False where the source cannot be read (the note then says what to check)."""
+    import inspect
+
+    import keras
+
+    below = [cls for cls in type(model).__mro__ if issubclass(cls, keras.Model) and cls is not keras.Model]
+    step = next((vars(cls)["train_step"] for cls in below if "train_step" in vars(cls)), None)
+    try:
+        source = inspect.getsource(step)
+    except (OSError, TypeError):
+        return False
+    own_compute_loss = any("compute_loss" in vars(cls) for cls in below)
+    return any(name in source for name in SCALES_ITS_LOSS if not (own_compute_loss and name == "self.compute_loss("))
+
+
 def own_step_note(model_class: str, replicas: int) -> str:
-    """What an own train_step under a strategy of several replicas gets: TensorFlow sums its gradients over the
-    replicas (Keras's optimizer under tf.distribute), so a loss that is a mean over the replica's slice of the batch
-    steps `replicas` times as far as on one device; Keras's own train_step divides its loss by the replicas first
-    (tests/scripts/own_train_step_under_mirrored.py measures 2.0 at 2 replicas with SGD, no acceltrain)."""
-    return (f"{model_class}'s own train_step under {replicas} replicas: TensorFlow sums its gradients over them, so a "
-            f"loss that is a mean over the replica's batch takes a step {replicas}× one device's (Adam and RMSprop "
-            f"scale it away, SGD does not). To step as on one device, divide the loss the tape sees by "
-            f"tf.distribute.get_strategy().num_replicas_in_sync, or train on one device")
+    """What an own train_step under a strategy of several replicas gets, where its source does not show that it
+    scales its loss (own_step_scales_its_loss): TensorFlow sums its gradients over the replicas (Keras's optimizer
+    under tf.distribute), so a loss that is a plain mean over the replica's slice of the batch steps `replicas`
+    times as far as on one device (tests/scripts/own_train_step_under_mirrored.py measures 2.0 at 2 replicas with
+    SGD, no acceltrain); a loss from a keras.losses object, self.compute_loss or tf.nn.compute_average_loss is
+    divided by the replicas already (1.0 there), as Keras's own train_step's is. Which one a step has, its source
+    may not show (a loss object made in __init__): the note says what to check."""
+    return (f"{model_class}'s own train_step under {replicas} replicas: TensorFlow sums its gradients over them. If "
+            f"the loss its tape differentiates is a plain mean over the replica's batch (keras.ops.mean, "
+            f"tf.reduce_mean), each step goes {replicas}× as far as on one device (Adam and RMSprop scale it away, SGD "
+            f"does not): divide it by tf.distribute.get_strategy().num_replicas_in_sync, or train on one device. A "
+            f"loss from a keras.losses object, self.compute_loss or tf.nn.compute_average_loss(..., "
+            f"global_batch_size=...) is divided by the replicas already: nothing to change")
 
 
 def step_callbacks(distribution) -> list:
