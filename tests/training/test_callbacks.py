@@ -162,3 +162,38 @@ def test_the_epoch_timer_counts_the_process_s_cpu_time_beside_the_wall_time():
     assert timer.epoch_cpu_seconds[0] >= 0.3 and timer.epoch_seconds[0] >= 0.3
     assert timer.epoch_seconds[1] >= 0.3 and timer.epoch_cpu_seconds[1] < 0.1
     assert len(timer.threads) == 2 and all(count >= 1 for count in timer.threads)  # the OS's count (Linux)
+
+
+class _Hooked:
+    """A callback with a batch hook: Keras's own loop, one beat a step (made on use: keras after connect())."""
+
+    def __new__(cls):
+        import keras
+
+        return type("Hooked", (keras.callbacks.Callback,), {"on_train_batch_end": lambda self, batch, logs=None: None})()
+
+
+@pytest.mark.parametrize("shape", ["arrays", "tf.data", "a batch hook", "odd-sized arrays"])
+def test_the_watchdog_counts_the_steps_a_fit_evaluate_and_predict_ran_whatever_a_beat_covered(runtime, shape):
+    """The stall line's "after N step(s)" and the heartbeats' steps: on arrays acceltrain's runner trains an epoch in
+    a few dispatches of many steps (a beat each), on tf.data and with a batch hook Keras's loop beats each step. Either
+    way the watchdog counts the steps run: 2 epochs of their batches, then evaluate's and predict's."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    samples = 250 if shape == "odd-sized arrays" else 256
+    x = np.random.default_rng(0).random((samples, 4), dtype=np.float32)
+    y = (x.sum(axis=1) > 2).astype("int32")
+    with runtime.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    data = {"x": tf.data.Dataset.from_tensor_slices((x, y)).batch(32)} if shape == "tf.data" else {"x": x, "y": y}
+    before = runtime.watchdog.beat_now()["steps"]
+    runtime.fit(model, **data, batch_size=None if shape == "tf.data" else 32, epochs=2, verbose=0,
+                callbacks=[_Hooked()] if shape == "a batch hook" else None)
+    trained = runtime.watchdog.beat_now()["steps"] - before
+    runtime.evaluate(model, x[:128], y[:128], batch_size=32, verbose=0)
+    runtime.predict(model, x[:64], batch_size=32, verbose=0)
+    batches = math.ceil((samples - samples % 8) / 32)  # 250: 2 left out over 8 replicas, then 7 batches and one of 24
+    assert (trained, runtime.watchdog.beat_now()["steps"] - before) == (2 * batches, 2 * batches + 4 + 2)
