@@ -45,10 +45,11 @@ CAUSES = ("a process that never reached this collective (it failed, or took anot
           "script), uneven data (one process has more batches than the others, so it waits alone), or a dead "
           "or unreachable host")
 
-# After the first steps, a wait for a beat this many times the longest seen so far (a step's, or a dispatch's of several
-# steps) is not a slow step but a hang; never less than FLOOR_SECONDS (preemption.STALL_FLOOR_SECONDS), so a fast CPU run stuck at 0 % CPU is named in about a minute
-# rather than after DEFAULT_STALL_TIMEOUT (issue 22), and a step that is slow now and then (a GC pause, a
-# loaded machine: steps varied up to ~5× side by side here) stays far inside it.
+# After the first steps, a wait for a beat this many times the longest seen so far (a step's, or a dispatch's of
+# several steps) is not a slow step but a hang; never less than FLOOR_SECONDS (preemption.STALL_FLOOR_SECONDS), so a
+# fast CPU run stuck at 0 % CPU is named in about a minute rather than after DEFAULT_STALL_TIMEOUT (issue 22), and a
+# step that is slow now and then (a GC pause, a loaded machine: steps varied up to ~5× side by side here) stays far
+# inside it.
 FLOOR_SECONDS = preemption.STALL_FLOOR_SECONDS
 STEP_MULTIPLE = 20
 # A process that is working uses its CPU; one waiting in a collective does not: stuck in fit's first

@@ -443,9 +443,9 @@ def own_train_step(model) -> bool:
                if issubclass(cls, keras.Model) and cls is not keras.Model)
 
 
-# What a train_step's own source calls that divides its loss by the replicas under a strategy (Keras's compute_loss, over
-# keras.losses objects, does: keras.losses.loss.scale_loss_for_distribution), or reads to do it itself: a step that
-# says one of them steps as on one device (tests/scripts/own_train_step_under_mirrored.py measures 1.0 at 2 replicas
+# What a train_step's own source calls that divides its loss by the replicas under a strategy (Keras's compute_loss,
+# over keras.losses objects, does: keras.losses.loss.scale_loss_for_distribution), or reads to do it itself: a step
+# that says one of them steps as on one device (tests/scripts/own_train_step_under_mirrored.py measures 1.0 at 2 replicas
 # for compute_loss and compute_average_loss). Read from the source only; a step whose source says none (its loss a
 # plain mean, or a keras.losses object made elsewhere: the source cannot tell) gets the note, which says what to check.
 SCALES_ITS_LOSS = ("compute_average_loss(", "num_replicas_in_sync", "self.compute_loss(")
