@@ -164,13 +164,11 @@ def test_the_epoch_timer_counts_the_process_s_cpu_time_beside_the_wall_time():
     assert len(timer.threads) == 2 and all(count >= 1 for count in timer.threads)  # the OS's count (Linux)
 
 
-class _Hooked:
+def _hooked():
     """A callback with a batch hook: Keras's own loop, one beat a step (made on use: keras after connect())."""
+    import keras
 
-    def __new__(cls):
-        import keras
-
-        return type("Hooked", (keras.callbacks.Callback,), {"on_train_batch_end": lambda self, batch, logs=None: None})()
+    return type("Hooked", (keras.callbacks.Callback,), {"on_train_batch_end": lambda self, batch, logs=None: None})()
 
 
 @pytest.mark.parametrize("shape", ["arrays", "tf.data", "a batch hook", "odd-sized arrays"])
@@ -191,7 +189,7 @@ def test_the_watchdog_counts_the_steps_a_fit_evaluate_and_predict_ran_whatever_a
     data = {"x": tf.data.Dataset.from_tensor_slices((x, y)).batch(32)} if shape == "tf.data" else {"x": x, "y": y}
     before = runtime.watchdog.beat_now()["steps"]
     runtime.fit(model, **data, batch_size=None if shape == "tf.data" else 32, epochs=2, verbose=0,
-                callbacks=[_Hooked()] if shape == "a batch hook" else None)
+                callbacks=[_hooked()] if shape == "a batch hook" else None)
     trained = runtime.watchdog.beat_now()["steps"] - before
     runtime.evaluate(model, x[:128], y[:128], batch_size=32, verbose=0)
     runtime.predict(model, x[:64], batch_size=32, verbose=0)
