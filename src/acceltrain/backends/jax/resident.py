@@ -338,7 +338,8 @@ def _many_steps_class():
         """A fit's executions run as a few dispatches, each one compiled loop of Keras's own train step over batches
         gathered on the device (`_program`): installed on the model's train function at the fit's start (Keras has
         built the model and its optimizer by then), taken off at its end. The partial last batch runs Keras's own
-        step. After each dispatch the `listeners` hear `between_dispatches(steps)` (the stall watch beats)."""
+        step. After each dispatch the `listeners` hear `between_dispatches(steps)`, the execution's steps done so far
+        (the stall watch beats)."""
 
         steps_aware = True
 
