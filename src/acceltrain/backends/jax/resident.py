@@ -151,7 +151,7 @@ def _placed(call, arguments, distribution, epoch=None):
     # pass read from the host costs a fraction of a training step a sample (the ledger's evaluation line)
     callbacks = keras_internals.callbacks_in(kwargs.get("callbacks"))  # a list, or a CallbackList the caller built
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
-    live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
+    live = [c.hears_each_second for c in callbacks if getattr(c, "hears_each_second", "")]  # each one's own name
     hooked = tuple(type(c).__name__ for c in batch_hooked(callbacks))
     keras_step = keras_internals.uses_keras_train_step(model)
     compiled = bool(model.jit_compile) and not model.run_eagerly
