@@ -281,6 +281,28 @@ def test_evaluate_counts_every_sample(runtime):
     assert distributed["loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
 
+def test_evaluate_takes_kerass_return_dict_as_keras_does(runtime):
+    """`runtime.evaluate(model, x, y, return_dict=True)`, Keras's own argument, raised a TypeError (a newcomer's
+    first try): a dict by default and with True; False gives Keras's list, in the same order."""
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    as_dict = runtime.evaluate(model, x, y, batch_size=32, verbose=0, return_dict=True)
+    assert runtime.evaluate(model, x, y, batch_size=32, verbose=0) == as_dict
+    as_list = runtime.evaluate(model, x, y, batch_size=32, verbose=0, return_dict=False)
+    assert isinstance(as_list, list) and as_list == [as_dict["loss"], as_dict["accuracy"]]
+
+
+def test_evaluate_without_a_batch_size_takes_kerass_default_as_model_evaluate_does(runtime):
+    """`runtime.evaluate(model, x, y)` raised "Received batch_size=None"; model.evaluate batches 32 by default."""
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    assert runtime.evaluate(model, x, y, verbose=0) == runtime.evaluate(model, x, y, batch_size=32, verbose=0)
+    with pytest.raises(acceltrain.UsageError, match="Received batch_size=12, which does not divide over 8"):
+        runtime.evaluate(model, x, y, batch_size=12, verbose=0)  # one given is still checked
+
+
 def test_fit_stops_a_diverged_run_with_the_likely_cause(runtime):
     import keras
 

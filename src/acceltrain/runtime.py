@@ -513,13 +513,15 @@ class Runtime:
         history.ledger = window.ledger
         return history
 
-    def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
-                 **evaluate_kwargs) -> dict:
-        """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
+    def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto", return_dict: bool = True,
+                 **evaluate_kwargs) -> dict | list | float:
+        """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values (`return_dict=False`:
+        as Keras's default returns them, a list, or the loss alone). `batch_size`: the global batch, Keras's default
+        where none is given."""
         _check_compiled(model)
         with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
-                                             return_dict=True, **evaluate_kwargs))
+                                             return_dict=return_dict, **evaluate_kwargs))
 
     def peak_flops(self, model) -> float | None:
         """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);

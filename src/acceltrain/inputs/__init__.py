@@ -234,7 +234,8 @@ def prepare_evaluate(split, x, y=None, *, batch_size=None, classes: Classes = Cl
                 prepared.x, prepared.y = prepared.x
                 prepared.local_batch_size = _local_batch(prepared.batch_size, split.num_processes)
         return prepared
-    if checked:
+    if checked:  # Runtime.evaluate's: none given is Keras's default, as model.evaluate takes it (predict's too)
+        batch_size = arrays.keras_batch(batch_size)
         arrays.check_batch_size(batch_size, split.num_replicas)
     prepared = Prepared(x, y, sample_weight, batch_size, **_processes(split))
     if kind_of(x) == ARRAYS:
