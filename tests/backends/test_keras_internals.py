@@ -849,8 +849,8 @@ def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_s
     weight, a keras.Variable, a model's strategy and an optimizer's slot built outside fit are the strategy's, and fit
     runs outside its scope; a tf.Variable of the code's own is plain and get_strategy() answers the default strategy;
     Keras's seed state first made in a dataset map is plain (mirrored, TensorFlow's UnliftableError: the negative
-    control was run by hand); the code's own strategy wins, the default strategy's scope included; Keras's four methods
-    are given back."""
+    control was run by hand); a mirrored scalar reads as int() and float() read a plain one; the code's own strategy
+    wins, the default strategy's scope included; Keras's six methods are given back."""
     from tests import support
 
     done = support.python(support.SCRIPTS / "made_in_scope.py", timeout=300)
@@ -860,6 +860,6 @@ def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_s
         "own tf.Variable: ResourceVariable", "strategy in force: _DefaultDistributionStrategy",
         "layer weight: MirroredVariable | keras.Variable: MirroredVariable",
         "model's strategy: MirroredStrategy | optimizer slot: MirroredVariable", "fit outside the scope: True",
-        "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy",
+        "read as numbers: MirroredVariable 1 0.0010000000474974513 3 0.5", "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy",
         "under the default strategy's scope: ResourceVariable", "given back: True",
         "after: ResourceVariable"], done.stdout

@@ -206,7 +206,36 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
 
     with patched(backend.Variable, ["_initialize"], in_scope), \
             patched(trainer_class, ["__init__"], in_scope), \
-            patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
+            patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope), \
+            _numbers_read_from_mirrored():
+        yield
+
+
+@contextlib.contextmanager
+def _numbers_read_from_mirrored():
+    """Within: `int(v)` and `float(v)` of a scalar Keras variable whose value is a tf.distribute variable (a
+    MirroredVariable: every Keras variable a script makes under `acceltrain run` on several TensorFlow replicas) read
+    its value as numpy does, as they read a plain one. A plain script's `int(model.optimizer.iterations)` or
+    `float(model.optimizer.learning_rate)` raised "TypeError: int() argument must be ..., not 'MirroredVariable'" there
+    and ran plainly.
+
+    Relies on: backend/common/variables.py::Variable.__int__/__float__ returning int(self.value)/float(self.value),
+    which TensorFlow's distributed variables do not support (no __int__/__float__: TypeError), while
+    np.asarray(variable), Keras's own __array__, reads them."""
+    import numpy as np
+    import tensorflow as tf
+    from keras.src.backend.common import variables
+
+    def as_number(name, keras_own):
+        number = int if name == "__int__" else float
+
+        def read(variable):
+            if variable.ndim == 0 and isinstance(variable.value, tf.distribute.DistributedValues):
+                return number(np.asarray(variable))
+            return keras_own(variable)
+        return read
+
+    with patched(variables.Variable, ["__int__", "__float__"], as_number):
         yield
 
 
