@@ -144,6 +144,18 @@ def test_a_scripts_model_keeps_its_compiled_steps_per_execution_and_says_it_was_
     assert decisions.choose_steps_per_execution("cpu", 50, 4, requested=2, keep_compiled=True) == (2, "asked for in fit")
 
 
+@pytest.mark.parametrize("cpu_replicas, compiled_with, expected, said", [
+    (4, 4, 1, "steps_per_execution 1 under MirroredStrategy over 4 CPU replicas, not the model's 4: Keras's steps of "
+              "several an execution fail there"),  # plain Keras fails so (the function's docstring)
+    (2, 32, 1, "callbacks' batch hooks are called every step, not every 32 steps. To keep 32: one device"),
+    (4, 1, 1, None),  # nothing to change
+    (1, 4, 4, None),  # one replica (or GPUs, not measured: passed as 1): Keras runs its steps of several
+])
+def test_choose_steps_per_execution_mirrored(cpu_replicas, compiled_with, expected, said):
+    steps, why = decisions.choose_steps_per_execution_mirrored(cpu_replicas, compiled_with, "one device")
+    assert steps == expected and (why is None if said is None else said in why)
+
+
 def test_steps_per_execution_override_is_said_with_the_way_to_keep_the_models():
     assert decisions.steps_per_execution_override(4, 4, "gpu") is None
     said = decisions.steps_per_execution_override(1, 32, "tpu")

@@ -118,6 +118,22 @@ def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_wit
     return per_platform, f"{platform}'s setting"
 
 
+def choose_steps_per_execution_mirrored(cpu_replicas: int, compiled_with: int, keep: str) -> tuple[int, str | None]:
+    """Steps an execution of a call under TensorFlow's MirroredStrategy over `cpu_replicas` CPU devices, and the
+    warning when it is not the model's `compiled_with`. Keras 3.15.1's function of several steps fails there
+    (measured with plain Keras and TensorFlow 2.21, no acceltrain: MirroredStrategy over 2 logical CPUs, compile(...,
+    steps_per_execution=4), fit on 500 and on 512 samples: "You must feed a value for placeholder tensor
+    'while/body/.../while/cond/Placeholder'" in multi_step_on_iterator; steps_per_execution=1 trains), so each step is
+    its own execution there. On GPUs (MirroredStrategy too) not measured: left as the model says. `keep`: how to keep
+    the model's (one device, or JAX)."""
+    if cpu_replicas <= 1 or compiled_with <= 1:
+        return compiled_with, None
+    return 1, (f"steps_per_execution 1 under MirroredStrategy over {cpu_replicas} CPU replicas, not the model's "
+               f"{compiled_with}: Keras's steps of several an execution fail there (its multi-step function: 'You must "
+               f"feed a value for placeholder tensor'), so each step runs alone and callbacks' batch hooks are called "
+               f"every step, not every {compiled_with} steps. To keep {compiled_with}: {keep}")
+
+
 def steps_per_execution_override(compiled_with: int, chosen: int, platform: str) -> str | None:
     """The warning when acceltrain runs more steps per call than the model was compiled with, or None."""
     if chosen == compiled_with:
