@@ -214,9 +214,10 @@ SHAPES = [
     # which Keras cannot run under MirroredStrategy on CPUs (decisions.choose_steps_per_execution_mirrored): said.
     Shape("tf_fit_twice_numbers.py", "TensorFlow: `fit` twice (`initial_epoch`, `validation_freq=2`, a weighted "
           "validation tuple), `steps_per_execution=4`, then `int(optimizer.iterations)`", refused_at={
-              "launch-2x2": "tf_fit_twice_numbers.py, whose line 7 sets its backend"},
-          warnings_at={mode: (f"steps_per_execution 1 under MirroredStrategy over {REPLICAS_OF[mode]} CPU replicas, "
-                              "not the model's 4",) for mode in ("run-4", "run-8")}),
+              "launch-2x2": "tf_fit_twice_numbers.py, whose line 8 sets its backend"},
+          warnings_at={"run-4": ("steps_per_execution 1 under MirroredStrategy over 4 CPU replicas, not the model's 4",),
+                       "run-8": ("steps_per_execution 1 under MirroredStrategy over 8 CPU replicas, not the model's 4",
+                                 "each of the 8 replica(s) gets 6 sample(s) a step (global batch_size=48)")}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 
