@@ -828,6 +828,38 @@ def test_draws_apart_per_replica_gives_each_replica_its_own_noise_and_leaves_oth
     assert lines[4] == "given back: True"
 
 
+def test_backups_deleted_by_any_process_takes_a_backup_another_process_deleted_first_as_deleted(tmp_path, monkeypatch):
+    """Keras's BackupAndRestore deletes its backup at a fit's end with file_utils.rmtree; under launch two processes
+    share the folder, and the second raised FileNotFoundError after training. Here the other process's deletion is
+    made to land while Keras walks the folder: Keras's own raises, the replaced one finishes, and gives Keras's back."""
+    import shutil
+
+    import keras
+    from keras.src.utils import file_utils
+
+    own = keras.callbacks.BackupAndRestore.on_train_end
+    keras_rmtree = file_utils.rmtree
+
+    def after_another_process(path):
+        shutil.rmtree(path)  # the other process of the job was first
+        return keras_rmtree(path)
+
+    monkeypatch.setattr(file_utils, "rmtree", after_another_process)
+    for replaced in (False, True):
+        backup = tmp_path / f"backup-{replaced}"
+        backup.mkdir()
+        (backup / "latest.weights.h5").write_bytes(b"weights")
+        callback = keras.callbacks.BackupAndRestore(str(backup))
+        if not replaced:
+            with pytest.raises(FileNotFoundError):
+                callback.on_train_end()
+            continue
+        with keras_internals.backups_deleted_by_any_process():
+            callback.on_train_end()
+        assert not backup.exists()
+    assert keras.callbacks.BackupAndRestore.on_train_end is own
+
+
 def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
     """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
     both Keras's own again after."""

@@ -2,9 +2,11 @@
 callbacks (a list, or a keras.callbacks.CallbackList the caller built) with acceltrain's own added
 (interception.Call.with_callback reads these through interception.CALLBACK_LISTS: it imports no Keras)."""
 
+import contextlib
+
 import keras
 
-from acceltrain.backends.interception import CALLBACK_LISTS
+from acceltrain.backends.interception import CALLBACK_LISTS, patched
 
 
 def async_safe(callback_class):
@@ -50,3 +52,29 @@ def callbacks_in(given) -> list:
 
 
 CALLBACK_LISTS.update(read=callbacks_in, add=callbacks_added)
+
+
+@contextlib.contextmanager
+def backups_deleted_by_any_process():
+    """Inside, keras.callbacks.BackupAndRestore's deletion of its backup at a finished fit's end takes a backup another
+    process of the job deleted first as deleted: under `acceltrain launch` every process runs the script's callback
+    over one folder (one machine, a shared disk), and the second to delete it raised "FileNotFoundError: [Errno 2] No
+    such file or directory: 'latest.weights.h5'" after training had finished. Each process still deletes its own (a
+    host's own disk keeps no stale backup to restore from on a rerun). A remote path (gs://...) is left as Keras does it.
+
+    Relies on: BackupAndRestore.on_train_end deleting `backup_dir` with file_utils.rmtree when `delete_checkpoint`,
+    which raises FileNotFoundError when a file or the folder goes while it walks it."""
+    import shutil
+
+    def tolerant(_, keras_own):
+        def on_train_end(callback, logs=None):
+            try:
+                return keras_own(callback, logs)
+            except FileNotFoundError:
+                if "://" in str(callback.backup_dir):
+                    raise
+                shutil.rmtree(callback.backup_dir, ignore_errors=True)  # another process's deletion under way
+        return on_train_end
+
+    with patched(keras.callbacks.BackupAndRestore, ["on_train_end"], tolerant):
+        yield
