@@ -374,6 +374,15 @@ def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, com
     assert steps == expected and why in f"({reason})"
 
 
+def test_steps_a_dispatch_aligned_to_the_checkpoint_loop_say_why_without_claiming_a_checkpoint_is_due():
+    """`acceltrain train` said "a divisor of 2, so that executions start where checkpoints are due" while its 'auto'
+    cadence timed steps 2 to 4 of its first epoch, with no checkpoint due within epochs."""
+    steps, reason = decisions.choose_steps_per_dispatch(45, 1, (), True, True, 32 * 4, 64 * 2**20, live="the loop",
+                                                        first_steps=16, steps_apart=2)
+    assert steps == 2 and reason.endswith("a divisor of 2, so that executions start at the steps the checkpoint loop "
+                                          "stops at (checkpoints due, or the steps its 'auto' cadence times)")
+
+
 
 @pytest.mark.parametrize("steps_per_epoch, seconds_a_step, expected, why", [
     (1688, None, 16, "the checkpoint loop hears from each execution: about 1 s of steps (no step measured yet)"),

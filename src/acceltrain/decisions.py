@@ -445,7 +445,8 @@ def _steps_without_batch_hooks(steps_per_epoch, index_bytes_a_step, most_index_b
         steps, why = most_steps, f"{why}; at most {most_steps}, the steps between checkpoints"
     if steps_apart and steps_apart % steps:
         steps = max(d for d in range(1, min(steps, steps_apart) + 1) if steps_apart % d == 0)
-        why = f"{why}; a divisor of {steps_apart}, so that executions start where checkpoints are due"
+        why = (f"{why}; a divisor of {steps_apart}, so that executions start at the steps the checkpoint loop stops at "
+               "(checkpoints due, or the steps its 'auto' cadence times)")
     return steps, why
 
 
