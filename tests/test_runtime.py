@@ -293,6 +293,19 @@ def test_evaluate_takes_kerass_return_dict_as_keras_does(runtime):
     assert isinstance(as_list, list) and as_list == [as_dict["loss"], as_dict["accuracy"]]
 
 
+def test_an_open_runtime_reads_a_mirrored_keras_variable_as_a_number(runtime):
+    """A library user's `int(model.optimizer.iterations)` after runtime.fit on TensorFlow's MirroredStrategy raised
+    TypeError ('MirroredVariable'): every open runtime enters keras_internals.numbers_read_from_mirrored (a stand-in
+    for TensorFlow's class here, whose process runs JAX)."""
+    import numpy as np
+    from keras.src.backend.common import variables
+
+    mirrored = type("MirroredVariable", (), {"__module__": "tensorflow.python.distribute.values",
+                                             "__array__": lambda self, dtype=None: np.asarray(85, dtype=dtype)})
+    held = type("Held", (), {"ndim": 0, "value": mirrored(), "__array__": variables.Variable.__array__})()
+    assert variables.Variable.__int__(held) == 85 and variables.Variable.__float__(held) == 85.0
+
+
 def test_evaluate_without_a_batch_size_takes_kerass_default_as_model_evaluate_does(runtime):
     """`runtime.evaluate(model, x, y)` raised "Received batch_size=None"; model.evaluate batches 32 by default."""
     with runtime.scope():

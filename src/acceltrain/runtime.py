@@ -255,8 +255,10 @@ class Runtime:
         # Slot "autopilot" for a library's plain model.fit on a model built in this runtime's scope (_plain_first_fits)
         self.plain_first_fits = assembly.FirstFits(self)
         # Open: Keras's fit/evaluate/predict pass the layers (interception.LAYERS) until the last runtime closes.
+        # While one is open, too: int()/float() of a mirrored Keras variable read as of a plain one (TensorFlow's)
         self._stop_intercepting = interception.intercept(keras_internals.trainer_class(framework.NAME),
-                                                         framework.follow_placement, autopilot=_plain_first_fits)
+                                                         framework.follow_placement, autopilot=_plain_first_fits,
+                                                         also=(keras_internals.numbers_read_from_mirrored,))
         _open_runtimes.add(self)
 
     # --- What is there ------------------------------------------------------------------------

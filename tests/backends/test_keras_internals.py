@@ -860,6 +860,30 @@ def test_backups_deleted_by_any_process_takes_a_backup_another_process_deleted_f
     assert keras.callbacks.BackupAndRestore.on_train_end is own
 
 
+def test_numbers_read_from_mirrored_reads_a_distributed_value_as_numpy_and_leaves_the_rest_to_keras():
+    """int()/float() of a Keras variable whose value is TensorFlow's distributed variable (which has no __int__:
+    Keras's own raises TypeError, as a MirroredVariable did in a newcomer's script) read as numpy reads it; a JAX
+    variable's stay Keras's; Keras's methods given back. The real MirroredVariable: test_keras_objects_made_in_...
+    (tests/scripts/made_in_scope.py), and every open runtime enters it (test_runtime)."""
+    import keras
+    import numpy as np
+    from keras.src.backend.common import variables
+
+    mirrored = type("MirroredVariable", (), {"__module__": "tensorflow.python.distribute.values",
+                                             "__array__": lambda self, dtype=None: np.asarray(7, dtype=dtype)})
+    # What Keras's methods read of a variable: its ndim, its value, and numpy's view (Keras's __array__)
+    held = type("Held", (), {"ndim": 0, "value": mirrored(), "__array__": variables.Variable.__array__})()
+    with pytest.raises(TypeError):
+        int(held.value)  # what Keras's own __int__ does with it
+    own = variables.Variable.__int__, variables.Variable.__float__  # Keras's, or an open runtime's (it enters this)
+    with keras_internals.numbers_read_from_mirrored():
+        assert variables.Variable.__int__(held) == 7 and variables.Variable.__float__(held) == 7.0
+        assert int(keras.Variable(3)) == 3 and float(keras.Variable(0.5)) == 0.5  # JAX's: Keras's own read
+        with pytest.raises(TypeError, match="Only scalar"):
+            int(keras.Variable(np.zeros(2)))  # Keras's own refusal stands
+    assert (variables.Variable.__int__, variables.Variable.__float__) == own
+
+
 def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
     """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
     both Keras's own again after."""

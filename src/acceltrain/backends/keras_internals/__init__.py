@@ -673,4 +673,4 @@ from acceltrain.backends.keras_internals.builds import (  # noqa: E402
 from acceltrain.backends.keras_internals.device_data import arrays_on_devices, keras_scans_steps  # noqa: E402
 from acceltrain.backends.keras_internals.strategies import (  # noqa: E402
     SCALED_REDUCTIONS, added_losses_scaled_once, built_but_not_marked, built_from_one_replica, draws_apart_per_replica,
-    keras_objects_made_in)
+    keras_objects_made_in, numbers_read_from_mirrored)
