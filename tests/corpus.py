@@ -205,7 +205,7 @@ SHAPES = [
           "`clear_session()`, the script's own strategy scope, TensorBoard", refused_at={
               "launch-2x2": "tf_numpy_models.py, whose line 8 sets its backend"},
           warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
-    # A newcomer's shapes (session 7). Keras's own BackupAndRestore, LearningRateScheduler, CSVLogger and
+    # A newcomer's shapes. Keras's own BackupAndRestore, LearningRateScheduler, CSVLogger and
     # TerminateOnNaN beside a fit (with --checkpoint-dir BackupAndRestore is refused: checks.resumable_arguments).
     Shape("keras_callbacks_logging.py", "BackupAndRestore, LearningRateScheduler, CSVLogger, TerminateOnNaN, "
           "`validation_split`, then a second fit"),
