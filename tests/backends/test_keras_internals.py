@@ -919,3 +919,25 @@ def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_s
         "read as numbers: MirroredVariable 1 0.0010000000474974513 3 0.5", "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy",
         "under the default strategy's scope: ResourceVariable", "given back: True",
         "after: ResourceVariable"], done.stdout
+
+
+def test_batch_hooks_idle_as_keras_checkpoint_callbacks_save_only_at_epochs_ends(tmp_path):
+    """batch_hooks_idle relies on ModelCheckpoint's and BackupAndRestore's on_train_batch_end saving nothing at
+    save_freq='epoch' and BackupAndRestore having no on_train_batch_begin: each called at many batches here saves
+    nothing, and one saving every 2 steps saves (so the check can fail)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    epochwise = [keras.callbacks.ModelCheckpoint(str(tmp_path / "m.weights.h5"), save_weights_only=True),
+                 keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))]
+    stepwise = keras.callbacks.ModelCheckpoint(str(tmp_path / "s.weights.h5"), save_weights_only=True, save_freq=2)
+    for callback in [*epochwise, stepwise]:
+        callback.set_model(model)
+        callback.on_epoch_begin(0)
+        for batch in range(6):
+            callback.on_train_batch_end(batch, {"loss": 1.0})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["s.weights.h5"]
+    assert keras.callbacks.BackupAndRestore.on_train_batch_begin is keras.callbacks.Callback.on_train_batch_begin
+    assert all(keras_internals.batch_hooks_idle(callback) for callback in epochwise)
+    assert not keras_internals.batch_hooks_idle(stepwise)

@@ -54,6 +54,20 @@ def callbacks_in(given) -> list:
 CALLBACK_LISTS.update(read=callbacks_in, add=callbacks_added)
 
 
+def batch_hooks_idle(callback) -> bool:
+    """Whether a callback's batch hooks do nothing in this fit: keras.callbacks.ModelCheckpoint and BackupAndRestore
+    saving at each epoch's end (`save_freq='epoch'`, their default). They override on_train_batch_end, so they would
+    count as needing each batch, and a fit on device data with either, most scripts' callbacks, would run one
+    execution of steps_per_execution steps at a time instead of its epoch in a few dispatches.
+
+    Relies on: their on_train_batch_end saving only through _should_save_on_batch, which returns False at once when
+    `save_freq == "epoch"` (no count kept); BackupAndRestore's on_train_batch_begin unset."""
+    idle_when_epochwise = (keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore)
+    return type(callback) in idle_when_epochwise and getattr(callback, "save_freq", None) == "epoch" and not any(
+        name in vars(callback) for name in ("on_batch_begin", "on_batch_end", "on_train_batch_begin",
+                                            "on_train_batch_end"))
+
+
 @contextlib.contextmanager
 def backups_deleted_by_any_process():
     """Inside, keras.callbacks.BackupAndRestore's deletion of its backup at a finished fit's end takes a backup another
