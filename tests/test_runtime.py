@@ -316,6 +316,26 @@ def test_evaluate_without_a_batch_size_takes_kerass_default_as_model_evaluate_do
         runtime.evaluate(model, x, y, batch_size=12, verbose=0)  # one given is still checked
 
 
+def test_fit_without_a_batch_size_takes_kerass_default_as_model_fit_does(runtime):
+    """`runtime.fit(model, x, y)` raised "Received batch_size=None"; model.fit batches 32 by default: the same
+    history and weights as batch_size=32, on 8 replicas, with validation data and accuracy."""
+    import keras
+
+    x, y = _toy_data(200)
+    runs = []
+    for batch_size in (None, 32):
+        keras.utils.set_random_seed(3)
+        with runtime.scope():
+            model = _mlp()
+        history = runtime.fit(model, x, y, batch_size=batch_size, epochs=2, validation_data=(x[:40], y[:40]),
+                              verbose=0).history
+        runs.append((history, model.get_weights()))
+    (history, weights), (history_32, weights_32) = runs
+    assert history == history_32
+    for a, b in zip(weights, weights_32):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_fit_stops_a_diverged_run_with_the_likely_cause(runtime):
     import keras
 

@@ -464,7 +464,8 @@ class Runtime:
         host syncs, evaluation, checkpoint, preemption and the rest) sum to its `wall_seconds`; `line()` says it in
         one line, `as_json()` as metrics.json carries it.
 
-        `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
+        `batch_size` is the global batch, cut into equal slices over the replicas (none given: Keras's default, 32,
+        as model.fit takes it). numpy inputs are
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
         tf.data.Dataset brings its own batch, checked the same way; so do a keras.utils.PyDataset (its first batch)
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
