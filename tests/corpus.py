@@ -205,6 +205,19 @@ SHAPES = [
           "`clear_session()`, the script's own strategy scope, TensorBoard", refused_at={
               "launch-2x2": "tf_numpy_models.py, whose line 8 sets its backend"},
           warnings_at={"run-8": (SMALL_BATCH_AT_8,)}),
+    # A newcomer's shapes. Keras's own BackupAndRestore, LearningRateScheduler, CSVLogger and
+    # TerminateOnNaN beside a fit (with --checkpoint-dir BackupAndRestore is refused: checks.resumable_arguments).
+    Shape("keras_callbacks_logging.py", "BackupAndRestore, LearningRateScheduler, CSVLogger, TerminateOnNaN, "
+          "`validation_split`, then a second fit"),
+    # fit twice, initial_epoch, validation_freq, a weighted validation tuple, and int()/float() of the optimizer's
+    # variables, which under run's MirroredStrategy raised TypeError (keras_internals.strategies); steps_per_execution=4,
+    # which Keras cannot run under MirroredStrategy on CPUs (decisions.choose_steps_per_execution_mirrored): said.
+    Shape("tf_fit_twice_numbers.py", "TensorFlow: `fit` twice (`initial_epoch`, `validation_freq=2`, a weighted "
+          "validation tuple), `steps_per_execution=4`, then `int(optimizer.iterations)`", refused_at={
+              "launch-2x2": "tf_fit_twice_numbers.py, whose line 8 sets its backend"},
+          warnings_at={"run-4": ("steps_per_execution 1 under MirroredStrategy over 4 CPU replicas, not the model's 4",),
+                       "run-8": ("steps_per_execution 1 under MirroredStrategy over 8 CPU replicas, not the model's 4",
+                                 "each of the 8 replica(s) gets 6 sample(s) a step (global batch_size=48)")}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

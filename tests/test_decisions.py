@@ -136,6 +136,26 @@ def test_steps_per_execution_asked_for_in_fit_wins_and_is_checked():
         decisions.choose_steps_per_execution("tpu", 50, 1, requested=0)
 
 
+def test_a_scripts_model_keeps_its_compiled_steps_per_execution_and_says_it_was_not_asked_for_in_fit():
+    """`run --checkpoint-dir` said "steps_per_execution 1 (asked for in fit)" of a script whose fit names none."""
+    assert decisions.choose_steps_per_execution("tpu", 50, 1, keep_compiled=True) == (
+        1, "the model's own, as a plain fit keeps it: its compile()'s, 1 unless set")
+    assert decisions.choose_steps_per_execution("cpu", 50, 4, keep_compiled=True)[0] == 4
+    assert decisions.choose_steps_per_execution("cpu", 50, 4, requested=2, keep_compiled=True) == (2, "asked for in fit")
+
+
+@pytest.mark.parametrize("cpu_replicas, compiled_with, expected, said", [
+    (4, 4, 1, "steps_per_execution 1 under MirroredStrategy over 4 CPU replicas, not the model's 4: Keras's steps of "
+              "several an execution fail there"),  # plain Keras fails so (the function's docstring)
+    (2, 32, 1, "callbacks' batch hooks are called every step, not every 32 steps. To keep 32: one device"),
+    (4, 1, 1, None),  # nothing to change
+    (1, 4, 4, None),  # one replica (or GPUs, not measured: passed as 1): Keras runs its steps of several
+])
+def test_choose_steps_per_execution_mirrored(cpu_replicas, compiled_with, expected, said):
+    steps, why = decisions.choose_steps_per_execution_mirrored(cpu_replicas, compiled_with, "one device")
+    assert steps == expected and (why is None if said is None else said in why)
+
+
 def test_steps_per_execution_override_is_said_with_the_way_to_keep_the_models():
     assert decisions.steps_per_execution_override(4, 4, "gpu") is None
     said = decisions.steps_per_execution_override(1, 32, "tpu")
@@ -335,6 +355,14 @@ def test_choose_device_data_in_a_job_says_when_each_process_holds_the_whole_set(
     [
         (1875, 1, (), True, True, 1875, "to the epoch's end"),
         (1875, 4, ("Counting",), True, True, 4, "Counting has a batch hook: steps_per_execution 4"),
+        # Each class named once, and the verb agreeing (it said "ModelCheckpoint, ModelCheckpoint has")
+        (1875, 1, ("ModelCheckpoint", "ModelCheckpoint"), True, True, 1, "(ModelCheckpoint has a batch hook"),
+        (1875, 1, ("A", "B", "A"), True, True, 1, "(A, B have a batch hook"),
+        # The model's own steps_per_execution replaced where no callback has a batch hook: said, with how to keep it
+        (64, 4, (), True, True, 64, "to the epoch's end, about a second a dispatch; not the model's "
+                                    "steps_per_execution=4, which says how often Keras calls batch hooks, and no "
+                                    "callback has one. To keep 4: --device-data off"),
+        (4, 4, (), True, True, 4, "to the epoch's end, about a second a dispatch)"),  # the same count: nothing to say
         (1875, 1, (), False, True, 1, "its own train_step"),
         (1875, 2, (), True, False, 2, "uncompiled"),
         (10**7, 1, (), True, True, 64 * 2**20 // 128, "capped by 64 MiB of indices"),
@@ -343,11 +371,21 @@ def test_choose_device_data_in_a_job_says_when_each_process_holds_the_whole_set(
 def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, expected, why):
     steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, compiled, 32 * 4,
                                                         64 * 2**20)
-    assert steps == expected and why in reason
+    assert steps == expected and why in f"({reason})"
+
+
+def test_steps_a_dispatch_aligned_to_the_checkpoint_loop_say_why_without_claiming_a_checkpoint_is_due():
+    """`acceltrain train` said "a divisor of 2, so that executions start where checkpoints are due" while its 'auto'
+    cadence timed steps 2 to 4 of its first epoch, with no checkpoint due within epochs."""
+    steps, reason = decisions.choose_steps_per_dispatch(45, 1, (), True, True, 32 * 4, 64 * 2**20, live="the loop",
+                                                        first_steps=16, steps_apart=2)
+    assert steps == 2 and reason.endswith("a divisor of 2, so that executions start at the steps the checkpoint loop "
+                                          "stops at (checkpoints due, or the steps its 'auto' cadence times)")
+
 
 
 @pytest.mark.parametrize("steps_per_epoch, seconds_a_step, expected, why", [
-    (1688, None, 16, "_StepSaver hears from each execution: about 1 s of steps (no step measured yet)"),
+    (1688, None, 16, "the checkpoint loop hears from each execution: about 1 s of steps (no step measured yet)"),
     (1688, 0.002, 500, "about 1 s of steps (2.00 ms a step measured)"),
     (300, 0.002, 300, "to the epoch's end"),  # the epoch is shorter than a second
     (10, None, 10, "to the epoch's end"),
@@ -356,7 +394,7 @@ def test_choose_steps_per_dispatch(steps_per_epoch, spe, hooked, keras_step, com
 def test_choose_steps_per_dispatch_keeps_a_live_callback_called_about_each_second(steps_per_epoch, seconds_a_step,
                                                                                    expected, why):
     steps, reason = decisions.choose_steps_per_dispatch(steps_per_epoch, 1, (), True, True, 32 * 4, 64 * 2**20,
-                                                        live="_StepSaver", seconds_a_step=seconds_a_step)
+                                                        live="the checkpoint loop", seconds_a_step=seconds_a_step)
     assert steps == expected and why in reason
 
 

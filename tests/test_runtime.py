@@ -281,6 +281,61 @@ def test_evaluate_counts_every_sample(runtime):
     assert distributed["loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
 
+def test_evaluate_takes_kerass_return_dict_as_keras_does(runtime):
+    """`runtime.evaluate(model, x, y, return_dict=True)`, Keras's own argument, raised a TypeError (a newcomer's
+    first try): a dict by default and with True; False gives Keras's list, in the same order."""
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    as_dict = runtime.evaluate(model, x, y, batch_size=32, verbose=0, return_dict=True)
+    assert runtime.evaluate(model, x, y, batch_size=32, verbose=0) == as_dict
+    as_list = runtime.evaluate(model, x, y, batch_size=32, verbose=0, return_dict=False)
+    assert isinstance(as_list, list) and as_list == [as_dict["loss"], as_dict["accuracy"]]
+
+
+def test_an_open_runtime_reads_a_mirrored_keras_variable_as_a_number(runtime):
+    """A library user's `int(model.optimizer.iterations)` after runtime.fit on TensorFlow's MirroredStrategy raised
+    TypeError ('MirroredVariable'): every open runtime enters keras_internals.numbers_read_from_mirrored (a stand-in
+    for TensorFlow's class here, whose process runs JAX)."""
+    import numpy as np
+    from keras.src.backend.common import variables
+
+    mirrored = type("MirroredVariable", (), {"__module__": "tensorflow.python.distribute.values",
+                                             "__array__": lambda self, dtype=None: np.asarray(85, dtype=dtype)})
+    held = type("Held", (), {"ndim": 0, "value": mirrored(), "__array__": variables.Variable.__array__})()
+    assert variables.Variable.__int__(held) == 85 and variables.Variable.__float__(held) == 85.0
+
+
+def test_evaluate_without_a_batch_size_takes_kerass_default_as_model_evaluate_does(runtime):
+    """`runtime.evaluate(model, x, y)` raised "Received batch_size=None"; model.evaluate batches 32 by default."""
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(100)
+    assert runtime.evaluate(model, x, y, verbose=0) == runtime.evaluate(model, x, y, batch_size=32, verbose=0)
+    with pytest.raises(acceltrain.UsageError, match="Received batch_size=12, which does not divide over 8"):
+        runtime.evaluate(model, x, y, batch_size=12, verbose=0)  # one given is still checked
+
+
+def test_fit_without_a_batch_size_takes_kerass_default_as_model_fit_does(runtime):
+    """`runtime.fit(model, x, y)` raised "Received batch_size=None"; model.fit batches 32 by default: the same
+    history and weights as batch_size=32, on 8 replicas, with validation data and accuracy."""
+    import keras
+
+    x, y = _toy_data(200)
+    runs = []
+    for batch_size in (None, 32):
+        keras.utils.set_random_seed(3)
+        with runtime.scope():
+            model = _mlp()
+        history = runtime.fit(model, x, y, batch_size=batch_size, epochs=2, validation_data=(x[:40], y[:40]),
+                              verbose=0).history
+        runs.append((history, model.get_weights()))
+    (history, weights), (history_32, weights_32) = runs
+    assert history == history_32
+    for a, b in zip(weights, weights_32):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_fit_stops_a_diverged_run_with_the_likely_cause(runtime):
     import keras
 

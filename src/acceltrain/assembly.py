@@ -205,10 +205,10 @@ class Trained:
         replaces the model's), or the model's own (a script's). XLA (jit_compile) stays as the model was compiled:
         Keras's own choice or yours."""
         runtime = self.runtime.as_called(model)
-        asked = model.steps_per_execution if self.plan.keep_steps_per_execution else self.plan.steps_per_execution
         steps, steps_reason = decisions.choose_steps_per_execution(
-            runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution, asked,
-            (_batch_bytes(prepared) or 0) // runtime.num_replicas or None, runtime.sharding_request.device_memory)
+            runtime.platform, prepared.steps_per_epoch or 1_000_000, model.steps_per_execution,
+            self.plan.steps_per_execution, (_batch_bytes(prepared) or 0) // runtime.num_replicas or None,
+            runtime.sharding_request.device_memory, keep_compiled=self.plan.keep_steps_per_execution)
         if (overridden := decisions.steps_per_execution_override(model.steps_per_execution, steps, runtime.platform)):
             log.warn(overridden)
         set_steps_per_execution(model, steps)

@@ -191,6 +191,10 @@ def resumable_arguments(arguments: dict) -> dict:
         _refuse(f"{name}={_short(arguments[name])}", _WHY[name], under, without)
     if not isinstance(arguments.get("callbacks") or [], (list, tuple)):
         _refuse("callbacks=<a CallbackList>", "each epoch's fit needs the callbacks as a list", under, without)
+    for callback in arguments.get("callbacks") or ():
+        if _is_backup_and_restore(callback):
+            _refuse(f"callbacks=[..., BackupAndRestore(backup_dir={callback.backup_dir!r}), ...]",
+                    _WHY["BackupAndRestore"].format(resume="--resume" if flags else "resume=True"), under, without)
     if arguments.get("shuffle") == "batch":
         _refuse("shuffle='batch'", "each epoch's order is drawn whole from (seed, epoch)", under, without)
     for name in ("steps_per_epoch", "initial_epoch"):
@@ -202,6 +206,13 @@ def resumable_arguments(arguments: dict) -> dict:
 
 
 
+def _is_backup_and_restore(callback) -> bool:
+    """keras.callbacks.BackupAndRestore, or a class made from it (its name asked along the class's bases, so that
+    no framework is imported here)."""
+    return any(base.__name__ == "BackupAndRestore" and base.__module__.startswith("keras")
+               for base in type(callback).__mro__)
+
+
 def _is_grain_loader(x) -> bool:
     from acceltrain.inputs import grain_loaders, kinds
 
@@ -211,6 +222,13 @@ def _is_grain_loader(x) -> bool:
 _WHY = {
     "steps_per_epoch": "an epoch is one pass over the data, numbered so a checkpoint can say where it stopped",
     "initial_epoch": "where training starts is the newest checkpoint's business (resuming)",
+    # Measured (Keras 3.15.1, a run stopped after epoch 2 of 4, its checkpoint at epoch 1): the checkpointed loop
+    # fits one epoch a call, and BackupAndRestore restores its backup (epoch 2) at each call's start, over the
+    # resumed checkpoint: the epochs ran were 2, 2, 3 (80 steps, not 64) and the loss was another run's
+    "BackupAndRestore": "Keras's BackupAndRestore restores its own backup at the start of each fit the checkpointed "
+                        "loop makes (one an epoch), over the checkpoint acceltrain resumed from, so epochs run "
+                        "twice. The checkpoints do its work: leave it out of the callbacks and pass {resume} to "
+                        "continue",
 }
 
 

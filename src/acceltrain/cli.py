@@ -308,7 +308,8 @@ def _add_bench(verbs) -> None:
 def _add_plan(verbs) -> None:
     """`acceltrain plan`: the training step compiled for hardware you might rent."""
     plan = _verb(verbs, "plan", "compile the training step for hardware you might rent: does it fit, how fast can it go")
-    plan.add_argument("--target", required=True, help="e.g. tpu-v5e-8, v5litepod-16, tpu-v4-128, h100-8, here")
+    plan.add_argument("--target", help="what you are about to rent (required): e.g. tpu-v5e-8, v5litepod-16, "
+                      "tpu-v4-128, h100-8, here")
     plan.add_argument("recipe", nargs="?", help="a built-in job (default: mnist-mlp)")
     plan.add_argument("--model", metavar="FILE.py:FUNCTION|PRESET",
                       help="plan the compiled Keras model FUNCTION() returns, or a keras_hub preset folder (its "

@@ -91,8 +91,9 @@ STACKED_BATCHES_SHARE = 0.05  # of a device's memory: the most the platform's st
 
 def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_with: int = 1,
                                requested: int | None = None, batch_bytes: int | None = None,
-                               device_bytes: int | None = None) -> tuple[int, str]:
-    """Training steps per compiled call: fit's argument, else the model's own setting, else the platform's,
+                               device_bytes: int | None = None, keep_compiled: bool = False) -> tuple[int, str]:
+    """Training steps per compiled call: fit's argument, else the model's own setting (always, for a script's
+    model: `keep_compiled`, as a plain fit keeps it), else the platform's,
     within an epoch, and, where a batch's and a device's bytes are known, within STACKED_BATCHES_SHARE of the
     device's memory (Keras 3.16 stacks that many batches on the device at once, whatever the input). Keras's default
     of 1 cannot be told from a 1 set in compile(): see steps_per_execution_override for the warning when the
@@ -101,6 +102,8 @@ def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_wit
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
             raise UsageError(f"Received steps_per_execution={requested!r}. Expected a whole number of at least 1.")
         return requested, "asked for in fit"
+    if keep_compiled:  # a script's model: what its compile() said, 1 where it said nothing (Keras's default)
+        return compiled_with, f"the model's own, as a plain fit keeps it: its compile()'s, {compiled_with} unless set"
     if compiled_with != 1:
         return compiled_with, "set by the model's compile()"
     per_platform = hardware.kind(platform).STEPS_PER_EXECUTION
@@ -113,6 +116,22 @@ def choose_steps_per_execution(platform: str, steps_per_epoch: int, compiled_wit
     if steps_per_epoch < per_platform:
         return max(steps_per_epoch, 1), f"{platform}: {per_platform}, capped at the {steps_per_epoch} steps of an epoch"
     return per_platform, f"{platform}'s setting"
+
+
+def choose_steps_per_execution_mirrored(cpu_replicas: int, compiled_with: int, keep: str) -> tuple[int, str | None]:
+    """Steps an execution of a call under TensorFlow's MirroredStrategy over `cpu_replicas` CPU devices, and the
+    warning when it is not the model's `compiled_with`. Keras 3.15.1's function of several steps fails there
+    (measured with plain Keras and TensorFlow 2.21, no acceltrain: MirroredStrategy over 2 logical CPUs, compile(...,
+    steps_per_execution=4), fit on 500 and on 512 samples: "You must feed a value for placeholder tensor
+    'while/body/.../while/cond/Placeholder'" in multi_step_on_iterator; steps_per_execution=1 trains), so each step is
+    its own execution there. On GPUs (MirroredStrategy too) not measured: left as the model says. `keep`: how to keep
+    the model's (one device, or JAX)."""
+    if cpu_replicas <= 1 or compiled_with <= 1:
+        return compiled_with, None
+    return 1, (f"steps_per_execution 1 under MirroredStrategy over {cpu_replicas} CPU replicas, not the model's "
+               f"{compiled_with}: Keras's steps of several an execution fail there (its multi-step function: 'You must "
+               f"feed a value for placeholder tensor'), so each step runs alone and callbacks' batch hooks are called "
+               f"every step, not every {compiled_with} steps. To keep {compiled_with}: {keep}")
 
 
 def steps_per_execution_override(compiled_with: int, chosen: int, platform: str) -> str | None:
@@ -397,8 +416,21 @@ def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, ba
     if not keras_train_step:
         return steps_per_execution, "the model has its own train_step: Keras's own loop, steps_per_execution"
     if batch_hooked:
-        return steps_per_execution, (f"{', '.join(batch_hooked)} has a batch hook: steps_per_execution "
-                                     f"{steps_per_execution}, as Keras calls it")
+        names = list(dict.fromkeys(batch_hooked))  # each class once (two ModelCheckpoints: one name)
+        return steps_per_execution, (f"{', '.join(names)} {'has' if len(names) == 1 else 'have'} a batch hook: "
+                                     f"steps_per_execution {steps_per_execution}, as Keras calls it")
+    steps, why = _steps_without_batch_hooks(steps_per_epoch, index_bytes_a_step, most_index_bytes, live,
+                                            seconds_a_step, first_steps, seconds, steps_apart, most_steps)
+    if steps_per_execution > 1 and steps != steps_per_execution:  # the model's (its compile()'s, or the platform's)
+        why = (f"{why}; not the model's steps_per_execution={steps_per_execution}, which says how often Keras calls "
+               f"batch hooks, and no callback has one. To keep {steps_per_execution}: --device-data off "
+               f"(Runtime.keep_data_on_devices('off'))")
+    return steps, why
+
+
+def _steps_without_batch_hooks(steps_per_epoch, index_bytes_a_step, most_index_bytes, live, seconds_a_step,
+                               first_steps, seconds, steps_apart, most_steps) -> tuple[int, str]:
+    """choose_steps_per_dispatch's count where no callback needs each batch, and why."""
     cap = max(1, most_index_bytes // max(index_bytes_a_step, 1))
     steps, why = steps_per_epoch, "no callback needs each batch: to the epoch's end, about a second a dispatch"
     if steps_per_epoch > cap:
@@ -413,7 +445,8 @@ def choose_steps_per_dispatch(steps_per_epoch: int, steps_per_execution: int, ba
         steps, why = most_steps, f"{why}; at most {most_steps}, the steps between checkpoints"
     if steps_apart and steps_apart % steps:
         steps = max(d for d in range(1, min(steps, steps_apart) + 1) if steps_apart % d == 0)
-        why = f"{why}; a divisor of {steps_apart}, so that executions start where checkpoints are due"
+        why = (f"{why}; a divisor of {steps_apart}, so that executions start at the steps the checkpoint loop stops at "
+               "(checkpoints due, or the steps its 'auto' cadence times)")
     return steps, why
 
 

@@ -256,8 +256,10 @@ class Runtime:
         # Slot "autopilot" for a library's plain model.fit on a model built in this runtime's scope (_plain_first_fits)
         self.plain_first_fits = assembly.FirstFits(self)
         # Open: Keras's fit/evaluate/predict pass the layers (interception.LAYERS) until the last runtime closes.
+        # While one is open, too: int()/float() of a mirrored Keras variable read as of a plain one (TensorFlow's)
         self._stop_intercepting = interception.intercept(keras_internals.trainer_class(framework.NAME),
-                                                         framework.follow_placement, autopilot=_plain_first_fits)
+                                                         framework.follow_placement, autopilot=_plain_first_fits,
+                                                         also=(keras_internals.numbers_read_from_mirrored,))
         _open_runtimes.add(self)
 
     # --- What is there ------------------------------------------------------------------------
@@ -463,7 +465,8 @@ class Runtime:
         host syncs, evaluation, checkpoint, preemption and the rest) sum to its `wall_seconds`; `line()` says it in
         one line, `as_json()` as metrics.json carries it.
 
-        `batch_size` is the global batch, cut into equal slices over the replicas. numpy inputs are
+        `batch_size` is the global batch, cut into equal slices over the replicas (none given: Keras's default, 32,
+        as model.fit takes it). numpy inputs are
         checked (lengths, NaN/inf, class labels) and float64 is cast to float32 once. A batched
         tf.data.Dataset brings its own batch, checked the same way; so do a keras.utils.PyDataset (its first batch)
         and a Grain DataLoader (its grain.Batch). In a job of several processes each reads only its share
@@ -514,13 +517,15 @@ class Runtime:
         history.ledger = window.ledger
         return history
 
-    def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto",
-                 **evaluate_kwargs) -> dict:
-        """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values."""
+    def evaluate(self, model, x, y=None, *, batch_size: int | None = None, verbose="auto", return_dict: bool = True,
+                 **evaluate_kwargs) -> dict | list | float:
+        """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values (`return_dict=False`:
+        as Keras's default returns them, a list, or the loss alone). `batch_size`: the global batch, Keras's default
+        where none is given."""
         _check_compiled(model)
         with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
-                                             return_dict=True, **evaluate_kwargs))
+                                             return_dict=return_dict, **evaluate_kwargs))
 
     def peak_flops(self, model) -> float | None:
         """The published peak FLOP/s of all this runtime's devices in the model's compute dtype (the ledger's MFU);

@@ -828,6 +828,62 @@ def test_draws_apart_per_replica_gives_each_replica_its_own_noise_and_leaves_oth
     assert lines[4] == "given back: True"
 
 
+def test_backups_deleted_by_any_process_takes_a_backup_another_process_deleted_first_as_deleted(tmp_path, monkeypatch):
+    """Keras's BackupAndRestore deletes its backup at a fit's end with file_utils.rmtree; under launch two processes
+    share the folder, and the second raised FileNotFoundError after training. Here the other process's deletion is
+    made to land while Keras walks the folder: Keras's own raises, the replaced one finishes, and gives Keras's back."""
+    import shutil
+
+    import keras
+    from keras.src.utils import file_utils
+
+    own = keras.callbacks.BackupAndRestore.on_train_end
+    keras_rmtree = file_utils.rmtree
+
+    def after_another_process(path):
+        shutil.rmtree(path)  # the other process of the job was first
+        return keras_rmtree(path)
+
+    monkeypatch.setattr(file_utils, "rmtree", after_another_process)
+    for replaced in (False, True):
+        backup = tmp_path / f"backup-{replaced}"
+        backup.mkdir()
+        (backup / "latest.weights.h5").write_bytes(b"weights")
+        callback = keras.callbacks.BackupAndRestore(str(backup))
+        if not replaced:
+            with pytest.raises(FileNotFoundError):
+                callback.on_train_end()
+            continue
+        with keras_internals.backups_deleted_by_any_process():
+            callback.on_train_end()
+        assert not backup.exists()
+    assert keras.callbacks.BackupAndRestore.on_train_end is own
+
+
+def test_numbers_read_from_mirrored_reads_a_distributed_value_as_numpy_and_leaves_the_rest_to_keras():
+    """int()/float() of a Keras variable whose value is TensorFlow's distributed variable (which has no __int__:
+    Keras's own raises TypeError, as a MirroredVariable did in a newcomer's script) read as numpy reads it; a JAX
+    variable's stay Keras's; Keras's methods given back. The real MirroredVariable: test_keras_objects_made_in_...
+    (tests/scripts/made_in_scope.py), and every open runtime enters it (test_runtime)."""
+    import keras
+    import numpy as np
+    from keras.src.backend.common import variables
+
+    mirrored = type("MirroredVariable", (), {"__module__": "tensorflow.python.distribute.values",
+                                             "__array__": lambda self, dtype=None: np.asarray(7, dtype=dtype)})
+    # What Keras's methods read of a variable: its ndim, its value, and numpy's view (Keras's __array__)
+    held = type("Held", (), {"ndim": 0, "value": mirrored(), "__array__": variables.Variable.__array__})()
+    with pytest.raises(TypeError):
+        int(held.value)  # what Keras's own __int__ does with it
+    own = variables.Variable.__int__, variables.Variable.__float__  # Keras's, or an open runtime's (it enters this)
+    with keras_internals.numbers_read_from_mirrored():
+        assert variables.Variable.__int__(held) == 7 and variables.Variable.__float__(held) == 7.0
+        assert int(keras.Variable(3)) == 3 and float(keras.Variable(0.5)) == 0.5  # JAX's: Keras's own read
+        with pytest.raises(TypeError, match="Only scalar"):
+            int(keras.Variable(np.zeros(2)))  # Keras's own refusal stands
+    assert (variables.Variable.__int__, variables.Variable.__float__) == own
+
+
 def test_clear_session_replaced_is_one_function_exported_twice_and_given_back():
     """keras.backend.clear_session and keras.utils.clear_session are Keras's one clear_session: both replaced inside,
     both Keras's own again after."""
@@ -849,8 +905,8 @@ def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_s
     weight, a keras.Variable, a model's strategy and an optimizer's slot built outside fit are the strategy's, and fit
     runs outside its scope; a tf.Variable of the code's own is plain and get_strategy() answers the default strategy;
     Keras's seed state first made in a dataset map is plain (mirrored, TensorFlow's UnliftableError: the negative
-    control was run by hand); the code's own strategy wins, the default strategy's scope included; Keras's four methods
-    are given back."""
+    control was run by hand); a mirrored scalar reads as int() and float() read a plain one; the code's own strategy
+    wins, the default strategy's scope included; Keras's six methods are given back."""
     from tests import support
 
     done = support.python(support.SCRIPTS / "made_in_scope.py", timeout=300)
@@ -860,6 +916,28 @@ def test_keras_objects_made_in_makes_keras_variables_models_and_optimizers_the_s
         "own tf.Variable: ResourceVariable", "strategy in force: _DefaultDistributionStrategy",
         "layer weight: MirroredVariable | keras.Variable: MirroredVariable",
         "model's strategy: MirroredStrategy | optimizer slot: MirroredVariable", "fit outside the scope: True",
-        "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy",
+        "read as numbers: MirroredVariable 1 0.0010000000474974513 3 0.5", "keras.random in a dataset map: 4", "under its own strategy: OneDeviceStrategy",
         "under the default strategy's scope: ResourceVariable", "given back: True",
         "after: ResourceVariable"], done.stdout
+
+
+def test_batch_hooks_idle_as_keras_checkpoint_callbacks_save_only_at_epochs_ends(tmp_path):
+    """batch_hooks_idle relies on ModelCheckpoint's and BackupAndRestore's on_train_batch_end saving nothing at
+    save_freq='epoch' and BackupAndRestore having no on_train_batch_begin: each called at many batches here saves
+    nothing, and one saving every 2 steps saves (so the check can fail)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile("sgd", "mse")
+    epochwise = [keras.callbacks.ModelCheckpoint(str(tmp_path / "m.weights.h5"), save_weights_only=True),
+                 keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))]
+    stepwise = keras.callbacks.ModelCheckpoint(str(tmp_path / "s.weights.h5"), save_weights_only=True, save_freq=2)
+    for callback in [*epochwise, stepwise]:
+        callback.set_model(model)
+        callback.on_epoch_begin(0)
+        for batch in range(6):
+            callback.on_train_batch_end(batch, {"loss": 1.0})
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["s.weights.h5"]
+    assert keras.callbacks.BackupAndRestore.on_train_batch_begin is keras.callbacks.Callback.on_train_batch_begin
+    assert all(keras_internals.batch_hooks_idle(callback) for callback in epochwise)
+    assert not keras_internals.batch_hooks_idle(stepwise)

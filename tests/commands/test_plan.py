@@ -87,6 +87,9 @@ def test_choose_plan_precision(target, asked, current, here, expected):
 
 
 def test_bad_inputs_exit_2_with_a_message(cli, tmp_path):
+    missing = cli("plan")
+    assert missing.returncode == 2 and "Received no --target. Valid: tpu-v2-8" in missing.stderr
+    assert "--target here" in missing.stderr and "Traceback" not in missing.stderr
     unknown = cli("plan", "--target", "tpu-v9-8")
     assert unknown.returncode == 2 and "tpu-v5e-8" in unknown.stderr and "Traceback" not in unknown.stderr
     batch = cli("plan", "--target", "tpu-v5e-8", "--batch-size", "0")

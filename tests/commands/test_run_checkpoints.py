@@ -183,6 +183,33 @@ def test_what_exact_resume_cannot_honour_is_refused_with_the_way_out(given, says
     assert says.replace("model.fit", "Runtime.fit").replace(" under --checkpoint-dir", "") in str(error.value)
 
 
+def test_kerass_backup_and_restore_is_refused_beside_the_checkpoints_that_do_its_work(tmp_path):
+    """Under the checkpointed loop (one Keras fit an epoch) BackupAndRestore restored its backup at each epoch's fit,
+    over the resumed checkpoint: epochs ran twice (checks._WHY's note). Refused as the other arguments are, which
+    stops a script before training (the test above, end to end)."""
+    import keras
+
+    from acceltrain.checks import resumable_arguments
+    from acceltrain.errors import UsageError, cli_names
+
+    class Backup(keras.callbacks.BackupAndRestore):  # a class made from it is the same callback
+        pass
+
+    x, y = _arrays()
+    backup = str(tmp_path / "backup")
+    for callback in (keras.callbacks.BackupAndRestore(backup), Backup(backup)):
+        callbacks = [keras.callbacks.CSVLogger(str(tmp_path / "log.csv")), callback]
+        with pytest.raises(UsageError) as error, cli_names():
+            resumable_arguments({"x": x, "y": y, "callbacks": callbacks})
+        assert str(error.value).startswith(f"Received model.fit(callbacks=[..., BackupAndRestore(backup_dir="
+                                           f"{backup!r}), ...]) under --checkpoint-dir, which cannot resume it exactly")
+        assert "leave it out of the callbacks and pass --resume" in str(error.value)
+        with pytest.raises(UsageError, match="pass resume=True to continue. Leave out checkpoint_dir"):
+            resumable_arguments({"x": x, "y": y, "callbacks": callbacks})
+    kept = [keras.callbacks.CSVLogger(str(tmp_path / "log.csv")), keras.callbacks.TerminateOnNaN()]
+    assert resumable_arguments({"x": x, "y": y, "callbacks": kept})["callbacks"] == kept  # Keras's others pass
+
+
 def test_the_scripts_own_arguments_are_kept_for_the_checkpointed_loop():
     from acceltrain.checks import resumable_arguments
 

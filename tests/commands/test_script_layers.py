@@ -55,7 +55,7 @@ class _Guard:
         from acceltrain.assembly import FitPlan, Inputs
 
         runtime = _Runtime(num_replicas=num_replicas, num_processes=num_processes, watchdog=Watchdog(0),
-                                  process_index=process_index, platform="cpu", backend_module=framework)
+                           process_index=process_index, platform="cpu", backend_module=framework, precision="float32")
         plan = FitPlan(script=True)
         self.layer, self.inputs = FitGuard(runtime, plan), Inputs(runtime, plan)  # the door, and the layer below it
         self.runtime = self.layer.runtime
@@ -113,6 +113,21 @@ def test_validation_split_is_made_here_and_the_validation_set_repeated_whole():
     x_val, y_val = kwargs["validation_data"]
     assert len(x_val) == 200  # the last 100, twice (a multiple of 8): each counts alike, none dropped
     np.testing.assert_array_equal(np.unique(x_val[:, 0]), np.arange(900, 1000))
+
+
+def test_the_fit_line_says_the_dtype_policy_a_script_set_itself_where_it_is_not_the_one_said_at_the_start(capsys):
+    """A script's own keras.mixed_precision.set_global_policy("mixed_bfloat16") trained in bfloat16 under a first
+    line that said "dtype policy float32" (connect's, before the script ran), and nothing said otherwise."""
+    import numpy as np
+
+    x, y = np.arange(64, dtype="float32")[:, None], np.arange(64) % 10
+    for policy, said in (("mixed_bfloat16", "; it computes in its own dtype policy mixed_bfloat16, not the float32 "
+                                            "said at the start\n"), ("float32", "\n")):
+        model = _FakeModel()
+        model.dtype_policy, model.variables = SimpleNamespace(name=policy), ["a kernel"]
+        _guard(1)("fit", model, (x, y), {"batch_size": 32})
+        assert f"fit: global batch 32 = 32 × 1 replica(s); the model's variables span 1 device{said}" \
+            in capsys.readouterr().err
 
 
 def test_evaluate_repeats_an_odd_set_and_keeps_its_other_arguments():

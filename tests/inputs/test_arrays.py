@@ -25,6 +25,20 @@ def test_check_batch_size_rejects_non_positive_integers(batch):
         arrays.check_batch_size(batch, 1)
 
 
+@pytest.mark.parametrize("batch, replicas, expected", [(None, 1, 32), (None, 8, 32), (24, 8, 24), (1, 1, 1)])
+def test_a_batch_size_none_given_is_kerass_default_and_one_given_is_checked(batch, replicas, expected):
+    assert arrays.checked_batch_size(batch, replicas) == expected
+
+
+@pytest.mark.parametrize("batch, replicas, message", [
+    (None, 3, r"Received no batch_size, so Keras's default of 32, which does not divide over 3 replicas.*30 or 33"),
+    (0, 1, r"Received batch_size=0\. Expected a whole number of at least 1"),
+    (12, 8, r"Received batch_size=12, which does not divide over 8 replicas")])
+def test_a_batch_size_that_cannot_be_taken_is_named_as_given(batch, replicas, message):
+    with pytest.raises(UsageError, match=message):
+        arrays.checked_batch_size(batch, replicas)
+
+
 def test_check_arrays_names_different_lengths():
     with pytest.raises(UsageError, match=r"different numbers of samples.*\[10\].*\[9\]"):
         arrays.check_arrays(np.zeros((10, 3)), np.zeros(9))

@@ -10,6 +10,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras.src.backend import tensorflow as core  # noqa: E402
+from keras.src.backend.common import variables  # noqa: E402
 from keras.src.backend.tensorflow import optimizer  # noqa: E402
 
 from acceltrain.backends import keras_internals  # noqa: E402
@@ -20,7 +21,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 keras_own = (core.Variable._initialize, trainer.TensorFlowTrainer.__init__, optimizer.TFOptimizer.__init__,
-             optimizer.TFOptimizer.add_variable_from_reference)
+             optimizer.TFOptimizer.add_variable_from_reference, variables.Variable.__int__, variables.Variable.__float__)
 
 
 def kind(variable):
@@ -38,6 +39,9 @@ with keras_internals.keras_objects_made_in(strategy):
     model.compile(adam, "mse")
     history = model.fit(np.ones((8, 3), "float32"), np.ones((8, 2), "float32"), batch_size=8, verbose=0)
     print("fit outside the scope:", np.isfinite(history.history["loss"][0]))
+    # A plain script's reads of a mirrored scalar (TypeError: int() argument must be ..., not 'MirroredVariable')
+    print("read as numbers:", kind(adam.iterations), int(adam.iterations), float(adam.learning_rate),
+          int(keras.Variable(3)), float(keras.Variable(0.5)))
     mapped = tf.data.Dataset.range(4).map(lambda i: keras.random.normal(()) + tf.cast(i, "float32"))
     print("keras.random in a dataset map:", len(list(mapped)))  # Keras's seed state made plain there
     other = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -47,5 +51,6 @@ with keras_internals.keras_objects_made_in(strategy):
     with tf.distribute.get_strategy().scope():  # the default strategy's own scope: as the code wrote it, plainly
         print("under the default strategy's scope:", kind(keras.Variable(0.0)))
 print("given back:", keras_own == (core.Variable._initialize, trainer.TensorFlowTrainer.__init__,
-                                   optimizer.TFOptimizer.__init__, optimizer.TFOptimizer.add_variable_from_reference))
+                                   optimizer.TFOptimizer.__init__, optimizer.TFOptimizer.add_variable_from_reference,
+                                   variables.Variable.__int__, variables.Variable.__float__))
 print("after:", kind(keras.Variable(0.0)))

@@ -105,14 +105,16 @@ class Call:
         return self.replace(kwargs={**self.kwargs, "callbacks": added})
 
 
-def intercept(trainer, placement, autopilot=None):
+def intercept(trainer, placement, autopilot=None, also=()):
     """Runtime(): the first open runtime installs the interception on the `trainer` class (keras_internals.
     trainer_class: the backend's), `placement` and `autopilot` in their slots (`acceltrain run` puts its own autopilot
-    there while a script runs). Returns the runtime's close (True the first time only); the last closed gives Keras
-    its methods back."""
+    there while a script runs), and enters each of `also` (context managers' factories) until the last closes. Returns
+    the runtime's close (True the first time only); the last closed gives Keras its methods back."""
     global _opened
     if not _open:
         _installed.enter_context(patched(trainer, CALLS, _intercepted))
+        for context in also:
+            _installed.enter_context(context())
         _layers["placement"], _layers["autopilot"] = placement, autopilot
     _opened += 1
     share = object()

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import time
+import weakref
 
 import tensorflow as tf
 
@@ -423,8 +424,37 @@ def follow_placement(call, proceed):
     if keras_internals.built_but_not_marked(call.model):
         call.model.built = True
     with keras_internals.built_from_one_replica(call.model), keras_internals.added_losses_scaled_once(call.model), \
-            keras_internals.draws_apart_per_replica():
+            keras_internals.draws_apart_per_replica(), _steps_mirrored_can_run(call.model, strategy):
         return proceed(call)
+
+
+@contextlib.contextmanager
+def _steps_mirrored_can_run(model, strategy):
+    """Within: the model runs as many steps an execution as MirroredStrategy over CPU devices can
+    (decisions.choose_steps_per_execution_mirrored: one), its own steps_per_execution given back after; its functions,
+    made once for one step, kept for its later calls. Said once a model."""
+    from acceltrain import decisions
+    from acceltrain.backends import keras_internals
+    from acceltrain.errors import option
+
+    own = model.steps_per_execution
+    on_cpus = isinstance(strategy, tf.distribute.MirroredStrategy) and all(
+        "CPU" in device.upper() for device in strategy.extended.worker_devices)
+    keep = f"run on one device ({option('simulate_devices')} 1) or on JAX ({option('backend')} jax)"
+    steps, why = decisions.choose_steps_per_execution_mirrored(
+        strategy.num_replicas_in_sync if on_cpus else 1, own, keep)
+    if steps == own:
+        yield
+        return
+    if model not in _made_for_one_step:  # functions Keras made for its own count are made again for one step
+        _made_for_one_step.add(model)
+        keras_internals.forget_compiled_functions(model)
+        log.warn(why)
+    model.steps_per_execution = steps
+    try:
+        yield
+    finally:
+        model.steps_per_execution = own
 
 
 def steps_one_at_a_time(distribution) -> bool:
@@ -433,6 +463,7 @@ def steps_one_at_a_time(distribution) -> bool:
 
 
 _told_own_step: set = set()  # the model classes whose own train_step was noted in this process, each once
+_made_for_one_step = weakref.WeakSet()  # the models _steps_mirrored_can_run made Keras's functions again for
 
 
 def own_train_step(model) -> bool:

@@ -11,6 +11,11 @@ def run(args) -> int:
     from acceltrain.planning import DISTRIBUTIONS, plan
 
     # The flags are checked here so that their errors name the flag; plan() names its Python arguments.
+    if args.target is None:  # not argparse's required=: its bare "required" error lists no valid name
+        from acceltrain.planning import targets
+
+        raise UsageError(f"Received no --target. Valid: {', '.join(targets.EXAMPLES)} (TPU slices of other sizes too). "
+                         "Pass what you are about to rent, e.g. --target tpu-v5e-8, or --target here for this machine.")
     if args.batch_size is not None and args.batch_size < 1:
         raise UsageError(f"Received --batch-size {args.batch_size}. Expected a positive whole number (the global "
                          "batch), e.g. --batch-size 1024.")

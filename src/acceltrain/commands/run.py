@@ -239,12 +239,15 @@ def _exit_code(code) -> int:
 def _saving(runtime):
     """The script's model.save/save_weights through their one door (keras_internals.saving_replaced), outermost
     first: without the TensorFlow import (JAX: _without_tensorflow), then each process's own whole copy (a job of
-    several processes: _whole, which reads Keras's own signature)."""
+    several processes: _whole, which reads Keras's own signature); there, too, Keras's BackupAndRestore's backup,
+    deleted by every process at its fit's end, is deleted once whoever comes first."""
     from acceltrain.backends import keras_internals
 
     savers = [*([_without_tensorflow] if runtime.backend == "jax" else []),
               *([_whole(runtime)] if runtime.num_processes > 1 else [])]
-    with keras_internals.saving_replaced(*savers) if savers else contextlib.nullcontext():
+    several = runtime.num_processes > 1
+    with keras_internals.saving_replaced(*savers) if savers else contextlib.nullcontext(), \
+            keras_internals.backups_deleted_by_any_process() if several else contextlib.nullcontext():
         yield
 
 

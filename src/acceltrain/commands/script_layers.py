@@ -291,4 +291,7 @@ class FitGuard:
             where = f"; the model's variables span {spanned} device{'s' * (spanned > 1)}"
         runtime = self.runtime
         own = getattr(runtime, "words", "")  # under the script's own distribution (Runtime.as_called)
+        policy = getattr(getattr(model, "dtype_policy", None), "name", runtime.precision)
+        if policy != runtime.precision:  # the script set its own (connect's line said acceltrain's, before it ran)
+            where += f"; it computes in its own dtype policy {policy}, not the {runtime.precision} said at the start"
         log.info(f"fit: {inputs.global_batch(batch_size, runtime.num_replicas, assembly.accumulated(model), own)}{where}")

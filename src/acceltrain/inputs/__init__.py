@@ -170,7 +170,8 @@ class Predict(Prepared):
 def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes(), sample_weight=None,
                 validation_data=None, validation_split=0.0, validation_batch_size=None, validation_steps=None,
                 checked: bool = True, trim: bool = True, shuffle: bool = False) -> Fit:
-    """Training inputs split by `split`. `checked` (Runtime.fit): the batch is required and checked, arrays are
+    """Training inputs split by `split`. `checked` (Runtime.fit): the batch is checked (arrays given none take Keras's
+    default, 32, as model.fit does), arrays are
     checked (lengths, NaN/inf, class labels) and float64 cast once; else (a plain script's fit, already
     checked by `checks`) they are only cut and shared. `trim=False` (Runtime.fit with checkpoints) keeps every
     training sample: each epoch leaves out its own `left_out`, after its shuffle (Fit.epoch). `validation_split`
@@ -181,13 +182,13 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
     so, and the caller passes shuffle=False to Keras."""
     x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     y, sample_weight = kinds.tensors_as_numpy(y), kinds.tensors_as_numpy(sample_weight)
+    if checked and kind_of(x) == ARRAYS:  # Runtime.fit's: none given is Keras's default, as model.fit takes it
+        batch_size = arrays.checked_batch_size(batch_size, split.num_replicas)
     fit = Fit(x, y, sample_weight, batch_size, validation_batch_size=validation_batch_size,
               num_replicas=split.num_replicas, **_processes(split))
     kind = kind_of(x)
     if kind == TF_DATA:
         _batch_training_dataset(split, fit, checked)
-    elif checked and kind == ARRAYS:
-        arrays.check_batch_size(batch_size, split.num_replicas)
     elif kind in (PY_DATASET, GRAIN):  # a PyDataset's batch: its first's (read once, py_dataset.read)
         fit.steps_per_epoch = len(x) if kind == PY_DATASET else None
         fit.batch_size = streams.stream_batch_size(x, split.process_index, split.num_processes)
@@ -234,8 +235,8 @@ def prepare_evaluate(split, x, y=None, *, batch_size=None, classes: Classes = Cl
                 prepared.x, prepared.y = prepared.x
                 prepared.local_batch_size = _local_batch(prepared.batch_size, split.num_processes)
         return prepared
-    if checked:
-        arrays.check_batch_size(batch_size, split.num_replicas)
+    if checked:  # Runtime.evaluate's: none given is Keras's default, as model.evaluate takes it (predict's too)
+        batch_size = arrays.checked_batch_size(batch_size, split.num_replicas)
     prepared = Prepared(x, y, sample_weight, batch_size, **_processes(split))
     if kind_of(x) == ARRAYS:
         prepared.x, prepared.y, prepared.sample_weight = _repeat_eval_arrays(

@@ -58,6 +58,18 @@ def check_batch_size(batch_size, num_replicas: int) -> None:
                            "Use a multiple")
 
 
+def checked_batch_size(batch_size, num_replicas: int) -> int:
+    """check_batch_size's, where none given is Keras's default (as model.fit, evaluate and predict take it), said as
+    such when it does not divide over the replicas."""
+    if batch_size is not None:
+        check_batch_size(batch_size, num_replicas)  # a 0 given is refused, not read as none
+        return batch_size
+    if KERAS_DEFAULT_BATCH_SIZE % num_replicas:
+        raise_indivisible(f"Received no batch_size, so Keras's default of {KERAS_DEFAULT_BATCH_SIZE}, which does",
+                          KERAS_DEFAULT_BATCH_SIZE, num_replicas, "Pass batch_size= a multiple")
+    return KERAS_DEFAULT_BATCH_SIZE
+
+
 def raise_indivisible(subject: str, batch: int, num_replicas: int, fix: str):
     valid = " or ".join(str(size) for size in nearest_valid_batch_sizes(batch, num_replicas))
     raise UsageError(

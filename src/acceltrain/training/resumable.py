@@ -356,7 +356,8 @@ class _StepSaver(keras.callbacks.Callback):
     # Called at each execution's first batch, however many steps it runs (backends/jax/resident.py), and heard from
     # about every second there: a notice stops the run within about a second, a checkpoint within steps lands at the
     # first execution's start at or past its step (the state saved is that step's: the resume stays exact).
-    steps_aware = hears_each_second = True
+    steps_aware = True
+    hears_each_second = "the checkpoint loop"  # its name in the steps-an-execution line (not this class's)
 
     def __init__(self, checkpoints, every, state, steps_per_epoch, received, timeline, reached, redo, says=True,
                  notices=None, positions=None):

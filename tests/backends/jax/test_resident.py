@@ -228,6 +228,45 @@ def test_batch_hooked_names_callbacks_with_batch_methods_but_not_keras_progress_
         == [lambda_batch]
 
 
+def test_kerass_checkpoint_callbacks_saving_each_epoch_need_no_batch_but_saving_every_n_steps_do(tmp_path):
+    """ModelCheckpoint and BackupAndRestore override on_train_batch_end, which does nothing at save_freq='epoch' (their
+    default): such a fit may run its epoch in a few dispatches. Saving every N steps, or a subclass (its own methods
+    may use the batch), each batch."""
+    import keras
+
+    class Own(keras.callbacks.ModelCheckpoint):
+        pass
+
+    epochwise = [keras.callbacks.ModelCheckpoint(str(tmp_path / "best.keras"), save_best_only=True),
+                 keras.callbacks.ModelCheckpoint(str(tmp_path / "w.weights.h5"), save_weights_only=True),
+                 keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))]
+    stepwise = [keras.callbacks.ModelCheckpoint(str(tmp_path / "s.keras"), save_freq=5),
+                keras.callbacks.BackupAndRestore(str(tmp_path / "b2"), save_freq=3), Own(str(tmp_path / "o.keras"))]
+    assert resident.batch_hooked(epochwise) == []
+    assert resident.batch_hooked(stepwise) == stepwise
+
+
+def test_a_fit_with_an_epochwise_model_checkpoint_runs_its_epoch_in_one_execution_and_saves_each_epoch(
+        runtime, monkeypatch, capsys, tmp_path):
+    """The most common script's callbacks (ModelCheckpoint with save_best_only, EarlyStopping, CSVLogger): the epoch in
+    one execution, the same weights and history as Keras's own path, and the checkpoint Keras's own path writes."""
+    import keras
+
+    def train(model):
+        saved = tmp_path / f"best-{len(list(tmp_path.iterdir()))}.keras"
+        callbacks = [keras.callbacks.ModelCheckpoint(str(saved), monitor="val_loss", save_best_only=True),
+                     keras.callbacks.EarlyStopping(patience=5), keras.callbacks.CSVLogger(str(saved) + ".csv")]
+        history = model.fit(X, Y, batch_size=32, epochs=3, validation_data=(X[:64], Y[:64]), verbose=0,
+                            callbacks=callbacks).history
+        best = keras.saving.load_model(saved)
+        return {**history, "best": best.evaluate(X, Y, batch_size=64, verbose=0, return_dict=True)["loss"]}
+
+    on, off = _both(runtime, monkeypatch, train)
+    err = capsys.readouterr().err
+    assert "steps an execution: 7 (no callback needs each batch" in err and "has a batch hook" not in err
+    _same(on, off)
+
+
 class _Measured(dict):
     """resident._SECONDS_A_STEP as a loaded or a quiet machine would leave it: every model's step measured at
     `seconds`, whatever the fit measures meanwhile."""
@@ -256,7 +295,7 @@ def test_a_step_measured_slow_or_fast_trains_the_same_weights_bit_for_bit(runtim
     import keras
 
     class Live(keras.callbacks.Callback):
-        steps_aware = hears_each_second = True
+        steps_aware, hears_each_second = True, "the live callback"  # its name in the line
 
     def train(model):
         np.random.seed(11)
@@ -310,7 +349,7 @@ def test_one_loop_program_serves_every_count_of_steps_the_clock_sizes(runtime, m
     from acceltrain.backends.jax import steps
 
     class Live(keras.callbacks.Callback):
-        steps_aware = hears_each_second = True
+        steps_aware, hears_each_second = True, "the live callback"  # its name in the line
 
     model = _model(keras)  # outside the runtime's scope: one CPU device, the steps in one compiled loop
     compiled = []

@@ -151,7 +151,7 @@ def _placed(call, arguments, distribution, epoch=None):
     # pass read from the host costs a fraction of a training step a sample (the ledger's evaluation line)
     callbacks = keras_internals.callbacks_in(kwargs.get("callbacks"))  # a list, or a CallbackList the caller built
     steps_per_epoch = arguments.get("steps_per_epoch") or train.num_batches
-    live = [type(c).__name__ for c in callbacks if getattr(c, "hears_each_second", False)]
+    live = [c.hears_each_second for c in callbacks if getattr(c, "hears_each_second", "")]  # each one's own name
     hooked = tuple(type(c).__name__ for c in batch_hooked(callbacks))
     keras_step = keras_internals.uses_keras_train_step(model)
     compiled = bool(model.jit_compile) and not model.run_eagerly
@@ -218,15 +218,20 @@ def batch_hooked(callbacks) -> list:
     """The callbacks Keras must call at each batch of a fit: those that override a batch method of
     keras.callbacks.Callback (on_batch_begin/end, on_train_batch_begin/end), less Keras's ProgbarLogger and History,
     and callbacks marked `steps_aware = True` (acceltrain's own: the ledger, the stall watch, the first-step status,
-    one step at a time, the step timer), whose batch methods work as well every K steps. With none, a fit may run to
-    its epoch's end in a few dispatches; with some, every `steps_per_execution` steps, as Keras documents."""
+    one step at a time, the step timer), whose batch methods work as well every K steps, and Keras's checkpoint
+    callbacks saving at epochs' ends, whose batch hooks then do nothing (keras_internals.batch_hooks_idle). With none,
+    a fit may run to its epoch's end in a few dispatches; with some, every `steps_per_execution` steps, as Keras
+    documents."""
     import keras
+
+    from acceltrain.backends import keras_internals
 
     base = keras.callbacks.Callback
     names = ("on_batch_begin", "on_batch_end", "on_train_batch_begin", "on_train_batch_end")
     coarse = (keras.callbacks.ProgbarLogger, keras.callbacks.History)
     return [callback for callback in callbacks
             if not isinstance(callback, coarse) and not getattr(callback, "steps_aware", False)
+            and not keras_internals.batch_hooks_idle(callback)
             and any(name in vars(callback) or getattr(type(callback), name) is not getattr(base, name)
                     for name in names)]  # vars: a hook set on the instance (keras.callbacks.LambdaCallback's)
 

@@ -666,10 +666,11 @@ def keep_last_batch(model) -> dict:
 
 
 # --- The rest, one module a concern (each is Keras's private code too) -----------------------------------------
-from acceltrain.backends.keras_internals.callbacks import async_safe, callbacks_added, callbacks_in  # noqa: E402
+from acceltrain.backends.keras_internals.callbacks import (  # noqa: E402
+    async_safe, backups_deleted_by_any_process, batch_hooks_idle, callbacks_added, callbacks_in)
 from acceltrain.backends.keras_internals.builds import (  # noqa: E402
     metrics_results_from_the_last_step, optimizer_built_at_once, variables_initialized_at_once)
 from acceltrain.backends.keras_internals.device_data import arrays_on_devices, keras_scans_steps  # noqa: E402
 from acceltrain.backends.keras_internals.strategies import (  # noqa: E402
     SCALED_REDUCTIONS, added_losses_scaled_once, built_but_not_marked, built_from_one_replica, draws_apart_per_replica,
-    keras_objects_made_in)
+    keras_objects_made_in, numbers_read_from_mirrored)

@@ -206,7 +206,37 @@ def keras_objects_made_in(strategy, own_scope=lambda name: None):
 
     with patched(backend.Variable, ["_initialize"], in_scope), \
             patched(trainer_class, ["__init__"], in_scope), \
-            patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope):
+            patched(optimizer.TFOptimizer, ["__init__", "add_variable_from_reference"], in_scope), \
+            numbers_read_from_mirrored():
+        yield
+
+
+@contextlib.contextmanager
+def numbers_read_from_mirrored():
+    """Within: `int(v)` and `float(v)` of a scalar Keras variable whose value is a tf.distribute variable (a
+    MirroredVariable: every Keras variable made under a strategy of several replicas, a script's under `acceltrain run`
+    or a model's built in Runtime.scope() on TensorFlow) read its value as numpy does, as they read a plain one. A plain
+    script's `int(model.optimizer.iterations)` or `float(model.optimizer.learning_rate)` raised "TypeError: int()
+    argument must be ..., not 'MirroredVariable'" there and ran plainly. Entered by every open runtime
+    (interception.intercept's `also`) and by keras_objects_made_in; imports no framework (a value's class tells).
+
+    Relies on: backend/common/variables.py::Variable.__int__/__float__ returning int(self.value)/float(self.value),
+    which TensorFlow's distributed variables (tensorflow/python/distribute/) do not support (no __int__/__float__:
+    TypeError), while np.asarray(variable), Keras's own __array__, reads them."""
+    import numpy as np
+    from keras.src.backend.common import variables
+
+    def as_number(name, keras_own):
+        number = int if name == "__int__" else float
+
+        def read(variable):
+            if variable.ndim == 0 and any(kind.__module__.startswith("tensorflow.python.distribute")
+                                          for kind in type(variable.value).__mro__):
+                return number(np.asarray(variable))
+            return keras_own(variable)
+        return read
+
+    with patched(variables.Variable, ["__int__", "__float__"], as_number):
         yield
 
 
