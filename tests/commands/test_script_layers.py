@@ -192,6 +192,28 @@ def test_a_py_dataset_whose_batch_does_not_divide_runs_on_one_device_as_arrays_d
     assert args == (bags,) and "batch_size=1 does not divide over 4 replicas" in said[0]
 
 
+def test_a_generator_whose_batch_does_not_divide_runs_on_one_device_its_first_batch_still_first(monkeypatch):
+    """A generator's batches are read ahead by one, so its batch is known as a PyDataset's is: an endless generator of
+    2-row batches at 4 replicas had every batch cut to nothing, and its fit never took a step (a hang)."""
+    import itertools
+    import types
+
+    import numpy as np
+
+    from acceltrain import log
+
+    def pairs():
+        for start in itertools.count():
+            yield np.full((2, 3), start, "float32"), np.zeros(2)
+
+    said = []
+    monkeypatch.setattr(log, "info", said.append)
+    _, kwargs = _guard(4)("fit", _FakeModel(), (pairs(),), {"steps_per_epoch": 3})
+    assert "batch_size=2 does not divide over 4 replicas" in said[0]
+    assert isinstance(kwargs["x"], types.GeneratorType)  # as Keras takes a generator
+    assert [float(batch[0][0, 0]) for batch in itertools.islice(kwargs["x"], 3)] == [0, 1, 2]  # none lost
+
+
 def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_on():
     import numpy as np
 

@@ -154,3 +154,28 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
 def test_the_global_batch_is_said_one_way(batch_size, replicas, accumulation, own, said):
     """Runtime.fit and `run` both say it through inputs.global_batch (issue 36: it was written twice)."""
     assert inputs.global_batch(batch_size, replicas, accumulation, own) == said
+
+
+def _endless(rows):
+    """A generator of `rows`-row batches, each batch's rows numbered by its place."""
+    start = 0
+    while True:
+        yield np.full((rows, 3), start, "float32"), np.zeros(rows)
+        start += 1
+
+
+def test_a_generators_batch_is_its_first_batchs_read_ahead_and_given_back_first():
+    """Runtime.fit said "global batch 32" (Keras's default) for a generator of 4-row batches: its first batch, read
+    ahead, is its batch, and fit still reads it first."""
+    fit = inputs.prepare_fit(_split(4), _endless(4))
+    assert fit.batch_size == 4
+    assert [float(next(fit.x)[0][0, 0]) for _ in range(3)] == [0, 1, 2]
+
+
+def test_runtime_fits_generator_whose_batch_does_not_divide_is_refused_naming_its_rows():
+    """An endless generator of 2-row batches at 4 replicas: each batch was cut to nothing, and Runtime.fit never took a
+    step (a hang); refused as a PyDataset's batch is."""
+    with pytest.raises(UsageError, match=r"Received x, a generator whose first batch has 2 rows, which does not divide "
+                                         r"over 4 replicas .* Yield batches of a multiple of 4: the nearest are 4\."):
+        inputs.prepare_fit(_split(4), _endless(2))
+    assert inputs.prepare_fit(_split(4), _endless(2), checked=False).batch_size == 2  # run's door decided already

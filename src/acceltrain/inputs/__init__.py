@@ -24,7 +24,7 @@ import numpy as np
 
 from acceltrain.errors import UsageError
 from acceltrain.inputs import arrays, kinds, streams, tf_data
-from acceltrain.inputs.kinds import ARRAYS, GRAIN, PY_DATASET, TF_DATA, kind_of
+from acceltrain.inputs.kinds import ARRAYS, GENERATOR, GRAIN, PY_DATASET, TF_DATA, kind_of
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,11 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
         fit.batch_size = streams.stream_batch_size(x, split.process_index, split.num_processes)
         if checked and fit.batch_size is not None:
             arrays.check_batch_size(fit.batch_size, split.num_replicas)
+    elif kind == GENERATOR:  # its batch: its first's, read ahead and put back in front
+        fit.x, fit.batch_size = streams.peeked(x)
+        if checked and fit.batch_size is not None and fit.batch_size % split.num_replicas:  # as a PyDataset's
+            arrays.raise_indivisible(f"Received x, a generator whose first batch has {fit.batch_size} rows, which does",
+                                     fit.batch_size, split.num_replicas, "Yield batches of a multiple")
     if validation_split and validation_data is None:
         if kind != ARRAYS:
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
