@@ -224,7 +224,8 @@ SHAPES = [
     Shape("weighted_dict_validation.py", "dict inputs and outputs, `loss_weights`, `sample_weight` with "
           "`validation_split`, a weighted validation tuple, evaluate and predict on batches no device count divides",
           warnings_at={"run-8": (SMALL_BATCH_AT_8,)},
-          notes_at={mode: (f"batch_size=10 does not divide over {replicas} replicas",)
+          notes_at={mode: (f"batch_size=10 does not divide over {replicas} replicas, and acceltrain keeps the script's "
+                           "batch: such calls run undistributed",)
                     for mode, replicas in REPLICAS_OF.items()}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
