@@ -395,3 +395,30 @@ def test_a_script_that_connects_its_own_runtime_is_not_told_it_called_nothing(mo
 
     assert lines[-1][1] == ("run: the script called no Keras fit, evaluate or predict itself; the calls of the runtime "
                             "the script connected itself ran as its banner says")
+
+
+@pytest.mark.parametrize("steps_per_epoch, said", [(None, []), (3, ["Your input ran out of data"])])
+def test_a_dataset_whose_length_acceltrain_lost_is_not_said_to_run_out_of_data(steps_per_epoch, said):
+    """A script's dataset of 3 batches of 8, 8 and 5 rows, cut to 4 replicas: the cut (a filter) leaves Keras no length,
+    so it warned "Your input ran out of data" at the first epoch's end where the plain run says nothing. Kept where the
+    script named its steps (running out before them is then the script's to hear), and any other warning kept."""
+    import warnings
+
+    import numpy as np
+
+    tf = pytest.importorskip("tensorflow")
+    from acceltrain.backends.interception import Call
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((21, 3), "float32"), np.zeros(21, "int64"))).batch(8)
+
+    def keras_fit(call):
+        assert call.kwargs["x"] is not dataset  # cut to the replicas
+        warnings.warn("Your input ran out of data; interrupting training.")
+        warnings.warn("the script's own")
+
+    guard = _guard(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        guard.inputs(Call("fit", _FakeModel(), (dataset,), {"steps_per_epoch": steps_per_epoch}, _FakeModel.fit),
+                     keras_fit)
+    assert [str(w.message).split(";")[0] for w in caught] == said + ["the script's own"]
