@@ -179,3 +179,16 @@ def test_runtime_fits_generator_whose_batch_does_not_divide_is_refused_naming_it
                                          r"over 4 replicas .* Yield batches of a multiple of 4: the nearest are 4\."):
         inputs.prepare_fit(_split(4), _endless(2))
     assert inputs.prepare_fit(_split(4), _endless(2), checked=False).batch_size == 2  # run's door decided already
+
+
+def test_a_validation_splits_samples_are_named_as_such_where_they_are_counted_again():
+    """A fit given validation_split and no validation_data was told "validation_data: each sample counted 4 times";
+    its held-out samples are named, with their weights kept (Keras weighs their loss)."""
+    x, y, weights = np.zeros((403, 3), "float32"), np.zeros(403, "int64"), np.ones(403, "float32")
+    fit = inputs.prepare_fit(_split(4), x, y, batch_size=32, sample_weight=weights, validation_split=0.13)
+    said = [text for _, text in fit.notes if "each sample counted" in text]
+    assert said == ["validation_split's held-out samples: each sample counted 4 times so every batch divides over 4 "
+                    "replicas (metrics unchanged, none dropped)"]
+    assert len(fit.validation_data) == 3 and len(fit.validation_data[2]) == 53 * 4
+    given = inputs.prepare_fit(_split(4), x, y, batch_size=32, validation_data=(x[:53], y[:53]))
+    assert [text for _, text in given.notes if "each sample counted" in text][0].startswith("validation_data: ")

@@ -199,7 +199,8 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
         if checked and fit.batch_size is not None and fit.batch_size % split.num_replicas:  # as a PyDataset's
             arrays.raise_indivisible(f"Received x, a generator whose first batch has {fit.batch_size} rows, which does",
                                      fit.batch_size, split.num_replicas, "Yield batches of a multiple")
-    if validation_split and validation_data is None:
+    held_out = bool(validation_split) and validation_data is None  # made here, from the training arrays
+    if held_out:
         if kind != ARRAYS:
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
                              "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
@@ -217,7 +218,8 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
         _trim_training_arrays(split, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil((arrays.num_samples(fit.x) - fit.left_out)
                                         / arrays.keras_batch(batch_size))
-    fit.validation_data = _prepare_validation(split, fit, validation_data, classes, checked)
+    fit.validation_data = _prepare_validation(split, fit, validation_data, classes, checked,
+                                              "validation_split's held-out samples" if held_out else "validation_data")
     fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, split.num_processes)
     if _is_array_set(fit.validation_data) or split.num_processes > 1:
         # validation_batch_size defaults to batch_size, as in Keras
@@ -352,8 +354,9 @@ def _batch_training_dataset(split, fit: Fit, checked: bool) -> None:
                               f"{' and has the static shape XLA compiles for' if split.platform == 'tpu' else ''}"))
 
 
-def _prepare_validation(split, fit: Fit, validation_data, classes, checked):
-    """Validation data as evaluation sees it (every sample counted), this process's share."""
+def _prepare_validation(split, fit: Fit, validation_data, classes, checked, name: str = "validation_data"):
+    """Validation data as evaluation sees it (every sample counted), this process's share; `name`: what its notes call
+    it (a validation_split's samples are not the script's validation_data)."""
     if kind_of(validation_data) == TF_DATA and checked:  # its own batch, which may differ from training's
         validation_data, validation_batch = _eval_dataset(split, validation_data, None, classes,
                                                           "validation_data", fit.notes)
@@ -364,7 +367,7 @@ def _prepare_validation(split, fit: Fit, validation_data, classes, checked):
         validation_data = tuple(validation_data)  # [x, y]: Keras unpacks a list as it does a tuple
     if not _is_array_set(validation_data):
         return validation_data  # None, a dataset or a generator: Keras takes it as it is
-    repeated = _repeat_eval_arrays(split, validation_data, classes, checked, "validation_data", fit.notes)
+    repeated = _repeat_eval_arrays(split, validation_data, classes, checked, name, fit.notes)
     return fit.share(tuple(repeated[: len(validation_data)]))
 
 
