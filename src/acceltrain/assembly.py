@@ -272,7 +272,8 @@ class Inputs:
             x, y, weights = prepared.local()
             return proceed(call.replace(args=(), kwargs={**arguments, "x": x, "y": y, "sample_weight": weights,
                                                          "batch_size": prepared.local_batch_size}))
-        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None), batch_size=arguments.pop("batch_size", None))
+        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None),
+                                          batch_size=arguments.pop("batch_size", None), checked=checked)
         self._tell(prepared.notes, checked)
         if prepared.num_samples is None:  # not arrays: Keras takes them as they are
             return proceed(call.replace(args=(), kwargs={**arguments, "x": prepared.x,

@@ -192,3 +192,15 @@ def test_a_validation_splits_samples_are_named_as_such_where_they_are_counted_ag
     assert len(fit.validation_data) == 3 and len(fit.validation_data[2]) == 53 * 4
     given = inputs.prepare_fit(_split(4), x, y, batch_size=32, validation_data=(x[:53], y[:53]))
     assert [text for _, text in given.notes if "each sample counted" in text][0].startswith("validation_data: ")
+
+
+def test_a_scripts_predict_on_a_batch_tensorflow_splits_unevenly_is_not_refused():
+    """A script's predict(batch_size=7) on TensorFlow's 4 replicas exited 2 ("Received batch_size=7, which does not
+    divide over 4 replicas") where its evaluate(batch_size=10) was only warned and plain Keras predicts: run's door
+    decides a script's batch (here: TensorFlow splits it, warned); Runtime.predict's is still refused."""
+    x = np.arange(29, dtype="float32").reshape(29, 1)
+    uneven = _split(4, splits_uneven_batches=True)
+    predict = inputs.prepare_predict(uneven, x, batch_size=7, checked=False)
+    assert predict.local_batch_size == 7 and len(predict.x) == 32  # padded to the replicas, cut back after
+    with pytest.raises(UsageError, match=r"Received batch_size=7, which does not divide over 4 replicas"):
+        inputs.prepare_predict(uneven, x, batch_size=7)

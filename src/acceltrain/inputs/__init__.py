@@ -252,15 +252,16 @@ def prepare_evaluate(split, x, y=None, *, batch_size=None, classes: Classes = Cl
     return prepared
 
 
-def prepare_predict(split, x, *, batch_size=None) -> Predict:
+def prepare_predict(split, x, *, batch_size=None, checked: bool = True) -> Predict:
     """Prediction inputs split by `split`: padded with the set's own first samples so every batch divides over
     the replicas (in a job of several processes: so every batch is full), cut back by `Predict.finish`. A stream on
-    several replicas is read into memory first (stream_to_arrays)."""
+    several replicas is read into memory first (stream_to_arrays). `checked` (Runtime.predict): a batch that does not
+    divide is refused; a script's was decided at run's door (on one device, or TensorFlow's uneven split, warned)."""
     x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
     if streams.is_stream(x) and (split.num_replicas > 1 or split.num_processes > 1):
         x = streams.stream_to_arrays(x, name="x", notes=notes, split=split)[0]
-    if batch_size is not None:
+    if checked and batch_size is not None:
         arrays.check_batch_size(batch_size, split.num_replicas)
     predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(split))
     if kind_of(x) != ARRAYS:
