@@ -218,6 +218,15 @@ SHAPES = [
           warnings_at={"run-4": ("steps_per_execution 1 under MirroredStrategy over 4 CPU replicas, not the model's 4",),
                        "run-8": ("steps_per_execution 1 under MirroredStrategy over 8 CPU replicas, not the model's 4",
                                  "each of the 8 replica(s) gets 6 sample(s) a step (global batch_size=48)")}),
+    # A newcomer's dict model: its validation_split's samples lost their sample_weight under acceltrain (an unweighted
+    # val_loss at every device count), and at 4 and 8 devices its evaluate on one device (batch 10) reused the test
+    # function compiled for the fit's validation over every device ("Received incompatible devices").
+    Shape("weighted_dict_validation.py", "dict inputs and outputs, `loss_weights`, `sample_weight` with "
+          "`validation_split`, a weighted validation tuple, evaluate and predict on batches no device count divides",
+          warnings_at={"run-8": (SMALL_BATCH_AT_8,)},
+          notes_at={mode: (f"batch_size=10 does not divide over {replicas} replicas, and acceltrain keeps the script's "
+                           "batch: such calls run undistributed",)
+                    for mode, replicas in REPLICAS_OF.items()}),
 ]
 BY_NAME = {shape.name: shape for shape in SHAPES}
 

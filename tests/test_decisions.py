@@ -207,7 +207,10 @@ def test_choose_op_by_op_step(cpu_devices, processes, not_jitted, jit_compile, r
         ("fit", 1000, None, 8, False, "split", "divides"),  # Keras's 32
         ("fit", 1000, 100, 1, False, "split", "one replica"),
         ("fit", 40, 1, 4, False, "one device", "batch_size=1 does not divide over 4 replicas"),  # a bag a step
-        ("evaluate", 40, 1, 4, False, "one device", "another batch would train another way"),
+        ("fit", 40, 1, 4, False, "one device", "another batch would train another way"),
+        ("evaluate", 40, 1, 4, False, "one device", "does not divide over 4 replicas, and acceltrain keeps the "
+                                                    "script's batch. To split"),  # it trains nothing: not said so
+        ("predict", 40, 10, 4, False, "one device", "and acceltrain keeps the script's batch"),
         ("predict", 40, 100, 8, False, "one device", "pass a multiple of 8 (96 or 104)"),
         ("fit", 40, None, 6, False, "one device", "batch_size=32 (Keras's default) does not divide"),
         ("fit", 2, 32, 4, False, "one device", "2 training samples, fewer than the 4 replicas"),

@@ -221,6 +221,16 @@ class Trained:
 _PREPARED = ("x", "y", "sample_weight", "batch_size", "validation_data", "validation_split", "validation_batch_size")
 
 
+def _length_lost(given, prepared) -> bool:
+    """A tf.data dataset of a known length whose batches acceltrain cut to the replicas without it (a batch left with
+    no rows skipped): Keras, which then learns an epoch's end by reaching it, warns "Your input ran out of data" at
+    the first epoch's end, where a plain run says nothing."""
+    from acceltrain.inputs import kinds, tf_data
+
+    return kinds.kind_of(given) == kinds.TF_DATA and prepared is not given and tf_data.num_batches(given) is not None \
+        and tf_data.num_batches(prepared) is None
+
+
 class Inputs:
     """Layer "inputs": what Keras is called with, prepared once by inputs.py for fit, evaluate and predict alike,
     whoever calls (Runtime's calls, a script's under `acceltrain run`, after its door): the last few samples trimmed
@@ -262,7 +272,8 @@ class Inputs:
             x, y, weights = prepared.local()
             return proceed(call.replace(args=(), kwargs={**arguments, "x": x, "y": y, "sample_weight": weights,
                                                          "batch_size": prepared.local_batch_size}))
-        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None), batch_size=arguments.pop("batch_size", None))
+        prepared = inputs.prepare_predict(runtime.split, arguments.pop("x", None),
+                                          batch_size=arguments.pop("batch_size", None), checked=checked)
         self._tell(prepared.notes, checked)
         if prepared.num_samples is None:  # not arrays: Keras takes them as they are
             return proceed(call.replace(args=(), kwargs={**arguments, "x": prepared.x,
@@ -296,6 +307,11 @@ class Inputs:
                 arguments.pop("validation_steps", None)  # read into memory: its steps are its batches
                 arguments["validation_batch_size"] = fit.validation_batch_size
             arguments.update(x=fit.x, validation_data=fit.validation_data)
+            if _length_lost(x, fit.x) and not arguments.get("steps_per_epoch"):
+                from acceltrain.inputs.tf_data import end_of_pass_expected
+
+                with end_of_pass_expected():  # Keras's "ran out of data" at its end: acceltrain's doing, not theirs
+                    return proceed(call.replace(args=(), kwargs=arguments, prepared=fit))
         else:
             arguments["x"], arguments["y"], arguments["sample_weight"] = fit.local()
             arguments.update(validation_data=fit.validation_data, batch_size=fit.local_batch_size)

@@ -244,7 +244,8 @@ def choose_batch_split(call: str, num_samples: int, batch_size: int | None, num_
     equal slices) or "one device" (the call as the script made it, undistributed), and why.
 
     A batch that does not divide over the replicas cannot be split on JAX, and another batch size is another
-    algorithm (batch_size=1 in multiple-instance learning is one bag a step); fit on fewer samples than replicas
+    algorithm (batch_size=1 in multiple-instance learning is one bag a step; evaluate and predict, which train nothing,
+    keep the script's batch too, said as such); fit on fewer samples than replicas
     has no batch that divides (leaving samples out would leave them all out). Padding with zero-weight samples
     is not the same math either: Keras's "sum_over_batch_size" divides a batch's loss by all its samples,
     weighted 0 or not (tests/test_decisions.py: two samples padded to four halve the loss). So such a call runs on
@@ -257,8 +258,9 @@ def choose_batch_split(call: str, num_samples: int, batch_size: int | None, num_
         below = batch // num_replicas * num_replicas
         nearest = f" ({below} or {below + num_replicas})" if below else ""
         named = f"batch_size={batch}" + ("" if batch_size else " (Keras's default)")
-        return "one device", (f"{named} does not divide over {num_replicas} replicas, and another batch would train "
-                              f"another way. To split it over the replicas, pass a multiple of {num_replicas}{nearest}")
+        kept = "another batch would train another way" if call == "fit" else "acceltrain keeps the script's batch"
+        return "one device", (f"{named} does not divide over {num_replicas} replicas, and {kept}. To split it over the "
+                              f"replicas, pass a multiple of {num_replicas}{nearest}")
     if call == "fit" and num_samples < num_replicas:
         return "one device", (f"{num_samples} training sample{'s' * (num_samples != 1)}, fewer than the "
                               f"{num_replicas} replicas: no batch of them divides over them")

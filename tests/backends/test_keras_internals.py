@@ -83,6 +83,22 @@ def test_forget_compiled_functions_makes_keras_rebuild_them():
     assert model.predict_function is not None and model.predict_function is not built
 
 
+def test_functions_made_anew_inside_and_the_kept_ones_back_after():
+    model = _model()
+    x = np.zeros((8, 3), "float32")
+    model.fit(x, np.zeros((8, 2), "float32"), verbose=0, validation_data=(x, np.zeros((8, 2), "float32")))
+    model.predict(x, verbose=0)
+    kept = model.train_function, model.test_function, model.predict_function
+    assert None not in kept
+    with keras_internals.functions_made_anew(model):
+        assert model.train_function is model.test_function is model.predict_function is None
+        model.predict(x, verbose=0)
+        assert model.predict_function is not None and model.predict_function is not kept[2]
+    assert (model.train_function, model.test_function, model.predict_function) == kept
+    model.evaluate(x, np.zeros((8, 2), "float32"), verbose=0)
+    assert model.test_function is kept[1]  # make_test_function keeps it: not compiled again
+
+
 def test_gathering_predictions_sees_each_steps_outputs_and_is_undone():
     model = _model()
     seen = []

@@ -10,8 +10,9 @@ from tests import corpus
 CI_ONE_DEVICE = ["functional_two_in_two_out", "custom_train_step", "custom_loop"]
 CI_EIGHT_DEVICES = ["functional_two_in_two_out", "custom_train_step", "callback_batch_end"]
 CI_LAUNCH = ["functional_two_in_two_out", "sets_its_backend"]  # the second: refused, naming its line
-# TensorFlow under MirroredStrategy (issue 33; the third: a newcomer's int(iterations) and steps_per_execution=4)
-CI_FOUR_DEVICES = ["tf_random_in_data_map", "vae_two_models", "tf_fit_twice_numbers"]
+# TensorFlow under MirroredStrategy (issue 33; the third: a newcomer's int(iterations) and steps_per_execution=4);
+# the fourth a newcomer's weighted dict model on JAX, its evaluate on one device after a distributed validation
+CI_FOUR_DEVICES = ["tf_random_in_data_map", "vae_two_models", "tf_fit_twice_numbers", "weighted_dict_validation"]
 
 
 @pytest.fixture(scope="module")

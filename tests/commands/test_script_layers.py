@@ -192,6 +192,28 @@ def test_a_py_dataset_whose_batch_does_not_divide_runs_on_one_device_as_arrays_d
     assert args == (bags,) and "batch_size=1 does not divide over 4 replicas" in said[0]
 
 
+def test_a_generator_whose_batch_does_not_divide_runs_on_one_device_its_first_batch_still_first(monkeypatch):
+    """A generator's batches are read ahead by one, so its batch is known as a PyDataset's is: an endless generator of
+    2-row batches at 4 replicas had every batch cut to nothing, and its fit never took a step (a hang)."""
+    import itertools
+    import types
+
+    import numpy as np
+
+    from acceltrain import log
+
+    def pairs():
+        for start in itertools.count():
+            yield np.full((2, 3), start, "float32"), np.zeros(2)
+
+    said = []
+    monkeypatch.setattr(log, "info", said.append)
+    _, kwargs = _guard(4)("fit", _FakeModel(), (pairs(),), {"steps_per_epoch": 3})
+    assert "batch_size=2 does not divide over 4 replicas" in said[0]
+    assert isinstance(kwargs["x"], types.GeneratorType)  # as Keras takes a generator
+    assert [float(batch[0][0, 0]) for batch in itertools.islice(kwargs["x"], 3)] == [0, 1, 2]  # none lost
+
+
 def test_each_fit_and_evaluate_of_a_script_beats_the_stall_watchdog_when_it_is_on():
     import numpy as np
 
@@ -373,3 +395,30 @@ def test_a_script_that_connects_its_own_runtime_is_not_told_it_called_nothing(mo
 
     assert lines[-1][1] == ("run: the script called no Keras fit, evaluate or predict itself; the calls of the runtime "
                             "the script connected itself ran as its banner says")
+
+
+@pytest.mark.parametrize("steps_per_epoch, said", [(None, []), (3, ["Your input ran out of data"])])
+def test_a_dataset_whose_length_acceltrain_lost_is_not_said_to_run_out_of_data(steps_per_epoch, said):
+    """A script's dataset of 3 batches of 8, 8 and 5 rows, cut to 4 replicas: the cut (a filter) leaves Keras no length,
+    so it warned "Your input ran out of data" at the first epoch's end where the plain run says nothing. Kept where the
+    script named its steps (running out before them is then the script's to hear), and any other warning kept."""
+    import warnings
+
+    import numpy as np
+
+    tf = pytest.importorskip("tensorflow")
+    from acceltrain.backends.interception import Call
+
+    dataset = tf.data.Dataset.from_tensor_slices((np.zeros((21, 3), "float32"), np.zeros(21, "int64"))).batch(8)
+
+    def keras_fit(call):
+        assert call.kwargs["x"] is not dataset  # cut to the replicas
+        warnings.warn("Your input ran out of data; interrupting training.")
+        warnings.warn("the script's own")
+
+    guard = _guard(4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        guard.inputs(Call("fit", _FakeModel(), (dataset,), {"steps_per_epoch": steps_per_epoch}, _FakeModel.fit),
+                     keras_fit)
+    assert [str(w.message).split(";")[0] for w in caught] == said + ["the script's own"]

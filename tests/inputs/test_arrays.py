@@ -83,6 +83,17 @@ def test_split_validation_cuts_the_last_fraction_before_any_shuffle_as_keras_doe
     assert weights is None and len(x_train) == 8
 
 
+def test_split_validation_keeps_the_held_out_samples_weights_as_keras_does():
+    """Keras validates a validation_split's samples with their own sample_weight: acceltrain's split dropped them, so
+    a weighted fit's val_loss was the unweighted one (1.086 where plain Keras said 1.413)."""
+    x, y, weights = np.arange(20).reshape(10, 2), np.arange(10), np.linspace(0.1, 1.0, 10)
+    (_, _, train_weights), (x_val, y_val, val_weights) = arrays.split_validation(x, y, weights, 0.3)
+
+    np.testing.assert_array_equal(train_weights, weights[:7])
+    np.testing.assert_array_equal(val_weights, weights[7:])
+    np.testing.assert_array_equal(y_val, [7, 8, 9])
+
+
 def test_first_batches_are_the_fits_first_batches_in_order_from_the_start_again():
     x, y = np.arange(20, dtype=np.float64).reshape(10, 2), np.arange(10)
     batches, batch = streams.first_batches(x, y, 4, 3)  # 2 whole batches of 4, then the first again

@@ -154,3 +154,53 @@ def test_validation_arrays_as_a_tuple_or_a_list_are_repeated_to_divide(given):
 def test_the_global_batch_is_said_one_way(batch_size, replicas, accumulation, own, said):
     """Runtime.fit and `run` both say it through inputs.global_batch (issue 36: it was written twice)."""
     assert inputs.global_batch(batch_size, replicas, accumulation, own) == said
+
+
+def _endless(rows):
+    """A generator of `rows`-row batches, each batch's rows numbered by its place."""
+    start = 0
+    while True:
+        yield np.full((rows, 3), start, "float32"), np.zeros(rows)
+        start += 1
+
+
+def test_a_generators_batch_is_its_first_batchs_read_ahead_and_given_back_first():
+    """Runtime.fit said "global batch 32" (Keras's default) for a generator of 4-row batches: its first batch, read
+    ahead, is its batch, and fit still reads it first."""
+    fit = inputs.prepare_fit(_split(4), _endless(4))
+    assert fit.batch_size == 4
+    assert [float(next(fit.x)[0][0, 0]) for _ in range(3)] == [0, 1, 2]
+
+
+def test_runtime_fits_generator_whose_batch_does_not_divide_is_refused_naming_its_rows():
+    """An endless generator of 2-row batches at 4 replicas: each batch was cut to nothing, and Runtime.fit never took a
+    step (a hang); refused as a PyDataset's batch is."""
+    with pytest.raises(UsageError, match=r"Received x, a generator whose first batch has 2 rows, which does not divide "
+                                         r"over 4 replicas .* Yield batches of a multiple of 4: the nearest are 4\."):
+        inputs.prepare_fit(_split(4), _endless(2))
+    assert inputs.prepare_fit(_split(4), _endless(2), checked=False).batch_size == 2  # run's door decided already
+
+
+def test_a_validation_splits_samples_are_named_as_such_where_they_are_counted_again():
+    """A fit given validation_split and no validation_data was told "validation_data: each sample counted 4 times";
+    its held-out samples are named, with their weights kept (Keras weighs their loss)."""
+    x, y, weights = np.zeros((403, 3), "float32"), np.zeros(403, "int64"), np.ones(403, "float32")
+    fit = inputs.prepare_fit(_split(4), x, y, batch_size=32, sample_weight=weights, validation_split=0.13)
+    said = [text for _, text in fit.notes if "each sample counted" in text]
+    assert said == ["validation_split's held-out samples: each sample counted 4 times so every batch divides over 4 "
+                    "replicas (metrics unchanged, none dropped)"]
+    assert len(fit.validation_data) == 3 and len(fit.validation_data[2]) == 53 * 4
+    given = inputs.prepare_fit(_split(4), x, y, batch_size=32, validation_data=(x[:53], y[:53]))
+    assert [text for _, text in given.notes if "each sample counted" in text][0].startswith("validation_data: ")
+
+
+def test_a_scripts_predict_on_a_batch_tensorflow_splits_unevenly_is_not_refused():
+    """A script's predict(batch_size=7) on TensorFlow's 4 replicas exited 2 ("Received batch_size=7, which does not
+    divide over 4 replicas") where its evaluate(batch_size=10) was only warned and plain Keras predicts: run's door
+    decides a script's batch (here: TensorFlow splits it, warned); Runtime.predict's is still refused."""
+    x = np.arange(29, dtype="float32").reshape(29, 1)
+    uneven = _split(4, splits_uneven_batches=True)
+    predict = inputs.prepare_predict(uneven, x, batch_size=7, checked=False)
+    assert predict.local_batch_size == 7 and len(predict.x) == 32  # padded to the replicas, cut back after
+    with pytest.raises(UsageError, match=r"Received batch_size=7, which does not divide over 4 replicas"):
+        inputs.prepare_predict(uneven, x, batch_size=7)

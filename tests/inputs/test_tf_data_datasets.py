@@ -91,6 +91,18 @@ def test_a_dataset_of_whole_batches_keeps_its_length_when_parted():
     assert tf_data.num_batches(tf_data.dataset_part(whole, 4, 1, 2)) == 2
 
 
+def test_a_dataset_part_warns_nothing_the_script_did_not_cause():
+    """dataset_part's map said TensorFlow's "The `deterministic` argument has no effect unless the
+    `num_parallel_calls` argument is specified" on every script's dataset under run on several devices: a map with no
+    parallel calls is in order already."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tf_data.dataset_part(batched(8), 4)
+    assert [str(warning.message) for warning in caught] == []
+
+
 def test_first_batches_reads_a_grain_dataset_ahead_without_using_up_its_batches():
     """keras_hub's fit hands over a grain MapDataset/IterDataset made of arrays where grain is installed: verify reads
     its first batches from a fresh iterator (issue 31: --verify refused the LoRA fine-tune's)."""

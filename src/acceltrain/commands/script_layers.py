@@ -220,7 +220,13 @@ class FitGuard:
             self._tell(notes)
             read = {"x": x} if call.name == "predict" else {"x": x, "y": y, "sample_weight": weights}
             return self(call.replace(args=(), kwargs={**arguments, **read}), proceed)
-        batch = streams.stream_batch_size(arguments["x"], runtime.process_index, runtime.num_processes)
+        if runtime.num_processes > 1:
+            batch = streams.stream_batch_size(arguments["x"], runtime.process_index, runtime.num_processes)
+        else:  # a generator's first batch read ahead, so a batch too small to divide runs on one device, not never
+            x, batch = streams.peeked(arguments["x"])
+            if x is not arguments["x"]:
+                arguments["x"] = x
+                call = call.replace(args=(), kwargs=arguments)
         split, why = ("split", "") if batch is None else decisions.choose_batch_split(
             "fit", batch, batch, runtime.num_replicas, runtime.backend_module.SPLITS_UNEVEN_BATCHES)
         op_by_op = self._op_by_op_in_processes(call.model)

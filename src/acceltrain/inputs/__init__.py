@@ -24,7 +24,7 @@ import numpy as np
 
 from acceltrain.errors import UsageError
 from acceltrain.inputs import arrays, kinds, streams, tf_data
-from acceltrain.inputs.kinds import ARRAYS, GRAIN, PY_DATASET, TF_DATA, kind_of
+from acceltrain.inputs.kinds import ARRAYS, GENERATOR, GRAIN, PY_DATASET, TF_DATA, kind_of
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,13 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
         fit.batch_size = streams.stream_batch_size(x, split.process_index, split.num_processes)
         if checked and fit.batch_size is not None:
             arrays.check_batch_size(fit.batch_size, split.num_replicas)
-    if validation_split and validation_data is None:
+    elif kind == GENERATOR:  # its batch: its first's, read ahead and put back in front
+        fit.x, fit.batch_size = streams.peeked(x)
+        if checked and fit.batch_size is not None and fit.batch_size % split.num_replicas:  # as a PyDataset's
+            arrays.raise_indivisible(f"Received x, a generator whose first batch has {fit.batch_size} rows, which does",
+                                     fit.batch_size, split.num_replicas, "Yield batches of a multiple")
+    held_out = bool(validation_split) and validation_data is None  # made here, from the training arrays
+    if held_out:
         if kind != ARRAYS:
             raise UsageError(f"Received validation_split={validation_split} with x of type {type(x).__name__}: only "
                              "arrays are split by a fraction (Keras refuses it too). Pass validation_data instead.")
@@ -212,7 +218,8 @@ def prepare_fit(split, x, y=None, *, batch_size=None, classes: Classes = Classes
         _trim_training_arrays(split, fit, classes, checked, trim)
         fit.steps_per_epoch = math.ceil((arrays.num_samples(fit.x) - fit.left_out)
                                         / arrays.keras_batch(batch_size))
-    fit.validation_data = _prepare_validation(split, fit, validation_data, classes, checked)
+    fit.validation_data = _prepare_validation(split, fit, validation_data, classes, checked,
+                                              "validation_split's held-out samples" if held_out else "validation_data")
     fit.local_batch_size = None if fit.is_dataset else _local_batch(fit.batch_size, split.num_processes)
     if _is_array_set(fit.validation_data) or split.num_processes > 1:
         # validation_batch_size defaults to batch_size, as in Keras
@@ -245,15 +252,16 @@ def prepare_evaluate(split, x, y=None, *, batch_size=None, classes: Classes = Cl
     return prepared
 
 
-def prepare_predict(split, x, *, batch_size=None) -> Predict:
+def prepare_predict(split, x, *, batch_size=None, checked: bool = True) -> Predict:
     """Prediction inputs split by `split`: padded with the set's own first samples so every batch divides over
     the replicas (in a job of several processes: so every batch is full), cut back by `Predict.finish`. A stream on
-    several replicas is read into memory first (stream_to_arrays)."""
+    several replicas is read into memory first (stream_to_arrays). `checked` (Runtime.predict): a batch that does not
+    divide is refused; a script's was decided at run's door (on one device, or TensorFlow's uneven split, warned)."""
     x = kinds.tensors_as_numpy(x)  # a tf.Tensor, a jax.Array: numpy arrays, which take the arrays' rules
     notes = []
     if streams.is_stream(x) and (split.num_replicas > 1 or split.num_processes > 1):
         x = streams.stream_to_arrays(x, name="x", notes=notes, split=split)[0]
-    if batch_size is not None:
+    if checked and batch_size is not None:
         arrays.check_batch_size(batch_size, split.num_replicas)
     predict = Predict(x, batch_size=batch_size, notes=notes, **_processes(split))
     if kind_of(x) != ARRAYS:
@@ -347,8 +355,9 @@ def _batch_training_dataset(split, fit: Fit, checked: bool) -> None:
                               f"{' and has the static shape XLA compiles for' if split.platform == 'tpu' else ''}"))
 
 
-def _prepare_validation(split, fit: Fit, validation_data, classes, checked):
-    """Validation data as evaluation sees it (every sample counted), this process's share."""
+def _prepare_validation(split, fit: Fit, validation_data, classes, checked, name: str = "validation_data"):
+    """Validation data as evaluation sees it (every sample counted), this process's share; `name`: what its notes call
+    it (a validation_split's samples are not the script's validation_data)."""
     if kind_of(validation_data) == TF_DATA and checked:  # its own batch, which may differ from training's
         validation_data, validation_batch = _eval_dataset(split, validation_data, None, classes,
                                                           "validation_data", fit.notes)
@@ -359,7 +368,7 @@ def _prepare_validation(split, fit: Fit, validation_data, classes, checked):
         validation_data = tuple(validation_data)  # [x, y]: Keras unpacks a list as it does a tuple
     if not _is_array_set(validation_data):
         return validation_data  # None, a dataset or a generator: Keras takes it as it is
-    repeated = _repeat_eval_arrays(split, validation_data, classes, checked, "validation_data", fit.notes)
+    repeated = _repeat_eval_arrays(split, validation_data, classes, checked, name, fit.notes)
     return fit.share(tuple(repeated[: len(validation_data)]))
 
 

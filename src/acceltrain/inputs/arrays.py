@@ -144,11 +144,13 @@ def take(x, indices):
 
 
 def split_validation(x, y, sample_weight, fraction: float):
-    """Keras's `validation_split`, made here: ((x, y, sample_weight) to train on, (x, y) to validate on),
-    the validation part the last `fraction` of the samples, before any shuffle, as Keras cuts it."""
+    """Keras's `validation_split`, made here: ((x, y, sample_weight) to train on, (x, y[, sample_weight]) to validate
+    on), the validation part the last `fraction` of the samples, before any shuffle, as Keras cuts it; the weights
+    cut with them, so the validation loss is weighted as Keras weighs it."""
     cut = int(num_samples(x) * (1 - fraction))
-    return (take(x, slice(0, cut)), take(y, slice(0, cut)), take(sample_weight, slice(0, cut))), \
-        (take(x, slice(cut, None)), take(y, slice(cut, None)))
+    weights = () if sample_weight is None else (take(sample_weight, slice(cut, None)),)
+    held = (take(x, slice(cut, None)), take(y, slice(cut, None)), *weights)
+    return (take(x, slice(0, cut)), take(y, slice(0, cut)), take(sample_weight, slice(0, cut))), held
 
 
 def join_batches(batches):

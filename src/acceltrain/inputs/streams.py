@@ -58,6 +58,24 @@ def stream_batch_size(x, process_index: int = 0, num_processes: int = 1) -> int 
     return None
 
 
+def peeked(x):
+    """(x as fit will read it, the rows of its first batch): a generator's first batch read and put back in front (a
+    generator of what it had yet to give, as Keras takes one), so its batch is known before fit reads it, as other
+    streams' are (stream_batch_size); another stream as it is, with stream_batch_size's answer."""
+    if kind_of(x) != GENERATOR:
+        return x, stream_batch_size(x)
+    try:
+        first = next(x)
+    except StopIteration:
+        return x, None
+
+    def again():
+        yield first
+        yield from x
+
+    return again(), arrays.batch_rows(kinds.tensors_as_numpy(first))
+
+
 def share_stream(split, x, notes: list, name: str = "x", cut: bool = True, shuffle: bool = False):
     """A training stream by the rules above: each batch made to divide over the replicas (`cut`: where it may not
     already), this process's share of it. `shuffle`: fit's, for a PyDataset read by share (it then shuffles its batches

@@ -119,7 +119,7 @@ def dataset_part(dataset, num_replicas: int, process_index: int = 0, num_process
     def not_empty(*element):
         return tf.shape(tf.nest.flatten(element)[0])[0] > 0
 
-    parted = dataset.map(part, deterministic=True)
+    parted = dataset.map(part)  # no parallel calls: in order (deterministic= would only warn)
     # whole batches of a known size (checked to divide) stay whole: no filter, so the dataset keeps its length
     return parted if has_static_batch(dataset) else parted.filter(not_empty)
 

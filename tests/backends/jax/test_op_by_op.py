@@ -109,3 +109,41 @@ def test_in_a_job_of_several_processes_a_step_only_one_device_can_run_is_named_b
                                          r"script in one process \(acceltrain run\)"):
         with backend.op_by_op_made_safe(eager, runtime.distribution):  # a dataset's, or Runtime.fit's: refused
             pass
+
+
+@pytest.mark.parametrize("name", ["fit", "evaluate", "predict"])
+def test_a_call_on_one_device_after_distributed_ones_runs_on_functions_made_for_one_device(runtime, name):
+    """A fit's validation compiles the model's functions with the distribution's output shardings: an evaluate (or
+    fit, or predict) run on one device after it (run's batch no replica count divides) reused them and raised
+    'Received incompatible devices for jitted computation'. Inside on_one_device Keras makes its own again; after it
+    the distributed ones are back, not compiled again."""
+    import keras
+
+    from acceltrain.backends import jax as backend
+
+    x, y = IMAGES.reshape(64, -1)[:40, :8], LABELS[:40]
+    with runtime.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, validation_data=(x, y))
+    model.predict(x, batch_size=16, verbose=0)
+    distributed = (model.train_function, model.test_function, model.predict_function)
+    with backend.on_one_device(model):
+        before = [w.copy() for w in model.get_weights()]
+        call = {"fit": lambda: model.fit(x, y, batch_size=10, epochs=1, verbose=0, validation_data=(x, y)),
+                "evaluate": lambda: model.evaluate(x, y, batch_size=10, verbose=0),
+                "predict": lambda: model.predict(x, batch_size=10, verbose=0)}[name]
+        done = call()
+    plain = keras.models.clone_model(model)
+    plain.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    plain.set_weights(before)
+    if name == "fit":  # the optimizer's state differs from a fresh one's: that it trained, and validated
+        assert np.isfinite(done.history["val_loss"]).all()
+        assert not np.array_equal(model.get_weights()[0], before[0])
+    elif name == "evaluate":
+        np.testing.assert_allclose(done, plain.evaluate(x, y, batch_size=10, verbose=0), rtol=1e-6)
+    else:
+        np.testing.assert_allclose(done, plain.predict(x, batch_size=10, verbose=0), rtol=1e-6)
+    assert (model.train_function, model.test_function, model.predict_function) == distributed
+    assert model.layers[-1].kernel.value.sharding.mesh.size == 8  # laid out again over the devices after the call

@@ -135,7 +135,8 @@ def on_one_device(model, distribution=None):
     """Inside, `model` trains, evaluates and predicts undistributed, on this process's first device: its variables
     (and its optimizer's and metrics') moved there whole, no global distribution; on exit they are laid out by
     their distribution again. In a job of several processes each process runs the same call on its own device
-    with the same, whole inputs (no collective: every process computes the same values). `distribution`: the
+    with the same, whole inputs (no collective: every process computes the same values); its functions made for one
+    device (those of its distributed calls kept for after). `distribution`: the
     model's (default: the one its variables are placed by, else the global one)."""
     import keras
 
@@ -154,7 +155,7 @@ def on_one_device(model, distribution=None):
                          f"{split[0]}): no process holds them whole. Pass --distribution data, or a batch that "
                          "divides over the replicas.")
     with keras_internals.variables_on_one_device(model, jax.local_devices()[0], distribution.get_variable_layout), \
-            keras_internals.no_distribution():
+            keras_internals.no_distribution(), keras_internals.functions_made_anew(model):
         yield
 
 

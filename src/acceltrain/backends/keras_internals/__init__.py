@@ -108,6 +108,23 @@ def forget_compiled_functions(model) -> None:
     model.train_function = model.test_function = model.predict_function = None
 
 
+@contextlib.contextmanager
+def functions_made_anew(model):
+    """Inside, Keras makes the model's train/test/predict functions again at its next call (a call on one device: one
+    compiled under a distribution puts its state out by that distribution's layouts, and refuses state on one
+    device); on exit the ones it had are back, not compiled again.
+
+    Relies on: what forget_compiled_functions relies on; a function Keras made takes the variables' values as its
+    state argument (it holds none of them), so one kept aside runs again on the values laid out as before.
+    """
+    kept = model.train_function, model.test_function, model.predict_function
+    forget_compiled_functions(model)
+    try:
+        yield
+    finally:
+        model.train_function, model.test_function, model.predict_function = kept
+
+
 def compiled_functions(model) -> tuple:
     """The model's Keras-made train and test functions (under acceltrain's train-function door): new objects once Keras
     makes them again (after compile(), or forget_compiled_functions).
