@@ -56,7 +56,7 @@ def check_platform(platform, tpu, simulate_devices) -> str:
 def checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoints | None:
     """Runtime.fit's checkpoints: the one value, or made from its keywords (both: refused)."""
     if checkpoints is None:
-        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume)
+        return None if checkpoint_dir is None else Checkpoints.of(checkpoint_dir, every, keep, resume, here=True)
     if not isinstance(checkpoints, Checkpoints):
         raise UsageError(f"Received checkpoints={checkpoints!r}. Expected an acceltrain.Checkpoints, e.g. "
                          "acceltrain.Checkpoints('ckpt', every='200 steps'), or None.")
@@ -66,4 +66,4 @@ def checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoi
     if also:
         raise UsageError(f"Received checkpoints= and {', '.join(also)}. Pass the one Checkpoints value (its dir, "
                          "every, keep and resume), or the keywords without it.")
-    return checkpoints
+    return checkpoints.check_writable()
