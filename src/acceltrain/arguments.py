@@ -1,7 +1,7 @@
 """connect()'s and Runtime.fit's arguments checked before any framework starts, each error naming the argument (or,
 under the CLI, the flag that carries it: errors.option): the cluster, the simulated devices, the platform, the
-precision, the device data and the checkpoints. runtime.py calls them; Settings.check (the verbs' flags) and
-`acceltrain train` check with the same ones."""
+precision, the device data and the checkpoints; Runtime's calls' model, inputs and counts (before Keras sees them).
+runtime.py calls them; Settings.check (the verbs' flags) and `acceltrain train` check with the same ones."""
 
 from acceltrain import decisions, hardware
 from acceltrain.cluster import Cluster
@@ -67,3 +67,46 @@ def checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoi
         raise UsageError(f"Received checkpoints= and {', '.join(also)}. Pass the one Checkpoints value (its dir, "
                          "every, keep and resume), or the keywords without it.")
     return checkpoints.check_writable()
+
+
+def check_call(model, x, *, compiled: bool = False) -> None:
+    """Runtime.fit/evaluate/predict's model and inputs, before any layer reads them: a keras.Model (compiled, for
+    fit and evaluate) and some inputs. Keras would say 'cannot create weak reference' or, for x=None, 'list index out
+    of range' (fit) and 'pop from an empty set' (predict), naming neither."""
+    check_model(model)
+    if compiled and not getattr(model, "compiled", False):
+        raise UsageError(f"Received a model that is not compiled: {model.name!r}. Call model.compile(optimizer=..., "
+                         "loss=...) inside runtime.scope() before fit or evaluate.")
+    if x is None:
+        raise UsageError("Received x=None. Expected the inputs: numpy arrays (one, or a list or dict of them), a "
+                         "tf.data.Dataset, a keras.utils.PyDataset, a generator or a Grain loader.")
+
+
+def check_model(model, received: str = "") -> None:
+    """A keras.Model where one is asked for: Runtime's calls' `model`, or what Runtime.build's function returned
+    (`received`: how the error names it; default: model=...)."""
+    import keras
+
+    if not isinstance(model, keras.Model):
+        received = received or f"model={_short(model)}"
+        raise UsageError(f"Received {received} (of type {type(model).__name__}). Expected a keras.Model, built inside "
+                         "runtime.scope() (or returned by the function runtime.build(make_model) calls).")
+
+
+def check_fit_arguments(epochs, validation_split) -> None:
+    """Runtime.fit's counts: Keras would fail on epochs='2' deep in its loop ("'>' not supported"), train on none for
+    epochs=-1 without a word, and make an empty training set of validation_split=2 (a numpy error on its labels)."""
+    import numbers
+
+    if isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 0:
+        raise UsageError(f"Received epochs={epochs!r}. Expected a whole number of at least 0 (the epoch to train "
+                         "up to, as Keras's fit takes it), e.g. epochs=10.")
+    if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real) \
+            or not 0 <= validation_split < 1:
+        raise UsageError(f"Received validation_split={validation_split!r}. Expected a fraction from 0 up to, not "
+                         "including, 1: the last part of the training samples held out, e.g. validation_split=0.1.")
+
+
+def _short(value) -> str:
+    shown_value = repr(value)
+    return shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."

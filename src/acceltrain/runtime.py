@@ -398,6 +398,9 @@ class Runtime:
         """
         from acceltrain.layout import autopilot as autopilots
 
+        if not callable(build_model):
+            raise UsageError(f"Received build_model={build_model!r}. Expected a function that builds and returns a "
+                             "keras.Model, e.g. runtime.build(make_model), not runtime.build(make_model()).")
         found = None
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
                 and self.sharding_request.layout_map is None and self._framework.SHARDS:
@@ -423,6 +426,7 @@ class Runtime:
         with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext(), \
                 keras_internals.variables_initialized_at_once():
             model = build_model()
+        arguments.check_model(model, f"build_model, which returned {model!r:.60}")
         if setting is not None:
             autopilots.built(model, setting)
         # What was sharded, told here and not left to the first fit's report (assembly.Inputs, the other of its two
@@ -499,7 +503,8 @@ class Runtime:
         from acceltrain import assembly
         from acceltrain.layout import verify as verification
 
-        _check_compiled(model)
+        arguments.check_call(model, x, compiled=True)
+        arguments.check_fit_arguments(epochs, fit_kwargs.get("validation_split") or 0.0)
         verify = verification.check_steps(verify)
         checkpoints = arguments.checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, watchdog=self.watchdog_for(stall_timeout),
@@ -522,7 +527,7 @@ class Runtime:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values (`return_dict=False`:
         as Keras's default returns them, a list, or the loss alone). `batch_size`: the global batch, Keras's default
         where none is given."""
-        _check_compiled(model)
+        arguments.check_call(model, x, compiled=True)
         with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
                                              return_dict=return_dict, **evaluate_kwargs))
@@ -566,6 +571,7 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
+        arguments.check_call(model, x)
         with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("predict", model, (x,), batch_size=batch_size, verbose=verbose,
                                              **predict_kwargs))
@@ -633,14 +639,6 @@ def _runtime_of(model):
                                          and runtime.backend_module.distribution_of(model) is distribution):
             return runtime
     return None
-
-
-def _check_compiled(model) -> None:
-    if not getattr(model, "compiled", False):
-        raise UsageError(
-            f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
-            "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
-        )
 
 
 def _as_given(callbacks):
