@@ -221,6 +221,8 @@ BAD_INPUTS = {
     "unknown backend": (lambda t, npz: ["--backend", "torch"], r"'torch'. Valid: jax, tensorflow"),
     "zero simulated devices": (lambda t, npz: ["--simulate-devices", 0], r"simulate_devices=0.*at least 1"),
     "zero epochs": (lambda t, npz: ["--epochs", 0], r"--epochs 0.*at least 1"),
+    "negative seed": (lambda t, npz: ["--seed", -1], r"Received --seed -1\. Expected a whole number from 0 to "
+                      r"4294967295 \(2\*\*32 - 1\), e\.g\. --seed 1"),  # numpy's ValueError, a traceback
     "negative learning rate": (lambda t, npz: ["--learning-rate", -1], r"--learning-rate -1.0.*positive"),
     "unknown recipe": (lambda t, npz: ["cifar-resnet"], r"Unknown recipe: 'cifar-resnet'. Valid: mnist-mlp"),
 }

@@ -255,6 +255,9 @@ WRONG_CALLS = {
                                          r"Received epochs=-1\. Expected a whole number"),
     "validation_split=2 (zero-size array)": (lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, validation_split=2.0),
                                              r"Received validation_split=2.0\. Expected a fraction from 0 up to"),
+    "seed(-1) (numpy's 'Seed must be between 0 and 2**32 - 1')": (
+        lambda rt, m, x, y: rt.seed(-1), r"Received seed=-1\. Expected a whole number from 0 to 4294967295"),
+    "seed('1') (numpy's TypeError)": (lambda rt, m, x, y: rt.seed("1"), r"Received seed='1'\. Expected a whole"),
     "build(a model, not its function) ('int' object is not callable)": (
         lambda rt, m, x, y: rt.build(7), r"Received build_model=7\. Expected a function that builds and returns"),
     "build(a function returning no model) (cannot create weak reference)": (

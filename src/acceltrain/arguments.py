@@ -107,6 +107,17 @@ def check_fit_arguments(epochs, validation_split) -> None:
                          "including, 1: the last part of the training samples held out, e.g. validation_split=0.1.")
 
 
+def check_seed(seed, name: str = "seed") -> int:
+    """Runtime.seed's seed (`name`: the argument, or --seed): what numpy's legacy seeding takes, which JAX's and
+    TensorFlow's take too. numpy's own refusal ('Seed must be between 0 and 2**32 - 1') came as a traceback."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 32:
+        raise UsageError(f"Received {shown(name, seed)}. Expected a whole number from 0 to 4294967295 (2**32 - 1), "
+                         f"e.g. {shown(name, 1)}.")
+    return int(seed)
+
+
 def _short(value) -> str:
     shown_value = repr(value)
     return shown_value if len(shown_value) <= 60 else shown_value[:57] + "..."

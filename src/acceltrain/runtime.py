@@ -359,7 +359,7 @@ class Runtime:
 
     def seed(self, seed: int) -> None:
         """Seed weights, dropout and the data order, so a run repeats exactly on the same hardware."""
-        self.seeded = seed
+        self.seeded = arguments.check_seed(seed)
         self._framework.set_seed(seed)
 
     @contextlib.contextmanager

@@ -212,3 +212,14 @@ def test_doctor_fails_clearly_on_a_broken_environment(tmp_path):
     assert any(line.startswith("fail  dry run") and "does not divide over 7 replicas" in line for line in lines)
     assert any(line.startswith("ok    jax") for line in lines)
     assert lines[-1].endswith("3 failures")
+
+
+@pytest.mark.parametrize("batch", ["0", "-5"])
+def test_a_batch_of_none_exits_2_naming_the_flag_before_any_check(batch, capsys):
+    """--batch-size 0 was read as none given: the dry run took the recipe's 1200 and passed, exit 0, without a word."""
+    from acceltrain.cli import main
+
+    assert main(["doctor", "--batch-size", batch]) == 2
+    captured = capsys.readouterr()
+    assert f"Received --batch-size {batch}. Expected a whole number of at least 1" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""  # no check ran
