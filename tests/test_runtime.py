@@ -238,6 +238,8 @@ def test_fit_rejects_labels_outside_the_classes(runtime):
 _EMPTY = r"Received x with 0 samples \(its arrays have no rows\)\. Expected at least one sample"
 _NO_X = r"Received x=None\. Expected the inputs: numpy arrays"
 _NOT_A_MODEL = r"Received model='my_model' \(of type str\)\. Expected a keras.Model, built inside runtime.scope\(\)"
+_OUTSIDE = (r"Received model '[a-z_0-9]+', whose variables lie on 1 device, on a runtime of 8 replicas "
+            r"\(DataParallel\): a model built outside runtime.scope\(\) stays where it was made\. Build and compile")
 # (the call on a compiled model and 64 samples, what it is refused with); what each said before: in the test's id
 WRONG_CALLS = {
     "fit on no samples (zero-size array to reduction operation)":
@@ -258,6 +260,11 @@ WRONG_CALLS = {
     "seed(-1) (numpy's 'Seed must be between 0 and 2**32 - 1')": (
         lambda rt, m, x, y: rt.seed(-1), r"Received seed=-1\. Expected a whole number from 0 to 4294967295"),
     "seed('1') (numpy's TypeError)": (lambda rt, m, x, y: rt.seed("1"), r"Received seed='1'\. Expected a whole"),
+    "fit on a model built outside scope() (JAX's incompatible devices)": (
+        lambda rt, m, x, y: rt.fit(_mlp(), x, y, batch_size=32), _OUTSIDE),
+    "evaluate on a model built outside scope() (the same)": (
+        lambda rt, m, x, y: rt.evaluate(_mlp(), x, y, batch_size=32), _OUTSIDE),
+    "predict on a model built outside scope() (the same)": (lambda rt, m, x, y: rt.predict(_mlp(), x), _OUTSIDE),
     "build(a model, not its function) ('int' object is not callable)": (
         lambda rt, m, x, y: rt.build(7), r"Received build_model=7\. Expected a function that builds and returns"),
     "build(a function returning no model) (cannot create weak reference)": (

@@ -69,7 +69,7 @@ def checkpoints_of(checkpoints, checkpoint_dir, resume, every, keep) -> Checkpoi
     return checkpoints.check_writable()
 
 
-def check_call(model, x, *, compiled: bool = False) -> None:
+def check_call(model, x, *, compiled: bool = False, replicas: int = 1, over: str = "") -> None:
     """Runtime.fit/evaluate/predict's model and inputs, before any layer reads them: a keras.Model (compiled, for
     fit and evaluate) and some inputs. Keras would say 'cannot create weak reference' or, for x=None, 'list index out
     of range' (fit) and 'pop from an empty set' (predict), naming neither."""
@@ -77,9 +77,26 @@ def check_call(model, x, *, compiled: bool = False) -> None:
     if compiled and not getattr(model, "compiled", False):
         raise UsageError(f"Received a model that is not compiled: {model.name!r}. Call model.compile(optimizer=..., "
                          "loss=...) inside runtime.scope() before fit or evaluate.")
+    _check_placed(model, replicas, over)
     if x is None:
         raise UsageError("Received x=None. Expected the inputs: numpy arrays (one, or a list or dict of them), a "
                          "tf.data.Dataset, a keras.utils.PyDataset, a generator or a Grain loader.")
+
+
+def _check_placed(model, replicas: int, over: str) -> None:
+    """A built model whose variables all lie on one device, called on a runtime of several replicas (`over`: its
+    distribution's name): it was built outside runtime.scope(), and JAX keeps a variable where it was made. Keras's
+    step said JAX's 'Received incompatible devices for jitted computation', naming neither the model nor the fix, and
+    left the model's variables unreadable. A framework whose values have no `sharding` (TensorFlow) is left to it."""
+    if replicas < 2:
+        return
+    devices = set()
+    for variable in model.variables:
+        devices |= set(getattr(getattr(variable.value, "sharding", None), "device_set", None) or ())
+    if len(devices) == 1:
+        raise UsageError(f"Received model {model.name!r}, whose variables lie on 1 device, on a runtime of {replicas} "
+                         f"replicas ({over}): a model built outside runtime.scope() stays where it was made. Build "
+                         "and compile it inside `with runtime.scope():`, or with runtime.build(make_model).")
 
 
 def check_model(model, received: str = "") -> None:

@@ -503,7 +503,7 @@ class Runtime:
         from acceltrain import assembly
         from acceltrain.layout import verify as verification
 
-        arguments.check_call(model, x, compiled=True)
+        self._check_call(model, x, compiled=True)
         arguments.check_fit_arguments(epochs, fit_kwargs.get("validation_split") or 0.0)
         verify = verification.check_steps(verify)
         checkpoints = arguments.checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
@@ -527,7 +527,7 @@ class Runtime:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values (`return_dict=False`:
         as Keras's default returns them, a list, or the loss alone). `batch_size`: the global batch, Keras's default
         where none is given."""
-        arguments.check_call(model, x, compiled=True)
+        self._check_call(model, x, compiled=True)
         with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
                                              return_dict=return_dict, **evaluate_kwargs))
@@ -539,6 +539,9 @@ class Runtime:
             return None
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
+
+    def _check_call(self, model, x, *, compiled: bool = False) -> None:
+        arguments.check_call(model, x, compiled=compiled, replicas=self.num_replicas, over=self.distribution_name)
 
     def _call(self, name: str, model, args: tuple, **kwargs):
         """Runtime's evaluate or predict as a Call of the assembly, its callbacks a list (acceltrain's are put first
@@ -571,7 +574,7 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
-        arguments.check_call(model, x)
+        self._check_call(model, x)
         with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("predict", model, (x,), batch_size=batch_size, verbose=verbose,
                                              **predict_kwargs))
