@@ -238,6 +238,12 @@ def test_fit_rejects_labels_outside_the_classes(runtime):
 _EMPTY = r"Received x with 0 samples \(its arrays have no rows\)\. Expected at least one sample"
 _NO_X = r"Received x=None\. Expected the inputs: numpy arrays"
 _NOT_A_MODEL = r"Received model='my_model' \(of type str\)\. Expected a keras.Model, built inside runtime.scope\(\)"
+def _history():
+    import keras
+
+    return keras.callbacks.History()
+
+
 _OUTSIDE = (r"Received model '[a-z_0-9]+', whose variables lie on 1 device, on a runtime of 8 replicas "
             r"\(DataParallel\): a model built outside runtime.scope\(\) stays where it was made\. Build and compile")
 # (the call on a compiled model and 64 samples, what it is refused with); what each said before: in the test's id
@@ -265,6 +271,12 @@ WRONG_CALLS = {
     "evaluate on a model built outside scope() (the same)": (
         lambda rt, m, x, y: rt.evaluate(_mlp(), x, y, batch_size=32), _OUTSIDE),
     "predict on a model built outside scope() (the same)": (lambda rt, m, x, y: rt.predict(_mlp(), x), _OUTSIDE),
+    "callbacks=[5] (vars() argument must have __dict__ attribute)": (
+        lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, callbacks=[5]),
+        r"Received callbacks: a list holding 5\. Expected a list of keras.callbacks.Callback objects"),
+    "callbacks=History() ('History' object is not iterable)": (
+        lambda rt, m, x, y: rt.evaluate(m, x, y, callbacks=_history()),
+        r"Received callbacks=<keras.src.callbacks.history.History object.*\. Expected a list of keras.callbacks"),
     "build(a model, not its function) ('int' object is not callable)": (
         lambda rt, m, x, y: rt.build(7), r"Received build_model=7\. Expected a function that builds and returns"),
     "build(a function returning no model) (cannot create weak reference)": (

@@ -110,6 +110,24 @@ def check_model(model, received: str = "") -> None:
                          "runtime.scope() (or returned by the function runtime.build(make_model) calls).")
 
 
+def callbacks_of(callbacks):
+    """A call's callbacks: a list of those given, or a keras.callbacks.CallbackList the caller built, as it came (the
+    layers that add acceltrain's own add them to it too: interception.Call.with_callback). Anything else said
+    "'History' object is not iterable" (one callback, not in a list) or, from acceltrain's data path, "vars() argument
+    must have __dict__ attribute" (a list holding something that is no callback)."""
+    import keras
+
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return callbacks
+    given = list(callbacks) if isinstance(callbacks, (list, tuple)) else [] if callbacks is None else None
+    strays = [item for item in given or () if not isinstance(item, keras.callbacks.Callback)]
+    if given is None or strays:
+        received = f"={_short(callbacks)}" if given is None else f": a list holding {_short(strays[0])}"
+        raise UsageError(f"Received callbacks{received}. Expected a list of keras.callbacks.Callback objects, e.g. "
+                         "callbacks=[keras.callbacks.EarlyStopping()], or a keras.callbacks.CallbackList.")
+    return given
+
+
 def check_fit_arguments(epochs, validation_split) -> None:
     """Runtime.fit's counts: Keras would fail on epochs='2' deep in its loop ("'>' not supported"), train on none for
     epochs=-1 without a word, and make an empty training set of validation_split=2 (a numpy error on its labels)."""

@@ -511,7 +511,8 @@ class Runtime:
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
-            "callbacks": _as_given(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
+            "callbacks": arguments.callbacks_of(callbacks), "verbose": verbose, **fit_kwargs},
+            keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:
@@ -548,7 +549,7 @@ class Runtime:
         by the layers that make them)."""
         from acceltrain.backends import interception, keras_internals
 
-        kwargs["callbacks"] = _as_given(kwargs.get("callbacks"))
+        kwargs["callbacks"] = arguments.callbacks_of(kwargs.get("callbacks"))
         return interception.Call(name, model, args, kwargs, keras_internals.keras_own(name))
 
     def _assemble(self, call, plan=None, *, autopilot: bool = True, verify: int | None = None):
@@ -644,10 +645,6 @@ def _runtime_of(model):
     return None
 
 
-def _as_given(callbacks):
-    """A call's callbacks: a list of those given, or a keras.callbacks.CallbackList the caller built, as it came (the
-    layers that add acceltrain's own add them to it too: interception.Call.with_callback)."""
-    return callbacks if callbacks is not None and not isinstance(callbacks, (list, tuple)) else list(callbacks or ())
 
 
 class _UnderOwn:
