@@ -605,8 +605,6 @@ def _doctor(args) -> int:
         print(json.dumps([check.as_dict() for check in checks], indent=2) if args.json else
               doctor.format_check(checks[0]))
         return 1 if checks[0].status == doctor.FAIL else 0
-    if args.batch_size is not None:  # 0 read as none: the dry run took the recipe's batch without a word
-        errors.positive_int(args.batch_size, "--batch-size", ": the global batch of the dry run")
     show = None if args.json else (lambda check: print(doctor.format_check(check), flush=True))
     checks = doctor.run_all(out=args.out, backend=args.backend, simulate_devices=args.simulate_devices,
                             distribution=args.distribution, platform=args.platform, tpu=args.tpu,
