@@ -221,6 +221,8 @@ BAD_INPUTS = {
     "unknown backend": (lambda t, npz: ["--backend", "torch"], r"'torch'. Valid: jax, tensorflow"),
     "zero simulated devices": (lambda t, npz: ["--simulate-devices", 0], r"simulate_devices=0.*at least 1"),
     "zero epochs": (lambda t, npz: ["--epochs", 0], r"--epochs 0.*at least 1"),
+    "negative seed": (lambda t, npz: ["--seed", -1], r"Received --seed -1\. Expected a whole number from 0 to "
+                      r"4294967295 \(2\*\*32 - 1\), e\.g\. --seed 1"),  # numpy's ValueError, a traceback
     "negative learning rate": (lambda t, npz: ["--learning-rate", -1], r"--learning-rate -1.0.*positive"),
     "unknown recipe": (lambda t, npz: ["cifar-resnet"], r"Unknown recipe: 'cifar-resnet'. Valid: mnist-mlp"),
 }
@@ -309,6 +311,33 @@ def test_sharding_inputs_exit_2_naming_the_flag_before_anything_starts(tmp_path,
     assert re.search(message, captured.err), captured.err
     assert "Traceback" not in captured.err and "must not run" not in captured.err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--ledger", "DIR", "SCRIPT"], r"Received --ledger '.*a_folder', but it is a folder\. Pass a file path"),
+    (["run", "--ledger", "/proc/ledger.json", "SCRIPT"], r"--ledger '/proc/ledger.json', but its folder '/proc' is "
+     r"not writable .*\. Pass a file path in a folder you can write to"),
+    (["launch", "--processes", "2", "--ledger", "DIR", "SCRIPT"], r"Received --ledger '.*a_folder', but it is a "
+     r"folder"),
+    (["bench", "--json", "DIR"], r"Received --json '.*a_folder', but it is a folder\. Pass a file path"),
+    (["run", "--checkpoint-dir", "/proc/acceltrain-ckpt", "SCRIPT"], r"Received --checkpoint-dir "
+     r"'/proc/acceltrain-ckpt', but '/proc' is not writable .*\. Pass a folder you can write to"),
+], ids=["run ledger a folder", "run ledger not writable", "launch ledger a folder", "bench json a folder",
+        "run checkpoint-dir not writable"])
+def test_an_output_path_that_cannot_be_written_exits_2_before_anything_runs(tmp_path, capsys, args, message):
+    """These said a traceback at the end of the run (bench's after minutes of timing; --ledger's after the script
+    ran), or, for --checkpoint-dir, that its FileNotFoundError was acceltrain's bug: now refused first."""
+    script = tmp_path / "script.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    (tmp_path / "a_folder").mkdir()
+    code = main([str(script) if arg == "SCRIPT" else str(tmp_path / "a_folder") if arg == "DIR" else arg
+                 for arg in args])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert re.search(message, captured.err), captured.err
+    assert "Traceback" not in captured.err and "must not run" not in captured.err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_folder", "script.py"]
+    assert not any((tmp_path / "a_folder").iterdir())
 
 
 @pytest.mark.parametrize("job, plan_job", [

@@ -2,6 +2,7 @@
 into `acceltrain run`'s flags; a refused value names the Python argument, or the flag under the CLI's face."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -103,6 +104,27 @@ def test_runtime_fit_takes_one_checkpoints_value_or_its_keywords_not_both():
         checkpoints_of(None, "ckpt", False, "often", 2)
     with pytest.raises(UsageError, match=r"Received every='often'"):  # the value, named as its own arguments
         Checkpoints("ckpt", every="often")
+
+
+@pytest.mark.parametrize("where, problem", [
+    (lambda tmp: tmp / "a_file", r"which is a file\. Pass a folder"),
+    (lambda tmp: tmp / "a_file" / "ckpt", r"is a file, not a folder\. Pass a folder you can write to"),
+    (lambda tmp: "/proc/acceltrain-ckpt", r"'/proc' is not writable .*\. Pass a folder you can write to"),
+], ids=["a file", "under a file", "not writable"])
+def test_runtime_fit_refuses_a_checkpoint_folder_it_cannot_write_before_it_starts(tmp_path, where, problem):
+    """Runtime.fit(checkpoint_dir=...) said FileExistsError or FileNotFoundError at its first checkpoint: now refused
+    when the fit is called, naming the keyword, or Checkpoints's own argument for the one value; nothing made."""
+    from acceltrain.arguments import checkpoints_of
+
+    (tmp_path / "a_file").write_text("")
+    folder = where(tmp_path)
+    shown = re.escape(repr(str(folder)))
+    with pytest.raises(UsageError, match=rf"Received checkpoint_dir={shown}.*{problem}"):
+        checkpoints_of(None, folder, False, "auto", 2)
+    with pytest.raises(UsageError, match=rf"Received dir={shown}.*{problem}"):
+        checkpoints_of(Checkpoints(folder), None, False, "auto", 2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file"]
+    assert checkpoints_of(Checkpoints("gs://bucket/ckpt"), None, False, "auto", 2).dir == "gs://bucket/ckpt"
 
 
 def test_settings_are_read_by_name_from_a_verbs_flags_and_a_train_config():

@@ -235,6 +235,69 @@ def test_fit_rejects_labels_outside_the_classes(runtime):
         runtime.fit(model, x, np.arange(64) % 7, batch_size=32)
 
 
+_EMPTY = r"Received x with 0 samples \(its arrays have no rows\)\. Expected at least one sample"
+_NO_X = r"Received x=None\. Expected the inputs: numpy arrays"
+_NOT_A_MODEL = r"Received model='my_model' \(of type str\)\. Expected a keras.Model, built inside runtime.scope\(\)"
+def _history():
+    import keras
+
+    return keras.callbacks.History()
+
+
+_OUTSIDE = (r"Received model '[a-z_0-9]+', whose variables lie on 1 device, on a runtime of 8 replicas "
+            r"\(DataParallel\): a model built outside runtime.scope\(\) stays where it was made\. Build and compile")
+# (the call on a compiled model and 64 samples, what it is refused with); what each said before: in the test's id
+WRONG_CALLS = {
+    "fit on no samples (zero-size array to reduction operation)":
+        (lambda rt, m, x, y: rt.fit(m, x[:0], y[:0], batch_size=32), _EMPTY),
+    "evaluate on no samples (the same)": (lambda rt, m, x, y: rt.evaluate(m, x[:0], y[:0], batch_size=32), _EMPTY),
+    "predict on no samples (Keras's UnboundLocalError)": (lambda rt, m, x, y: rt.predict(m, x[:0]), _EMPTY),
+    "fit x=None (list index out of range)": (lambda rt, m, x, y: rt.fit(m, None, y, batch_size=32), _NO_X),
+    "evaluate x=None (Keras's ValueError on its call)": (lambda rt, m, x, y: rt.evaluate(m, None, y), _NO_X),
+    "predict x=None (pop from an empty set)": (lambda rt, m, x, y: rt.predict(m, None), _NO_X),
+    "fit on a str (said not compiled)": (lambda rt, m, x, y: rt.fit("my_model", x, y), _NOT_A_MODEL),
+    "predict on a str (cannot create weak reference)": (lambda rt, m, x, y: rt.predict("my_model", x), _NOT_A_MODEL),
+    "epochs='2' ('>' not supported)": (lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, epochs="2"),
+                                       r"Received epochs='2'\. Expected a whole number of at least 0"),
+    "epochs=-1 (no training, no word)": (lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, epochs=-1),
+                                         r"Received epochs=-1\. Expected a whole number"),
+    "validation_split=2 (zero-size array)": (lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, validation_split=2.0),
+                                             r"Received validation_split=2.0\. Expected a fraction from 0 up to"),
+    "seed(-1) (numpy's 'Seed must be between 0 and 2**32 - 1')": (
+        lambda rt, m, x, y: rt.seed(-1), r"Received seed=-1\. Expected a whole number from 0 to 4294967295"),
+    "seed('1') (numpy's TypeError)": (lambda rt, m, x, y: rt.seed("1"), r"Received seed='1'\. Expected a whole"),
+    "fit on a model built outside scope() (JAX's incompatible devices)": (
+        lambda rt, m, x, y: rt.fit(_mlp(), x, y, batch_size=32), _OUTSIDE),
+    "evaluate on a model built outside scope() (the same)": (
+        lambda rt, m, x, y: rt.evaluate(_mlp(), x, y, batch_size=32), _OUTSIDE),
+    "predict on a model built outside scope() (the same)": (lambda rt, m, x, y: rt.predict(_mlp(), x), _OUTSIDE),
+    "callbacks=[5] (vars() argument must have __dict__ attribute)": (
+        lambda rt, m, x, y: rt.fit(m, x, y, batch_size=32, callbacks=[5]),
+        r"Received callbacks: a list holding 5\. Expected a list of keras.callbacks.Callback objects"),
+    "callbacks=History() ('History' object is not iterable)": (
+        lambda rt, m, x, y: rt.evaluate(m, x, y, callbacks=_history()),
+        r"Received callbacks=<keras.src.callbacks.history.History object.*\. Expected a list of keras.callbacks"),
+    "build(a model, not its function) ('int' object is not callable)": (
+        lambda rt, m, x, y: rt.build(7), r"Received build_model=7\. Expected a function that builds and returns"),
+    "build(a function returning no model) (cannot create weak reference)": (
+        lambda rt, m, x, y: rt.build(lambda: 42),
+        r"Received build_model, which returned 42 \(of type int\)\. Expected a keras.Model"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_CALLS, ids=list(WRONG_CALLS))
+def test_a_wrong_argument_to_runtimes_calls_is_refused_naming_it_and_the_model_still_trains(runtime, case):
+    """Each said a numpy, Keras or JAX error naming neither the argument nor the fix (the test's id says which): now
+    a UsageError in Keras's form, before the call reaches Keras; the model trains after it, as it did before."""
+    call, message = WRONG_CALLS[case]
+    with runtime.scope():
+        model = _mlp()
+    x, y = _toy_data(64)
+    with pytest.raises(UsageError, match=message):
+        call(runtime, model, x, y)
+    assert runtime.fit(model, x, y, batch_size=32, verbose=0).history["loss"]
+
+
 def test_fit_rejects_an_uncompiled_model(runtime):
     import keras
 

@@ -12,6 +12,7 @@ argument, or the flag while a CLI verb runs (errors.cli_names). Numpy-free: the 
 import contextvars
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,13 +91,16 @@ class Checkpoints:
         object.__setattr__(self, "keep", positive_int(self.keep, _named("keep")))
 
     @classmethod
-    def of(cls, dir, every: str | None = None, keep: int | None = None, resume: bool = False) -> "Checkpoints | None":
+    def of(cls, dir, every: str | None = None, keep: int | None = None, resume: bool = False, *,
+           here: bool = False) -> "Checkpoints | None":
         """The options given one by one, as a command reads its flags and Runtime.fit its keywords (None: not given,
         the default); None without `dir`, where none of the others may be given. Errors name the flags under the
-        CLI, else Runtime.fit's keywords (checkpoint_every=...)."""
+        CLI, else Runtime.fit's keywords (checkpoint_every=...). `here`: the folder is this machine's, checked
+        writable now (Runtime.fit's; not an emitted job's, whose folder is on the cluster)."""
         token = _BY_KEYWORDS.set(True)
         try:
-            return cls._of(dir, every, keep, resume)
+            made = cls._of(dir, every, keep, resume)
+            return made.check_writable() if here and made is not None else made
         finally:
             _BY_KEYWORDS.reset(token)
 
@@ -121,10 +125,7 @@ class Checkpoints:
     def check_folder(self) -> "Checkpoints":
         """The folder as it is here, before anything starts or is written: a folder (not a file), and empty unless
         resuming. Not for an emitted job's, whose folder is on the cluster."""
-        folder = self.folder
-        if folder.exists() and not folder.is_dir():
-            raise UsageError(f"Received {shown(_named('dir'), str(folder))}, which is a file. Pass a folder (new, or "
-                             f"one an earlier run checkpointed into, with {_named('resume')}).")
+        folder = self.check_writable().folder
         held = sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
         if held and not self.resume:
             listed = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
@@ -133,9 +134,37 @@ class Checkpoints:
                              "start over.")
         return self
 
+    def check_writable(self) -> "Checkpoints":
+        """The folder, or the nearest one above it that exists, is a folder this process can write into: refused
+        before a fit starts, not at its first checkpoint (a local path; a bucket's URL is left to its writer)."""
+        if "://" in self.dir:
+            return self
+        folder = self.folder
+        if folder.exists() and not folder.is_dir():
+            raise UsageError(f"Received {shown(_named('dir'), str(folder))}, which is a file. Pass a folder (new, or "
+                             f"one an earlier run checkpointed into, with {_named('resume')}).")
+        existing = folder.absolute()
+        while not existing.exists():
+            existing = existing.parent
+        problem = f"{str(existing)!r} is a file, not a folder" if not existing.is_dir() else _unwritable(existing)
+        if problem:
+            raise UsageError(f"Received {shown(_named('dir'), str(folder))}, but {problem}. Pass a folder you can "
+                             "write to.")
+        return self
+
     def as_args(self) -> list[str]:
         """These options as `acceltrain run`'s flags, the defaults left out: what `launch` passes to each process and
         an emitted job runs."""
         args = ["--checkpoint-every", self.every] if self.every != DEFAULT_EVERY else []
         args += ["--keep-checkpoints", str(self.keep)] if self.keep != DEFAULT_KEEP else []
         return [*args, "--checkpoint-dir", os.fspath(self.dir), *(["--resume"] if self.resume else [])]
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be written into `folder`, or None. os.access says yes to root even on a read-only mount: a
+    temporary file is tried for real, and leaves nothing behind."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return None
+    except OSError as error:
+        return f"{str(folder)!r} is not writable ({error.strerror})"

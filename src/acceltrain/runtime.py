@@ -359,7 +359,7 @@ class Runtime:
 
     def seed(self, seed: int) -> None:
         """Seed weights, dropout and the data order, so a run repeats exactly on the same hardware."""
-        self.seeded = seed
+        self.seeded = arguments.check_seed(seed)
         self._framework.set_seed(seed)
 
     @contextlib.contextmanager
@@ -398,6 +398,9 @@ class Runtime:
         """
         from acceltrain.layout import autopilot as autopilots
 
+        if not callable(build_model):
+            raise UsageError(f"Received build_model={build_model!r}. Expected a function that builds and returns a "
+                             "keras.Model, e.g. runtime.build(make_model), not runtime.build(make_model()).")
         found = None
         if batch_size is not None and self.sharding_request.kind == "auto" and self.sharding_request.device_memory \
                 and self.sharding_request.layout_map is None and self._framework.SHARDS:
@@ -423,6 +426,7 @@ class Runtime:
         with self.scope(), autopilots.building(setting, remat) if setting else contextlib.nullcontext(), \
                 keras_internals.variables_initialized_at_once():
             model = build_model()
+        arguments.check_model(model, f"build_model, which returned {model!r:.60}")
         if setting is not None:
             autopilots.built(model, setting)
         # What was sharded, told here and not left to the first fit's report (assembly.Inputs, the other of its two
@@ -499,14 +503,16 @@ class Runtime:
         from acceltrain import assembly
         from acceltrain.layout import verify as verification
 
-        _check_compiled(model)
+        self._check_call(model, x, compiled=True)
+        arguments.check_fit_arguments(epochs, fit_kwargs.get("validation_split") or 0.0)
         verify = verification.check_steps(verify)
         checkpoints = arguments.checkpoints_of(checkpoints, checkpoint_dir, resume, checkpoint_every, keep_checkpoints)
         plan = assembly.FitPlan(checkpoints=checkpoints, watchdog=self.watchdog_for(stall_timeout),
                                 steps_per_execution=fit_kwargs.pop("steps_per_execution", None))
         call = interception.Call("fit", model, (x, y), {
             "batch_size": batch_size, "epochs": epochs, "validation_data": validation_data,
-            "callbacks": _as_given(callbacks), "verbose": verbose, **fit_kwargs}, keras_internals.keras_own("fit"))
+            "callbacks": arguments.callbacks_of(callbacks), "verbose": verbose, **fit_kwargs},
+            keras_internals.keras_own("fit"))
         window = None
         try:
             with self.timeline.window() as window:
@@ -522,7 +528,7 @@ class Runtime:
         """Keras's `model.evaluate` over every sample (none dropped), as a dict of metric values (`return_dict=False`:
         as Keras's default returns them, a list, or the loss alone). `batch_size`: the global batch, Keras's default
         where none is given."""
-        _check_compiled(model)
+        self._check_call(model, x, compiled=True)
         with self.watchdog.watching("evaluate (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("evaluate", model, (x, y), batch_size=batch_size, verbose=verbose,
                                              return_dict=return_dict, **evaluate_kwargs))
@@ -535,12 +541,15 @@ class Runtime:
         peak = hardware.kind(self.platform).peak_flops_per_second(self.device_kind, model.dtype_policy.compute_dtype)
         return peak * self.num_devices if peak else None
 
+    def _check_call(self, model, x, *, compiled: bool = False) -> None:
+        arguments.check_call(model, x, compiled=compiled, replicas=self.num_replicas, over=self.distribution_name)
+
     def _call(self, name: str, model, args: tuple, **kwargs):
         """Runtime's evaluate or predict as a Call of the assembly, its callbacks a list (acceltrain's are put first
         by the layers that make them)."""
         from acceltrain.backends import interception, keras_internals
 
-        kwargs["callbacks"] = _as_given(kwargs.get("callbacks"))
+        kwargs["callbacks"] = arguments.callbacks_of(kwargs.get("callbacks"))
         return interception.Call(name, model, args, kwargs, keras_internals.keras_own(name))
 
     def _assemble(self, call, plan=None, *, autopilot: bool = True, verify: int | None = None):
@@ -566,6 +575,7 @@ class Runtime:
     def predict(self, model, x, *, batch_size: int | None = None, verbose="auto", **predict_kwargs):
         """Keras's `model.predict`: the outputs of exactly the samples of `x`, in their order, whatever
         the number of replicas (the last batch padded, then cut back) and of processes (outputs joined)."""
+        self._check_call(model, x)
         with self.watchdog.watching("predict (compiling and running the first step)"), self.scope():
             return self._assemble(self._call("predict", model, (x,), batch_size=batch_size, verbose=verbose,
                                              **predict_kwargs))
@@ -635,18 +645,6 @@ def _runtime_of(model):
     return None
 
 
-def _check_compiled(model) -> None:
-    if not getattr(model, "compiled", False):
-        raise UsageError(
-            f"Received a model that is not compiled: {getattr(model, 'name', model)!r}. Call "
-            "model.compile(optimizer=..., loss=...) inside runtime.scope() before fit or evaluate."
-        )
-
-
-def _as_given(callbacks):
-    """A call's callbacks: a list of those given, or a keras.callbacks.CallbackList the caller built, as it came (the
-    layers that add acceltrain's own add them to it too: interception.Call.with_callback)."""
-    return callbacks if callbacks is not None and not isinstance(callbacks, (list, tuple)) else list(callbacks or ())
 
 
 class _UnderOwn:

@@ -163,3 +163,15 @@ def test_the_table_shows_each_variant_s_cpu_time_an_epoch_beside_its_wall_time()
     assert "| (c) hand-written loop | jax | float32 (float32) | 1.550 s | 7% | 2.500 s | 0% |" in table
     rows = [line for line in table.splitlines() if line.startswith("|")]
     assert all(row.count("|") == rows[0].count("|") for row in rows)
+
+
+@pytest.mark.parametrize("args, batch", [(["--samples", "10"], "1200, the recipe default"),
+                                         (["--samples", "100", "--batch-size", "128"], "128")])
+def test_bench_refuses_fewer_samples_than_one_batch_before_running_anything(args, batch, capsys):
+    """It ran, exit 0, and printed a table whose hand-written loop had timed no step (0 samples/s, 0.0 GFLOP/s)."""
+    from acceltrain.cli import main
+
+    assert main(["bench", *args]) == 2
+    captured = capsys.readouterr()
+    assert f"Received --samples {args[1]}, fewer than one batch ({batch}): the hand-written loop" in captured.err
+    assert "Pass --samples of at least" in captured.err and "Traceback" not in captured.err and captured.out == ""

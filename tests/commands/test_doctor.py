@@ -212,3 +212,21 @@ def test_doctor_fails_clearly_on_a_broken_environment(tmp_path):
     assert any(line.startswith("fail  dry run") and "does not divide over 7 replicas" in line for line in lines)
     assert any(line.startswith("ok    jax") for line in lines)
     assert lines[-1].endswith("3 failures")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--batch-size", "0"], "Received --batch-size 0. Expected a whole number of at least 1"),
+    (["--batch-size", "-5"], "Received --batch-size -5. Expected a whole number of at least 1"),
+    (["--simulate-devices", "0"], "Received --simulate-devices 0. Expected a whole number of at least 1"),
+    (["--backend", "torch"], "Received --backend 'torch'. Valid: jax, tensorflow."),
+    (["--backend", "tensorflow", "--distribution", "fsdp"], "Pass --backend jax, or --distribution data."),
+])
+def test_a_flag_no_machine_takes_exits_2_naming_it_before_any_check(args, message, capsys):
+    """--batch-size 0 was read as none given: the dry run took the recipe's 1200 and passed, exit 0, without a word;
+    the others failed the dry run, exit 1, naming connect()'s keyword (simulate_devices=0, backend: 'torch')."""
+    from acceltrain.cli import main
+
+    assert main(["doctor", *args]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""  # no check ran

@@ -125,12 +125,17 @@ def test_without_matplotlib_the_markdown_and_the_page_are_still_written_and_the_
 
 
 @pytest.mark.parametrize("content, message", [(None, "has no metrics.json"), ("{", "cannot be read as JSON"),
-                                              ('{"a": 1}', "has no per-epoch history")])
+                                              ('{"a": 1}', "has no per-epoch history"),
+                                              ('{"history": {"loss": "abc"}}', r"has a per-epoch history acceltrain "
+                                               r"did not write: 'loss' is 'abc', not a list of numbers\. Pass"),
+                                              ('{"history": {"loss": [1, 0.5], "accuracy": [0.5]}}',
+                                               r"different numbers of epochs \(loss 2, accuracy 1\)")])
 def test_redraw_of_a_folder_that_is_not_a_run_is_a_usage_error(tmp_path, content, message):
     if content is not None:
         (tmp_path / "metrics.json").write_text(content)
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(UsageError, match=message):  # the last two: matplotlib's ValueError, a traceback
         report.redraw(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ([] if content is None else ["metrics.json"])
 
 
 def test_cli_report_redraws_and_exits_2_on_a_folder_without_a_run(tmp_path):

@@ -83,6 +83,11 @@ def run(config: BenchConfig, reading: machine_load.Reading | None = None) -> dic
         if getattr(config, name) is not None:
             positive_int(getattr(config, name), f"--{name.replace('_', '-')}")
     batch_size = config.batch_size or recipe.BATCH_SIZE
+    if config.samples is not None and config.samples < batch_size:  # the hand loop would time no step at all
+        default = "" if config.batch_size else ", the recipe default"
+        raise UsageError(f"Received --samples {config.samples}, fewer than one batch ({batch_size}{default}): the "
+                         "hand-written loop trains on whole batches, so it would time no step and its figures would "
+                         f"measure nothing. Pass --samples of at least {batch_size}, or a smaller --batch-size.")
 
     variants = ("acceltrain", *(("script",) if config.script else ()), "plain", "hand", "ceiling")
     runs = {variant: [] for variant in variants}

@@ -44,14 +44,30 @@ class Check:
         return asdict(self)
 
 
+def _check_settings(backend, simulate_devices, distribution, platform, tpu, precision, batch_size) -> None:
+    """The dry run's settings, checked as run and launch check theirs (Settings.check). Before, a batch of 0 was read
+    as none given (the recipe's 1200 dry-ran and passed) and the rest failed the dry run naming connect()'s keyword
+    (simulate_devices=0), not the flag typed."""
+    from acceltrain.cluster import Cluster
+    from acceltrain.errors import option, positive_int
+    from acceltrain.runtime import Settings
+
+    if batch_size is not None:
+        positive_int(batch_size, option("batch_size"), ": the global batch of the dry run")
+    Settings(backend=backend, simulate_devices=simulate_devices, distribution=distribution, platform=platform,
+             cluster=Cluster(tpu=tpu), precision=precision).check()
+
+
 def run_all(*, out: str = "runs", backend: str | None = None, simulate_devices: int | None = None,
             distribution: str = "auto", platform: str = "auto", tpu: str | None = None, precision: str = "auto",
             batch_size: int | None = None, on_check=None) -> list[Check]:
     """Every check, in the order a person would fix them: the software, the hardware, then a dry run (on
     `platform`, or the TPU named `tpu`, as `acceltrain train` would connect with the same flags).
 
-    `on_check(check)` is called as each one finishes, so a slow check never hides the ones before it.
+    `on_check(check)` is called as each one finishes, so a slow check never hides the ones before it. A setting no
+    machine takes is refused first (UsageError, naming the flag under the CLI), not a failed dry run.
     """
+    _check_settings(backend, simulate_devices, distribution, platform, tpu, precision, batch_size)
     checks = [
         ("python", check_python),
         ("versions", check_versions),

@@ -42,10 +42,30 @@ def check_writable(out_dir: Path) -> None:
 
 
 def check_file_folder(path, flag: str) -> None:
-    """A file to write (--ledger, --json) must be in a folder that exists: said before anything runs."""
-    if path is not None and not Path(path).resolve().parent.is_dir():
-        raise UsageError(f"Received {flag} {str(path)!r}, but its folder does not exist. Pass a path in an existing "
-                         "folder.")
+    """A file to write (--ledger, --json): not a folder, in a folder that exists and takes a new file. Said before
+    anything runs: the run's figures come at its end, and a path that cannot take them would lose them."""
+    if path is None:
+        return
+    path = Path(path)
+    problem = _unwritable_file(path)
+    if problem:
+        raise UsageError(f"Received {flag} {str(path)!r}, but {problem}. Pass a file path in a folder you can write "
+                         "to.")
+
+
+def _unwritable_file(path: Path) -> str | None:
+    """Why `path` cannot be written as a file, or None."""
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        return "its folder does not exist"
+    try:  # os.access says yes to root even on a read-only mount: try for real, leave nothing behind
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        return f"its folder {str(folder)!r} is not writable ({error.strerror})"
+    return None
 
 
 def check_free_space(out_dir: Path, bytes_needed: int) -> None:

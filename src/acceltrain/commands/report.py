@@ -59,7 +59,27 @@ def redraw(out_dir: str | Path) -> list[Path]:
     if not isinstance(metrics, dict) or not isinstance(metrics.get("history"), dict):
         raise UsageError(f"{str(path)!r} has no per-epoch history. Pass the --out folder of a finished "
                          "`acceltrain train` run.")
+    problem = _history_problem(metrics["history"])
+    if problem:
+        raise UsageError(f"{str(path)!r} has a per-epoch history acceltrain did not write: {problem}. Pass the --out "
+                         "folder of a finished `acceltrain train` run.")
     return write(out_dir, metrics)
+
+
+def _history_problem(history: dict) -> str:
+    """What makes `history` other than Keras's History.history as train writes it (one list of numbers a metric, an
+    entry an epoch), in words; else empty. The figure met it with a matplotlib traceback ('x and y must have same
+    first dimension')."""
+    lengths = {}
+    for name, values in history.items():
+        if not isinstance(values, list) or not all(isinstance(value, (int, float)) and not isinstance(value, bool)
+                                                   for value in values):
+            return f"{name!r} is {str(values)[:40]!r}, not a list of numbers"
+        lengths[name] = len(values)
+    if len(set(lengths.values())) > 1:
+        return "its metrics have different numbers of epochs (" + ", ".join(f"{name} {count}" for name, count in
+                                                                           lengths.items()) + ")"
+    return ""
 
 
 # --- The figure -------------------------------------------------------------------------------

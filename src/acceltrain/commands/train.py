@@ -22,7 +22,7 @@ from acceltrain.commands import outputs, report
 from acceltrain.training import tensorboard_logs
 from acceltrain.training.checkpoint import Checkpoints, save_where_nobody_looks
 from acceltrain.errors import UsageError, positive_int
-from acceltrain.arguments import check_device_data
+from acceltrain.arguments import check_device_data, check_seed
 from acceltrain.runtime import Settings
 
 
@@ -130,6 +130,7 @@ def _check(config: TrainConfig) -> _Job:
     if not (0 <= config.validation_split < 1):
         raise UsageError(f"Received --validation-split {config.validation_split}. Expected a fraction of the training "
                          "samples from 0 up to (not including) 1, e.g. 0.1; 0 holds none out.")
+    check_seed(config.seed, "--seed")
     load_model = user_model.builder(config.model) if config.model else None
     if config.device_memory is not None:
         sharding.parse_bytes(config.device_memory, "--device-memory")

@@ -267,6 +267,8 @@ def prepare_predict(split, x, *, batch_size=None, checked: bool = True) -> Predi
     if kind_of(x) != ARRAYS:
         return predict  # a dataset or generator: Keras takes it as it is
     n = predict.num_samples = arrays.num_samples(x)
+    if n == 0:
+        arrays.raise_empty()
     if split.num_processes > 1:
         # Every process takes the same number of full batches, so the joined outputs interleave regularly.
         predict.batch_size = batch = batch_size or _smallest_multiple(arrays.KERAS_DEFAULT_BATCH_SIZE,

@@ -89,6 +89,8 @@ def check_arrays(x, y=None, *, name: str = "x") -> None:
             f"{name} and its labels have different numbers of samples: {name} has {x_len}, labels have "
             f"{y_len}. Each input and label array needs one row per sample."
         )
+    if lengths == {0}:
+        raise_empty(name)
     for label, arrays in ((name, leaves(x)), (f"labels of {name}", [] if y is None else leaves(y))):
         for array in arrays:
             if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
@@ -97,6 +99,13 @@ def check_arrays(x, y=None, *, name: str = "x") -> None:
                     f"{label} holds {bad} NaN or infinite value(s). Training on them gives a NaN loss: "
                     "clean or impute them before training."
                 )
+
+
+def raise_empty(name: str = "x"):
+    """No samples at all: Keras would fail on them with a numpy error ("zero-size array to reduction operation") or,
+    predicting, an UnboundLocalError, naming neither the input nor the fix."""
+    raise UsageError(f"Received {name} with 0 samples (its arrays have no rows). Expected at least one sample, one row "
+                     "each: pass the arrays holding your data.")
 
 
 def check_class_labels(y, num_classes: int | None, *, name: str = "y") -> None:
