@@ -16,11 +16,16 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 RECORD = Path(__file__).resolve().with_name("slow-runs.json")
 VALIDATION = REPO / "docs" / "validation.md"
 SECTION = re.compile(r"(<!-- slow-runs -->\n)(?P<table>.*?)(<!-- /slow-runs -->)", re.S)
 SLOW_REFERENCE = re.compile(r"`(tests/[\w/]+\.py::\w+)` \(((?:partly )?slow)\)")
+
+
+LEFT_OUT = "acceltrain-slow-cases-left-out"  # the key of a worker's counts in xdist's workeroutput
 
 
 class Recorder:
@@ -56,7 +61,17 @@ class Recorder:
         if "slow" in report.keywords and (report.when == "call" or report.outcome != "passed"):
             self.outcomes.setdefault(report.nodeid.split("[")[0], []).append(report.outcome)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """Under xdist the workers collect and deselect, the controller records: each worker's count of the cases
+        left out (every worker collects them all, so they agree) reaches it here. Without this a -k run of some
+        cases under -n 2 was recorded as all of them passing."""
+        for name, left_out in getattr(node, "workeroutput", {}).get(LEFT_OUT, {}).items():
+            self.deselected[name] = max(self.deselected.get(name, 0), left_out)
+
     def pytest_sessionfinish(self, session):
+        if hasattr(session.config, "workerinput"):  # an xdist worker: its count of cases left out goes home
+            session.config.workeroutput[LEFT_OUT] = self.deselected
         if self.outcomes and not hasattr(session.config, "workerinput"):
             record = load()
             before = dict(record)

@@ -11,7 +11,8 @@ from tests.support import REPO
 
 def test_a_run_of_cases_named_by_id_is_recorded_as_that_many_of_all_its_cases(tmp_path):
     """A real pytest run naming 1 of a slow test's 3 cases by id (tests/x.py::t[b]) once recorded all of them as
-    passed: nothing was deselected, the others never collected. By -k, and whole, as before."""
+    passed: nothing was deselected, the others never collected. By -k, and whole, as before; and under xdist, whose
+    controller sees no deselection (its workers collect)."""
     (tmp_path / "test_cases.py").write_text(
         "import pytest\n\n"
         "@pytest.mark.slow\n@pytest.mark.parametrize('case', ['a', 'b', 'c'])\ndef test_t(case):\n    pass\n")
@@ -23,9 +24,9 @@ def test_a_run_of_cases_named_by_id_is_recorded_as_that_many_of_all_its_cases(tm
         "    config.pluginmanager.register(slow_runs.Recorder(), 'recorder')\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
 
-    def recorded(*selection):
+    def recorded(*selection, workers=("-p", "no:xdist")):
         (tmp_path / "record.json").unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *workers, "-p", "no:cacheprovider",
                                "-m", "slow", *selection], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "PYTHONPATH": str(REPO)})
         assert done.returncode == 0, done.stdout + done.stderr
@@ -35,3 +36,7 @@ def test_a_run_of_cases_named_by_id_is_recorded_as_that_many_of_all_its_cases(tm
     assert recorded("test_cases.py::test_t[a]", "test_cases.py::test_t[c]")["cases"] == "2 of 3"
     assert recorded("test_cases.py", "-k", "b")["cases"] == "1 of 3"
     assert "cases" not in recorded("test_cases.py")
+    # Under xdist the workers deselect and the controller records (a -k run under -n 2 was recorded whole).
+    assert recorded("test_cases.py", "-k", "b", workers=("-n", "2"))["cases"] == "1 of 3"
+    assert recorded("test_cases.py::test_t[a]", workers=("-n", "2"))["cases"] == "1 of 3"
+    assert "cases" not in recorded("test_cases.py", workers=("-n", "2"))
