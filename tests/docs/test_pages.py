@@ -333,8 +333,9 @@ def test_a_slow_run_is_recorded_by_its_controller_with_how_each_test_ended(tmp_p
                                             ("tests/b.py::u", "setup", "skipped", {"slow": 1}),
                                             ("tests/c.py::fast", "call", "passed", {})]:
         recorder.pytest_runtest_logreport(SimpleNamespace(nodeid=nodeid, when=when, outcome=outcome, keywords=keywords))
-    recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace(workerinput={})))  # an xdist worker
-    assert not slow_runs.RECORD.exists()
+    worker = SimpleNamespace(workerinput={}, workeroutput={})  # an xdist worker: its counts go to the controller
+    recorder.pytest_sessionfinish(SimpleNamespace(config=worker))
+    assert not slow_runs.RECORD.exists() and worker.workeroutput == {slow_runs.LEFT_OUT: {}}
     recorder.pytest_sessionfinish(SimpleNamespace(config=SimpleNamespace()))
     record = slow_runs.load()
     assert {name: run["outcome"] for name, run in record.items()} == {"tests/a.py::t": "failed", "tests/b.py::u": "skipped"}
