@@ -143,10 +143,7 @@ class Checkpoints:
         if folder.exists() and not folder.is_dir():
             raise UsageError(f"Received {shown(_named('dir'), str(folder))}, which is a file. Pass a folder (new, or "
                              f"one an earlier run checkpointed into, with {_named('resume')}).")
-        existing = folder.absolute()
-        while not existing.exists():
-            existing = existing.parent
-        problem = f"{str(existing)!r} is a file, not a folder" if not existing.is_dir() else _unwritable(existing)
+        problem = unwritable(folder.absolute())
         if problem:
             raise UsageError(f"Received {shown(_named('dir'), str(folder))}, but {problem}. Pass a folder you can "
                              "write to.")
@@ -160,11 +157,17 @@ class Checkpoints:
         return [*args, "--checkpoint-dir", os.fspath(self.dir), *(["--resume"] if self.resume else [])]
 
 
-def _unwritable(folder: Path) -> str | None:
-    """Why nothing can be written into `folder`, or None. os.access says yes to root even on a read-only mount: a
-    temporary file is tried for real, and leaves nothing behind."""
+def unwritable(folder: Path) -> str | None:
+    """Why nothing can be written into `folder` or, where it does not exist yet, into the nearest folder above it (the
+    one that would hold it), or None. os.access says yes to root even on a read-only mount: a temporary file is tried
+    for real, and leaves nothing behind. The one check of checkpoints' folders, --out, --ledger and --json."""
+    existing = Path(folder)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{str(existing)!r} is a file, not a folder"
     try:
-        with tempfile.TemporaryFile(dir=folder):
+        with tempfile.TemporaryFile(dir=existing):
             return None
     except OSError as error:
-        return f"{str(folder)!r} is not writable ({error.strerror})"
+        return f"{str(existing)!r} is not writable ({error.strerror})"

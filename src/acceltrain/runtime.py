@@ -645,8 +645,6 @@ def _runtime_of(model):
     return None
 
 
-
-
 class _UnderOwn:
     """A runtime as a call under the caller's own distribution sees it (Runtime.as_called): that distribution, its
     name, its replicas (the size of its mesh's batch axis) and its scope; everything else the runtime's. `words`:

@@ -8,11 +8,11 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from acceltrain.errors import UsageError
+from acceltrain.options import unwritable
 
 
 def default_out_dir() -> Path:
@@ -24,19 +24,7 @@ def check_writable(out_dir: Path) -> None:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"Received --out {str(out_dir)!r}, which is a file. Pass a folder (new or existing).")
-    existing = out_dir
-    while not existing.exists():
-        existing = existing.parent
-    problem = None
-    if not existing.is_dir():
-        problem = f"{str(existing)!r} is a file, not a folder"
-    else:
-        # os.access says yes to root even on a read-only mount: try for real, leave nothing behind.
-        try:
-            with tempfile.TemporaryFile(dir=existing):
-                pass
-        except OSError as error:
-            problem = f"{str(existing)!r} is not writable ({error.strerror})"
+    problem = unwritable(out_dir)
     if problem:
         raise UsageError(f"Received --out {str(out_dir)!r}, but {problem}. Pass a folder you can write to.")
 
@@ -60,12 +48,8 @@ def _unwritable_file(path: Path) -> str | None:
     folder = path.resolve().parent
     if not folder.is_dir():
         return "its folder does not exist"
-    try:  # os.access says yes to root even on a read-only mount: try for real, leave nothing behind
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        return f"its folder {str(folder)!r} is not writable ({error.strerror})"
-    return None
+    problem = unwritable(folder)
+    return problem and f"its folder {problem}"
 
 
 def check_free_space(out_dir: Path, bytes_needed: int) -> None:
